@@ -1,0 +1,83 @@
+# TorchNeuron build.  `make test` and `make demo` each do the whole set-up on a fresh machine.
+# Parallelism is capped at 2 jobs (2-core, 24 GB machines; ATen translation units cost 1-2 GB each).
+
+PY        ?= python3
+VENV      := .venv
+VPY       := $(VENV)/bin/python
+CC        ?= cc
+BUILD     := build
+SAN_BUILD := build-san
+
+CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -fPIC -pthread -Wall -Wextra -Wno-unused-parameter \
+                 -Wno-missing-field-initializers -Icsrc/runtime -Icsrc/kernels
+WERROR    ?= -Werror
+CFLAGS    ?= -O2 -g
+ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c
+
+RT_SRC  := $(wildcard csrc/runtime/*.c)
+NK_SRC  := $(wildcard csrc/kernels/*.c)
+C_SRC   := $(RT_SRC) $(NK_SRC)
+C_HDR   := $(wildcard csrc/runtime/*.h csrc/kernels/*.h)
+CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
+
+objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC))
+
+.PHONY: all venv build install clib ctest test test-sanitize pytest demo bench clean
+
+all: install
+
+# ---- C libraries (runtime + kernels): one static archive linked into the extension and the C tests
+define c_rules
+$(1)/obj/%.o: csrc/%.c $(C_HDR)
+	@mkdir -p $$(dir $$@)
+	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) $$(if $$(findstring _avx512,$$<),$(ISA_AVX512)) -c $$< -o $$@
+$(1)/libneuron.a: $(call objs,$(1))
+	@rm -f $$@
+	ar rcs $$@ $$^
+$(1)/tests/%: tests/c/%.c tests/c/ctest.h $(1)/libneuron.a
+	@mkdir -p $$(dir $$@)
+	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) -Itests/c $$< $(1)/libneuron.a -lm -o $$@
+endef
+$(eval $(call c_rules,$(BUILD),$(CFLAGS)))
+$(eval $(call c_rules,$(SAN_BUILD),-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined))
+
+clib: $(BUILD)/libneuron.a
+
+ctest: $(addprefix $(BUILD)/tests/,$(CTESTS))
+	@set -e; for t in $^; do echo "== $$t"; ./$$t; done
+
+test-sanitize: $(addprefix $(SAN_BUILD)/tests/,$(CTESTS))
+	@set -e; for t in $^; do echo "== $$t (asan+ubsan)"; ASAN_OPTIONS=detect_leaks=1 ./$$t; done
+
+# ---- Python environment and the extension
+$(VENV)/.torch-installed:
+	$(PY) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(VPY) -m pip install --quiet torch==2.13.0
+	$(VPY) -m pip install --quiet numpy pytest ninja
+	@touch $@
+
+venv: $(VENV)/.torch-installed
+
+$(VENV)/.neuron-installed: $(VENV)/.torch-installed $(BUILD)/libneuron.a setup.py pyproject.toml \
+		$(wildcard csrc/torch/*.cpp csrc/torch/*.h)
+	MAX_JOBS=2 $(VPY) -m pip install --quiet --no-build-isolation --no-deps -e .
+	@touch $@
+
+install: $(VENV)/.neuron-installed
+build: install
+
+pytest: install
+	$(VPY) -m pytest -q -x tests/python
+
+test: ctest install
+	$(VPY) -m pytest -q tests/python
+
+demo: install
+	$(VPY) examples/train_gpt.py --compare
+
+bench: install
+	$(VPY) -m bench
+
+clean:
+	rm -rf $(BUILD) $(SAN_BUILD) torchneuron/*.so *.egg-info

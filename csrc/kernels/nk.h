@@ -1,0 +1,316 @@
+/* nk.h - TorchNeuron kernel library: descriptors in, results out.
+ *
+ * No PyTorch types, no allocation inside kernels.  Each family has an argument struct and an entry
+ * point `int nk_<family>_run(void *args)` with the nrt_kernel_fn signature, so the glue launches it on a
+ * queue with nrt_queue_launch(q, nk_<family>_run, &args, sizeof args, "aten::op").  An entry point
+ * returns 0, or nonzero after nrt_kernel_fail("...") (unsupported dtype/op, bad index, ...).
+ * Kernels parallelize over the runtime pool (nrt_parallel_for) above a size threshold.
+ *
+ * Dtypes: f32, f64, bf16, f16, i64, i32, i16, i8, u8, bool.  f64 and i64 are computed at full width;
+ * bf16 and f16 are computed/accumulated in f32.
+ * Shape letters: B batch, T time, C channels, M N K for GEMM, O R I for reductions (outer, reduced,
+ * inner).  Strides are in elements unless a field says bytes.
+ */
+#ifndef NK_H
+#define NK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+	NK_BOOL = 0, NK_U8, NK_I8, NK_I16, NK_I32, NK_I64, NK_F16, NK_BF16, NK_F32, NK_F64, NK_NDTYPES
+} nk_dtype_t;
+
+size_t nk_dtype_size(int dtype);
+const char *nk_dtype_name(int dtype);
+/* Use the portable reference kernels only (also forced by NEURON_KERNELS=ref in the environment). */
+void nk_force_reference(bool on);
+bool nk_using_reference(void);
+
+/* ---- strided iteration (the metadata of ATen's TensorIterator) --------------------------------- */
+#define NK_MAX_DIMS 16
+#define NK_MAX_OPS 4
+typedef struct {
+	int ndim;                                 /* dims ordered innermost first; ndim 0 = one element */
+	int nops;                                 /* outputs first, then inputs */
+	int64_t shape[NK_MAX_DIMS];
+	char *data[NK_MAX_OPS];
+	int64_t strides[NK_MAX_OPS][NK_MAX_DIMS]; /* BYTES, per operand per dim (0 = broadcast) */
+	int8_t dtype[NK_MAX_OPS];
+} nk_iter_t;
+
+/* ---- pointwise: out = f(in0[, in1[, in2]]) ------------------------------------------------------ */
+/* Operand 0 is the output.  Inputs have the compute dtype (the iterator's common dtype) unless the op
+ * says otherwise; the output has the compute dtype, or bool for predicates (NK_OP_EQ.., ISNAN..).
+ * Scalars a, b are parameters in double (float math) and ia/ib in int64 (integer math). */
+typedef enum {
+	/* nullary (nops 1) */
+	NK_OP_FILL,          /* out = a (ia for integer dtypes, bool: a != 0) */
+	/* unary (nops 2) */
+	NK_OP_NEG, NK_OP_ABS, NK_OP_SIGN, NK_OP_RECIPROCAL, NK_OP_SQUARE,
+	NK_OP_EXP, NK_OP_EXP2, NK_OP_EXPM1, NK_OP_LOG, NK_OP_LOG2, NK_OP_LOG10, NK_OP_LOG1P,
+	NK_OP_SQRT, NK_OP_RSQRT, NK_OP_SIN, NK_OP_COS, NK_OP_TAN, NK_OP_ASIN, NK_OP_ACOS, NK_OP_ATAN,
+	NK_OP_SINH, NK_OP_COSH, NK_OP_TANH, NK_OP_ASINH, NK_OP_ACOSH, NK_OP_ATANH, NK_OP_ERF, NK_OP_ERFC,
+	NK_OP_ERFINV, NK_OP_FLOOR, NK_OP_CEIL, NK_OP_ROUND, NK_OP_TRUNC, NK_OP_FRAC,
+	NK_OP_SIGMOID, NK_OP_RELU, NK_OP_GELU,   /* GELU: ia = 0 exact (erf), 1 tanh approximation */
+	NK_OP_SILU, NK_OP_MISH, NK_OP_SOFTPLUS,  /* SOFTPLUS: a = beta, b = threshold */
+	NK_OP_ELU,                               /* a = alpha, b = scale, (input_scale = 1) */
+	NK_OP_LEAKY_RELU,                        /* a = negative slope */
+	NK_OP_HARDTANH,                          /* clamp(x, a, b) */
+	NK_OP_HARDSIGMOID, NK_OP_HARDSWISH,
+	NK_OP_LOGICAL_NOT, NK_OP_BITWISE_NOT,
+	NK_OP_ISNAN, NK_OP_ISINF, NK_OP_ISFINITE, /* out bool */
+	NK_OP_CLAMP_SCALAR,                      /* clamp(x, a, b); ia bit0: has min, bit1: has max */
+	NK_OP_POW_SCALAR,                        /* x ** a */
+	NK_OP_RSUB_SCALAR,                       /* a - x */
+	NK_OP_NAN_TO_NUM,                        /* a = nan, b = posinf; (neginf = -b) */
+	/* binary (nops 3): out = f(x, y) */
+	NK_OP_ADD,           /* x + a*y  (integer: x + ia*y) */
+	NK_OP_SUB,           /* x - a*y */
+	NK_OP_MUL, NK_OP_DIV,
+	NK_OP_DIV_TRUNC, NK_OP_DIV_FLOOR,
+	NK_OP_REMAINDER, NK_OP_FMOD, NK_OP_POW, NK_OP_ATAN2,
+	NK_OP_MAXIMUM, NK_OP_MINIMUM, NK_OP_FMAX, NK_OP_FMIN,
+	NK_OP_EQ, NK_OP_NE, NK_OP_LT, NK_OP_LE, NK_OP_GT, NK_OP_GE, /* out bool */
+	NK_OP_LOGICAL_AND, NK_OP_LOGICAL_OR, NK_OP_LOGICAL_XOR,     /* out bool */
+	NK_OP_BITWISE_AND, NK_OP_BITWISE_OR, NK_OP_BITWISE_XOR, NK_OP_LSHIFT, NK_OP_RSHIFT,
+	NK_OP_HYPOT, NK_OP_COPYSIGN, NK_OP_XLOGY,
+	/* activation backward: out = f(grad, x) (x = the forward input unless noted) */
+	NK_OP_GELU_BACKWARD,      /* ia as GELU */
+	NK_OP_SILU_BACKWARD, NK_OP_MISH_BACKWARD,
+	NK_OP_SIGMOID_BACKWARD,   /* y = forward OUTPUT: grad * y * (1 - y) */
+	NK_OP_TANH_BACKWARD,      /* y = forward OUTPUT: grad * (1 - y*y) */
+	NK_OP_THRESHOLD_BACKWARD, /* x <= a ? 0 : grad (relu backward with a = 0) */
+	NK_OP_LEAKY_RELU_BACKWARD,/* x > 0 ? grad : grad*a */
+	NK_OP_HARDTANH_BACKWARD,  /* (x <= a || x >= b) ? 0 : grad */
+	NK_OP_SOFTPLUS_BACKWARD,  /* a = beta, b = threshold */
+	NK_OP_ELU_BACKWARD,       /* a alpha, b scale, ia: 1 if x is the OUTPUT */
+	NK_OP_HARDSIGMOID_BACKWARD, NK_OP_HARDSWISH_BACKWARD,
+	/* ternary (nops 4): out = f(x, y, z) */
+	NK_OP_WHERE,         /* x = cond (bool dtype), y, z: cond ? y : z */
+	NK_OP_ADDCMUL,       /* x + a*y*z */
+	NK_OP_ADDCDIV,       /* x + a*y/z */
+	NK_OP_LERP,          /* x + z*(y - x) (weight tensor) */
+	NK_OP_LERP_SCALAR,   /* x + a*(y - x) (nops 3) */
+	NK_OP_CLAMP_TENSOR,  /* clamp(x, y, z); ia bit0: has min (y), bit1: has max (z) */
+	NK_OP_COUNT
+} nk_op_t;
+
+typedef struct {
+	nk_iter_t it;
+	int op;
+	double a, b;
+	int64_t ia, ib;
+} nk_pointwise_args_t;
+int nk_pointwise_run(void *args);
+int nk_pointwise_ref(void *args);
+
+/* ---- copy / cast: out (operand 0) = (dtype0) in (operand 1), any dtype pair, any strides -------- */
+int nk_copy_run(void *args); /* args: nk_iter_t with nops 2 */
+
+/* ---- reductions over a contiguous [O, R, I] tensor into a contiguous [O, I] output -------------- */
+typedef enum {
+	NK_RED_SUM, NK_RED_MEAN, NK_RED_PROD, NK_RED_AMAX, NK_RED_AMIN,
+	NK_RED_MAX, NK_RED_MIN,        /* values into out, int64 indices into out2 (first occurrence) */
+	NK_RED_ARGMAX, NK_RED_ARGMIN,  /* int64 indices into out */
+	NK_RED_ANY, NK_RED_ALL,        /* out bool */
+	NK_RED_NORM,                   /* p-norm, p = a (0, 1, 2, inf = INFINITY, -inf, other) */
+	NK_RED_VAR, NK_RED_STD,        /* a = correction; out2 (optional, may be NULL) gets the mean */
+	NK_RED_LOGSUMEXP,
+	NK_RED_COUNT
+} nk_red_op_t;
+
+typedef struct {
+	const void *in;
+	void *out, *out2;
+	int dtype_in, dtype_out; /* sum/mean may accumulate to a wider dtype_out (e.g. bool/int -> i64) */
+	int64_t O, R, I;
+	int op;
+	double a;
+} nk_reduce_args_t;
+int nk_reduce_run(void *args);
+int nk_reduce_ref(void *args);
+
+/* ---- GEMM: C[b] = alpha * A[b] @ B[b] + beta * C[b] ---------------------------------------------- */
+/* A is M x K with element strides (rs_a, cs_a), B is K x N (rs_b, cs_b), C is M x N (rs_c, cs_c);
+ * any strides (transposes are strides).  batch >= 1 with batch strides bs_*.  beta == 0 means C is
+ * not read (NaN in C does not propagate).  dtype: f32, f64, bf16, f16 (bf16/f16 accumulate in f32).
+ * The optimized f32/bf16 paths pack panels (docs/kernels.md). */
+typedef struct {
+	int dtype;
+	int64_t M, N, K, batch;
+	double alpha, beta;
+	const void *A; int64_t rs_a, cs_a, bs_a;
+	const void *B; int64_t rs_b, cs_b, bs_b;
+	void *C; int64_t rs_c, cs_c, bs_c;
+} nk_gemm_args_t;
+int nk_gemm_run(void *args);
+int nk_gemm_ref(void *args);
+
+/* ---- softmax / log_softmax over the last dim of a contiguous [rows, cols] ---------------------- */
+typedef struct {
+	int dtype;
+	bool log;
+	int64_t rows, cols;
+	const void *x; void *y;
+} nk_softmax_args_t;
+int nk_softmax_run(void *args);
+int nk_softmax_ref(void *args);
+/* backward: dx = y*(dy - sum(dy*y)) or, for log, dx = dy - exp(y)*sum(dy) (y = forward output) */
+typedef struct {
+	int dtype;
+	bool log;
+	int64_t rows, cols;
+	const void *dy, *y; void *dx;
+} nk_softmax_bwd_args_t;
+int nk_softmax_bwd_run(void *args);
+int nk_softmax_bwd_ref(void *args);
+
+/* ---- layer norm over the last `cols` of a contiguous [rows, cols] ------------------------------ */
+/* w, b may be NULL.  mean and rstd are [rows] in the input dtype. */
+typedef struct {
+	int dtype;
+	int64_t rows, cols;
+	double eps;
+	const void *x, *w, *b;
+	void *y, *mean, *rstd;
+} nk_layernorm_args_t;
+int nk_layernorm_run(void *args);
+int nk_layernorm_ref(void *args);
+/* dx, dw, db may each be NULL (not wanted); dw, db are written (not accumulated). */
+typedef struct {
+	int dtype;
+	int64_t rows, cols;
+	const void *dy, *x, *mean, *rstd, *w;
+	void *dx, *dw, *db;
+} nk_layernorm_bwd_args_t;
+int nk_layernorm_bwd_run(void *args);
+int nk_layernorm_bwd_ref(void *args);
+
+/* ---- embedding ---------------------------------------------------------------------------------- */
+/* out[i, :] = weight[idx[i], :], weight contiguous [V, C], out contiguous [n, C]; idx i64 or i32.
+ * An index outside [0, V) fails the kernel with a message giving the index and V. */
+typedef struct {
+	int dtype, idx_dtype;
+	int64_t n, V, C;
+	const void *weight, *idx;
+	void *out;
+} nk_embedding_args_t;
+int nk_embedding_run(void *args);
+/* grad_weight[V, C] = 0, then grad_weight[idx[i], :] += grad_out[i, :] except idx == padding_idx
+ * (padding_idx < 0: none). Deterministic. */
+typedef struct {
+	int dtype, idx_dtype;
+	int64_t n, V, C, padding_idx;
+	const void *grad_out, *idx;
+	void *grad_weight;
+} nk_embedding_bwd_args_t;
+int nk_embedding_bwd_run(void *args);
+
+/* ---- nll_loss on logp [N, C] (contiguous), target [N] i64 ------------------------------------- */
+enum { NK_REDUCTION_NONE = 0, NK_REDUCTION_MEAN = 1, NK_REDUCTION_SUM = 2 }; /* = at::Reduction */
+/* out: [N] for NONE, else a scalar.  total_weight: scalar (sum of weights of non-ignored targets).
+ * weight [C] may be NULL.  A target outside [0, C) other than ignore_index fails the kernel. */
+typedef struct {
+	int dtype;
+	int64_t N, C, ignore_index;
+	int reduction;
+	const void *logp, *target, *weight;
+	void *out, *total_weight;
+} nk_nll_args_t;
+int nk_nll_run(void *args);
+/* grad_in [N, C] is fully written.  grad_out is [N] for NONE, else a scalar. */
+typedef struct {
+	int dtype;
+	int64_t N, C, ignore_index;
+	int reduction;
+	const void *grad_out, *target, *weight, *total_weight;
+	void *grad_in;
+} nk_nll_bwd_args_t;
+int nk_nll_bwd_run(void *args);
+
+/* ---- attention: out = softmax(scale * q k^T + mask) v, tiled, never materializing T x T --------- */
+/* q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], out [B, Hq, Tq, Dv]; element strides per
+ * dim given (any layout).  Hq % Hkv == 0 (GQA).  lse [B, Hq, Tq] f32 contiguous (log-sum-exp of the
+ * scaled, masked scores; needed by backward).  causal follows PyTorch's is_causal, the top-left aligned
+ * lower triangle: key j is visible to query i iff j <= i.
+ * mask (optional): bool (true = keep) or float additive, of dtype mask_dtype, broadcastable
+ * [B, H, Tq, Tk] given by element strides (0 for broadcast dims).  dropout_p > 0 uses the counter
+ * RNG (seed, offset) on the attention probabilities.  Rows with no visible key give 0 output
+ * (lse = -inf) - PyTorch's math path gives NaN there; documented. */
+typedef struct {
+	int dtype, mask_dtype;
+	int64_t B, Hq, Hkv, Tq, Tk, D, Dv;
+	double scale, dropout_p;
+	bool causal;
+	uint64_t seed, offset;
+	const void *q; int64_t sq[4];
+	const void *k; int64_t sk[4];
+	const void *v; int64_t sv[4];
+	const void *mask; int64_t smask[4];
+	void *out; int64_t so[4];
+	void *lse;
+} nk_attention_args_t;
+int nk_attention_run(void *args);
+int nk_attention_ref(void *args);
+/* dq, dk, dv have the strides given (written, not accumulated). dout strides sdo. */
+typedef struct {
+	nk_attention_args_t f; /* the forward's arguments, with out and lse as computed */
+	const void *dout; int64_t sdo[4];
+	void *dq; int64_t sdq[4];
+	void *dk; int64_t sdk[4];
+	void *dv; int64_t sdv[4];
+} nk_attention_bwd_args_t;
+int nk_attention_bwd_run(void *args);
+int nk_attention_bwd_ref(void *args);
+
+/* ---- random: counter-based (Philox4x32-10) on (seed, offset + element index) ------------------- */
+typedef enum {
+	NK_RNG_UNIFORM,    /* [a, b) */
+	NK_RNG_NORMAL,     /* mean a, std b */
+	NK_RNG_BERNOULLI,  /* 1 with probability a */
+	NK_RNG_RANDINT,    /* integers in [ia, ib) */
+} nk_rng_kind_t;
+typedef struct {
+	nk_iter_t it;      /* one operand (the output), any strides */
+	int kind;
+	double a, b;
+	int64_t ia, ib;
+	uint64_t seed, offset;
+} nk_random_args_t;
+int nk_random_run(void *args);
+/* dropout on contiguous n elements: mask[i] = u >= p (bool), out = x * mask / (1 - p). */
+typedef struct {
+	int dtype;
+	int64_t n;
+	double p;
+	uint64_t seed, offset;
+	const void *x; void *out; void *mask;
+} nk_dropout_args_t;
+int nk_dropout_run(void *args);
+/* Number of offset units consumed by n elements (callers advance the generator's offset by it). */
+uint64_t nk_random_offset_increment(int64_t n);
+
+/* ---- optimizers: fused AdamW / Adam over contiguous n elements ---------------------------------- */
+typedef struct {
+	int dtype;              /* param/grad/state dtype: f32, f64, bf16, f16 */
+	int64_t n;
+	double lr, beta1, beta2, eps, weight_decay;
+	int64_t step;           /* already incremented (1 on the first step) */
+	bool adamw, amsgrad, maximize;
+	double grad_scale;      /* grads are divided by this (1 = none) */
+	void *param, *exp_avg, *exp_avg_sq, *max_exp_avg_sq;
+	const void *grad;
+} nk_adam_args_t;
+int nk_adam_run(void *args);
+int nk_adam_ref(void *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NK_H */
