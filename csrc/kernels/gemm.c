@@ -1,0 +1,720 @@
+/* gemm.c - C[b] = alpha * A[b] @ B[b] + beta * C[b].
+ *
+ * nk_gemm_run picks a path:
+ *   - the portable reference nk_gemm_ref (also when NEURON_KERNELS=ref),
+ *   - a GEMV path for M == 1 or N == 1 (no packing),
+ *   - a portable blocked path for f64,
+ *   - the packed, cache-blocked driver (BLIS-style) for f32/bf16/f16 with the micro-kernels and packers
+ *     of the best ISA table (nk_gemm_isa_select: AVX-512 in gemm_avx512.c, else the portable ones here).
+ * The micro-kernel contract (packed panels, edge tiles, strides) is written out in docs/kernels.md.
+ * Threading: tasks are rectangles of C (and batch entries) run through nrt_parallel_for; no task
+ * writes another's C, so results do not depend on the thread count.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "nk.h"
+#include "nk_fp.h"
+#include "nk_gemm_impl.h"
+#include "nrt.h"
+
+#define MR NK_GEMM_MR
+#define NR NK_GEMM_NR
+#define KC NK_GEMM_KC
+#define KCB NK_GEMM_KC_BF16
+#define NC NK_GEMM_NC
+#define MC NK_GEMM_MC
+
+/* Below this many multiply-adds a call runs on the calling thread only. */
+#define GEMM_PAR_MIN_FMA (1 << 18)
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+static int64_t cdiv(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* Address of element off (in elements) of a buffer of elem_size-byte elements. */
+static const void *at(const void *p, int64_t off, size_t elem_size)
+{
+	return (const char *)p + off * (int64_t)elem_size;
+}
+
+static bool gemm_dtype_ok(int dtype)
+{
+	return dtype == NK_F32 || dtype == NK_F64 || dtype == NK_BF16 || dtype == NK_F16;
+}
+
+/* Validates the arguments; fails the kernel (and returns -1) on a bad call. */
+static int gemm_check(const nk_gemm_args_t *g)
+{
+	if (!g) {
+		nrt_kernel_fail("gemm: null arguments");
+		return -1;
+	}
+	if (!gemm_dtype_ok(g->dtype)) {
+		nrt_kernel_fail("gemm: unsupported dtype %d", g->dtype);
+		return -1;
+	}
+	if (g->M < 0 || g->N < 0 || g->K < 0 || g->batch < 0) {
+		nrt_kernel_fail("gemm: negative size (M %lld N %lld K %lld batch %lld)", (long long)g->M,
+				(long long)g->N, (long long)g->K, (long long)g->batch);
+		return -1;
+	}
+	if (g->M && g->N && g->batch && (!g->C || (g->K && (!g->A || !g->B)))) {
+		nrt_kernel_fail("gemm: null data pointer");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- reference ---------------------------------------------------------------------------------- */
+
+/* Rows [r0, r1) of the flattened (batch, M) rows: one dot product per element of C, accumulated in
+ * f32 (f64 for f64), then alpha/beta in the same precision.  beta == 0 does not read C. */
+static void gemm_ref_rows(void *ctx, int64_t r0, int64_t r1)
+{
+	const nk_gemm_args_t *g = ctx;
+
+	for (int64_t r = r0; r < r1; r++) {
+		int64_t b = r / g->M, i = r % g->M;
+		int64_t oa = b * g->bs_a + i * g->rs_a, ob = b * g->bs_b, oc = b * g->bs_c + i * g->rs_c;
+
+		for (int64_t j = 0; j < g->N; j++) {
+			int64_t c = oc + j * g->cs_c;
+
+			if (g->dtype == NK_F64) {
+				double acc = 0, v;
+
+				for (int64_t k = 0; k < g->K; k++)
+					acc += ((const double *)g->A)[oa + k * g->cs_a] *
+					       ((const double *)g->B)[ob + k * g->rs_b + j * g->cs_b];
+				v = g->alpha * acc;
+				if (g->beta != 0)
+					v += g->beta * ((double *)g->C)[c];
+				((double *)g->C)[c] = v;
+			} else {
+				float acc = 0, v;
+
+				for (int64_t k = 0; k < g->K; k++)
+					acc += nk_fp_loadf(g->A, g->dtype, oa + k * g->cs_a) *
+					       nk_fp_loadf(g->B, g->dtype, ob + k * g->rs_b + j * g->cs_b);
+				v = (float)g->alpha * acc;
+				if (g->beta != 0)
+					v += (float)g->beta * nk_fp_loadf(g->C, g->dtype, c);
+				nk_fp_storef(g->C, g->dtype, c, v);
+			}
+		}
+	}
+}
+
+int nk_gemm_ref(void *args)
+{
+	const nk_gemm_args_t *g = args;
+
+	if (gemm_check(g))
+		return -1;
+	if (!g->M || !g->N || !g->batch)
+		return 0;
+	nrt_parallel_for(g->batch * g->M, cdiv(1 << 16, g->N * (g->K + 1)), gemm_ref_rows, (void *)g);
+	return 0;
+}
+
+/* ---- portable micro-kernels and packing --------------------------------------------------------- */
+
+/* Writes alpha*acc + beta*C for the m x n corner of an MR x NR f32 tile; beta == 0 does not read C. */
+static void tile_store(const float *acc, float *c, int64_t rs_c, int64_t cs_c, float alpha, float beta,
+		       int m, int n)
+{
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			float *p = c + i * rs_c + j * cs_c;
+			float v = alpha * acc[i * NR + j];
+
+			*p = beta == 0 ? v : v + beta * *p;
+		}
+}
+
+void nk_sgemm_ref_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
+			float alpha, float beta, int m, int n)
+{
+	float acc[MR * NR] = { 0 };
+
+	for (int64_t p = 0; p < k; p++)
+		for (int i = 0; i < MR; i++)
+			for (int j = 0; j < NR; j++)
+				acc[i * NR + j] += a[p * MR + i] * b[p * NR + j];
+	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
+}
+
+void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
+			 int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	float acc[MR * NR] = { 0 };
+
+	for (int64_t p = 0; p < kp; p++)
+		for (int i = 0; i < MR; i++) {
+			uint32_t x = a[p * MR + i];
+			float a0 = nk_bf16_to_f32((uint16_t)x), a1 = nk_bf16_to_f32((uint16_t)(x >> 16));
+
+			for (int j = 0; j < NR; j++) {
+				uint32_t y = b[p * NR + j];
+
+				acc[i * NR + j] += a0 * nk_bf16_to_f32((uint16_t)y) +
+						   a1 * nk_bf16_to_f32((uint16_t)(y >> 16));
+			}
+		}
+	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
+}
+
+void nk_gemm_pack_a_ref(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k, float *dst)
+{
+	if (dtype == NK_F32 && cs == 1) {
+		const float *s = src;
+
+		for (int i = 0; i < m; i++)
+			for (int64_t p = 0; p < k; p++)
+				dst[p * MR + i] = s[i * rs + p];
+	} else {
+		for (int64_t p = 0; p < k; p++)
+			for (int i = 0; i < m; i++)
+				dst[p * MR + i] = nk_fp_loadf(src, dtype, i * rs + p * cs);
+	}
+	for (int64_t p = 0; p < k; p++)
+		for (int i = m; i < MR; i++)
+			dst[p * MR + i] = 0;
+}
+
+void nk_gemm_pack_b_ref(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n, float *dst)
+{
+	for (int64_t q = 0; q * NR < n; q++) {
+		float *d = dst + q * k * NR;
+		int nr = (int)min64(NR, n - q * NR);
+		int64_t o = q * NR * cs;
+
+		for (int64_t p = 0; p < k; p++) {
+			if (dtype == NK_F32 && cs == 1)
+				memcpy(d + p * NR, (const float *)src + o + p * rs, (size_t)nr * sizeof(float));
+			else
+				for (int j = 0; j < nr; j++)
+					d[p * NR + j] = nk_fp_loadf(src, dtype, o + p * rs + j * cs);
+			for (int j = nr; j < NR; j++)
+				d[p * NR + j] = 0;
+		}
+	}
+}
+
+/* bf16 pair packing for the sbgemm micro-kernels (layouts in nk_gemm_impl.h); an odd k is padded with a
+ * zero k. */
+void nk_gemm_pack_a_pairs_ref(const void *src, int64_t rs, int64_t cs, int m, int64_t k, uint32_t *dst)
+{
+	const uint16_t *s = src;
+	int64_t kp = (k + 1) / 2;
+
+	for (int64_t pp = 0; pp < kp; pp++) {
+		int64_t p = 2 * pp;
+
+		for (int i = 0; i < m; i++) {
+			uint32_t lo = s[i * rs + p * cs];
+			uint32_t hi = p + 1 < k ? s[i * rs + (p + 1) * cs] : 0;
+
+			dst[pp * MR + i] = lo | hi << 16;
+		}
+		for (int i = m; i < MR; i++)
+			dst[pp * MR + i] = 0;
+	}
+}
+
+void nk_gemm_pack_b_pairs_ref(const void *src, int64_t rs, int64_t cs, int64_t k, int64_t n, uint32_t *dst)
+{
+	const uint16_t *s = src;
+	int64_t kp = (k + 1) / 2;
+
+	for (int64_t q = 0; q * NR < n; q++) {
+		uint32_t *d = dst + q * kp * NR;
+		int nr = (int)min64(NR, n - q * NR);
+		const uint16_t *sq = s + q * NR * cs;
+
+		for (int64_t pp = 0; pp < kp; pp++) {
+			const uint16_t *r0 = sq + 2 * pp * rs, *r1 = r0 + rs;
+			bool odd = 2 * pp + 1 >= k;
+
+			for (int j = 0; j < nr; j++)
+				d[pp * NR + j] = (uint32_t)r0[j * cs] | (odd ? 0u : (uint32_t)r1[j * cs] << 16);
+			for (int j = nr; j < NR; j++)
+				d[pp * NR + j] = 0;
+		}
+	}
+}
+
+const nk_gemm_isa_t nk_gemm_isa_ref = {
+	.name = "portable",
+	.sgemm = nk_sgemm_ref_14x32,
+	.sbgemm = NULL,
+	.pack_a = nk_gemm_pack_a_ref,
+	.pack_b = nk_gemm_pack_b_ref,
+	.pack_a_pairs = nk_gemm_pack_a_pairs_ref,
+	.pack_b_pairs = nk_gemm_pack_b_pairs_ref,
+};
+
+nk_gemm_isa_t nk_gemm_isa_select(void)
+{
+	nk_gemm_isa_t isa = nk_gemm_isa_ref;
+
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+		isa = nk_gemm_isa_avx512;
+		if (!__builtin_cpu_supports("avx512bf16"))
+			isa.sbgemm = NULL;
+	}
+#endif
+	return isa;
+}
+
+/* ---- the packed driver -------------------------------------------------------------------------- */
+
+/* Per-thread workspace (kernels do not allocate): the packed B block, the packed A panel, and the f32
+ * accumulation block used when C is bf16/f16 (so K blocks are summed in f32, rounded once). */
+static _Thread_local struct {
+	float b[KC * NC];
+	float a[MR * KC];
+	float c[MC * NC];
+} gemm_ws __attribute__((aligned(64)));
+
+typedef struct {
+	const nk_gemm_args_t *g;
+	const nk_gemm_isa_t *isa;
+	bool pairs;          /* bf16 through the sbgemm (pair) micro-kernel */
+	size_t es;           /* element size of A, B, C */
+	float alpha, beta;
+	int64_t tm, tn;      /* task rectangle */
+	int64_t tiles_m, tiles_n;
+} gemm_plan_t;
+
+/* f32 C: for each NC block of columns and KC block of k, pack B once, then for each MR panel of A pack
+ * it (it stays in L1) and sweep the NR panels of B.  K blocks after the first accumulate (beta 1). */
+static void gemm_rect_f32(const gemm_plan_t *pl, int64_t b, int64_t i0, int64_t m, int64_t j0, int64_t n)
+{
+	const nk_gemm_args_t *g = pl->g;
+	const void *A = at(g->A, b * g->bs_a + i0 * g->rs_a, pl->es);
+	const void *B = at(g->B, b * g->bs_b + j0 * g->cs_b, pl->es);
+	float *C = (float *)g->C + b * g->bs_c + i0 * g->rs_c + j0 * g->cs_c;
+
+	for (int64_t jc = 0; jc < n; jc += NC) {
+		int64_t nc = min64(NC, n - jc);
+
+		for (int64_t pc = 0; pc < g->K; pc += KC) {
+			int64_t kc = min64(KC, g->K - pc);
+			float beta = pc == 0 ? pl->beta : 1.0f;
+
+			pl->isa->pack_b(at(B, pc * g->rs_b + jc * g->cs_b, pl->es), g->dtype, g->rs_b, g->cs_b, kc,
+					nc, gemm_ws.b);
+			for (int64_t ir = 0; ir < m; ir += MR) {
+				int mr = (int)min64(MR, m - ir);
+
+				pl->isa->pack_a(at(A, ir * g->rs_a + pc * g->cs_a, pl->es), g->dtype, g->rs_a,
+						g->cs_a, mr, kc, gemm_ws.a);
+				for (int64_t jr = 0; jr < nc; jr += NR)
+					pl->isa->sgemm(kc, gemm_ws.a, gemm_ws.b + jr * kc,
+						       C + ir * g->rs_c + (jc + jr) * g->cs_c, g->rs_c, g->cs_c,
+						       pl->alpha, beta, mr, (int)min64(NR, nc - jr));
+			}
+		}
+	}
+}
+
+/* C (bf16/f16, strided) = alpha * acc + beta * C for an mc x nc block accumulated in gemm_ws.c. */
+static void acc_store(const gemm_plan_t *pl, void *C, int64_t mc, int64_t nc)
+{
+	const nk_gemm_args_t *g = pl->g;
+
+	for (int64_t i = 0; i < mc; i++)
+		for (int64_t j = 0; j < nc; j++) {
+			int64_t o = i * g->rs_c + j * g->cs_c;
+			float v = pl->alpha * gemm_ws.c[i * NC + j];
+
+			if (pl->beta != 0)
+				v += pl->beta * nk_fp_loadf(C, g->dtype, o);
+			nk_fp_storef(C, g->dtype, o, v);
+		}
+}
+
+/* One MC x NC block's KC slice: pack A panels and run the micro-kernels into gemm_ws.c. */
+static void acc_block_kslice(const gemm_plan_t *pl, const void *A, int64_t mc, int64_t nc, int64_t kc,
+			     bool first)
+{
+	const nk_gemm_args_t *g = pl->g;
+	float beta = first ? 0.0f : 1.0f;
+
+	for (int64_t ir = 0; ir < mc; ir += MR) {
+		int mr = (int)min64(MR, mc - ir);
+		const void *a = at(A, ir * g->rs_a, pl->es);
+
+		if (pl->pairs) {
+			int64_t kp = (kc + 1) / 2;
+
+			pl->isa->pack_a_pairs(a, g->rs_a, g->cs_a, mr, kc, (uint32_t *)gemm_ws.a);
+			for (int64_t jr = 0; jr < nc; jr += NR)
+				pl->isa->sbgemm(kp, (const uint32_t *)gemm_ws.a, (const uint32_t *)gemm_ws.b + jr * kp,
+						gemm_ws.c + ir * NC + jr, NC, 1, 1.0f, beta, mr, (int)min64(NR, nc - jr));
+		} else {
+			pl->isa->pack_a(a, g->dtype, g->rs_a, g->cs_a, mr, kc, gemm_ws.a);
+			for (int64_t jr = 0; jr < nc; jr += NR)
+				pl->isa->sgemm(kc, gemm_ws.a, gemm_ws.b + jr * kc, gemm_ws.c + ir * NC + jr, NC, 1,
+					       1.0f, beta, mr, (int)min64(NR, nc - jr));
+		}
+	}
+}
+
+/* bf16/f16 C: blocks of MC x NC are accumulated over all of K in f32, then rounded once.  B is packed
+ * per (NC, KC) block and reused across MC blocks when K fits one KC block. */
+static void gemm_rect_acc(const gemm_plan_t *pl, int64_t b, int64_t i0, int64_t m, int64_t j0, int64_t n)
+{
+	const nk_gemm_args_t *g = pl->g;
+	const void *A = at(g->A, b * g->bs_a + i0 * g->rs_a, pl->es);
+	const void *B = at(g->B, b * g->bs_b + j0 * g->cs_b, pl->es);
+	void *C = (char *)g->C + (b * g->bs_c + i0 * g->rs_c + j0 * g->cs_c) * (int64_t)pl->es;
+	int64_t kcmax = pl->pairs ? KCB : KC;
+
+	for (int64_t jc = 0; jc < n; jc += NC) {
+		int64_t nc = min64(NC, n - jc), packed_pc = -1;
+
+		for (int64_t ic = 0; ic < m; ic += MC) {
+			int64_t mc = min64(MC, m - ic);
+
+			for (int64_t pc = 0; pc < g->K; pc += kcmax) {
+				int64_t kc = min64(kcmax, g->K - pc);
+				const void *bsrc = at(B, pc * g->rs_b + jc * g->cs_b, pl->es);
+
+				if (packed_pc != pc) {
+					if (pl->pairs)
+						pl->isa->pack_b_pairs(bsrc, g->rs_b, g->cs_b, kc, nc, (uint32_t *)gemm_ws.b);
+					else
+						pl->isa->pack_b(bsrc, g->dtype, g->rs_b, g->cs_b, kc, nc, gemm_ws.b);
+					packed_pc = pc;
+				}
+				acc_block_kslice(pl, at(A, ic * g->rs_a + pc * g->cs_a, pl->es), mc, nc, kc, pc == 0);
+			}
+			acc_store(pl, (char *)C + (ic * g->rs_c + jc * g->cs_c) * (int64_t)pl->es, mc, nc);
+		}
+	}
+}
+
+static void gemm_tasks(void *ctx, int64_t t0, int64_t t1)
+{
+	const gemm_plan_t *pl = ctx;
+	int64_t per = pl->tiles_m * pl->tiles_n;
+
+	for (int64_t t = t0; t < t1; t++) {
+		int64_t b = t / per, r = t % per;
+		int64_t i0 = r / pl->tiles_n * pl->tm, j0 = r % pl->tiles_n * pl->tn;
+		int64_t m = min64(pl->tm, pl->g->M - i0), n = min64(pl->tn, pl->g->N - j0);
+
+		if (pl->g->dtype == NK_F32)
+			gemm_rect_f32(pl, b, i0, m, j0, n);
+		else
+			gemm_rect_acc(pl, b, i0, m, j0, n);
+	}
+}
+
+/* Cuts each matrix into about `want` rectangles: columns first (a task packs its own B; pieces of at
+ * least 256 columns), then rows (pieces of at least 4 MR panels). */
+static void gemm_partition(gemm_plan_t *pl, int64_t want)
+{
+	int64_t M = pl->g->M, N = pl->g->N;
+	int64_t tn = min64(want, cdiv(N, 256)), tm;
+
+	if (tn < 1)
+		tn = 1;
+	tm = min64(cdiv(want, tn), cdiv(M, 4 * MR));
+	if (tm < 1)
+		tm = 1;
+	pl->tn = cdiv(cdiv(N, tn), NR) * NR;
+	pl->tm = cdiv(cdiv(M, tm), MR) * MR;
+	pl->tiles_n = cdiv(N, pl->tn);
+	pl->tiles_m = cdiv(M, pl->tm);
+}
+
+int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
+{
+	gemm_plan_t pl = {
+		.g = g,
+		.isa = isa,
+		.pairs = g->dtype == NK_BF16 && isa->sbgemm,
+		.es = g->dtype == NK_F32 ? 4 : 2,
+		.alpha = (float)g->alpha,
+		.beta = (float)g->beta,
+	};
+	double fma = (double)g->M * (double)g->N * (double)g->K * (double)g->batch;
+	int nt = nrt_num_threads();
+	int64_t want = 1, ntasks;
+
+	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt)
+		want = cdiv(2 * nt, g->batch);
+	gemm_partition(&pl, want);
+	ntasks = g->batch * pl.tiles_m * pl.tiles_n;
+	nrt_parallel_for(ntasks, fma >= GEMM_PAR_MIN_FMA ? 1 : ntasks, gemm_tasks, &pl);
+	return 0;
+}
+
+/* ---- GEMV: y = alpha * x @ B + beta * y (x: K, B: K x N, y: N) ---------------------------------- */
+
+typedef struct {
+	int dtype;
+	int64_t K, N, batch;
+	const void *x; int64_t incx, bs_x;
+	const void *B; int64_t rs, cs, bs_b;
+	void *y; int64_t incy, bs_y;
+	double alpha, beta;
+} gemv_t;
+
+#define GEMV_JB 256 /* columns per task when rows of B are contiguous */
+#define GEMV_JD 16  /* columns per task for the dot-product form */
+
+/* acc[0..n) += xk * row[0..n) for a contiguous row of dtype (f32 accumulation). */
+static void axpy_row(float *restrict acc, const void *row, int dtype, float xk, int64_t n)
+{
+	if (dtype == NK_F32) {
+		const float *restrict r = row;
+
+		for (int64_t j = 0; j < n; j++)
+			acc[j] += xk * r[j];
+	} else if (dtype == NK_BF16) {
+		const uint16_t *restrict r = row;
+
+		for (int64_t j = 0; j < n; j++)
+			acc[j] += xk * nk_bf16_to_f32(r[j]);
+	} else {
+		const uint16_t *restrict r = row;
+
+		for (int64_t j = 0; j < n; j++)
+			acc[j] += xk * nk_f16_to_f32(r[j]);
+	}
+}
+
+/* Sum over k of x[k*incx] * b[k*incb] in f32 (f64 for f64), 16 partial sums on the contiguous path. */
+static double dot_any(const gemv_t *v, const void *x, const void *b, int64_t incb)
+{
+	if (v->dtype == NK_F64) {
+		double s = 0;
+
+		for (int64_t k = 0; k < v->K; k++)
+			s += ((const double *)x)[k * v->incx] * ((const double *)b)[k * incb];
+		return s;
+	}
+	if (v->dtype == NK_F32 && v->incx == 1 && incb == 1) {
+		const float *restrict xs = x, *restrict bs = b;
+		float part[16] = { 0 }, s = 0;
+		int64_t k = 0;
+
+		for (; k + 16 <= v->K; k += 16)
+			for (int l = 0; l < 16; l++)
+				part[l] += xs[k + l] * bs[k + l];
+		for (; k < v->K; k++)
+			s += xs[k] * bs[k];
+		for (int l = 0; l < 16; l++)
+			s += part[l];
+		return s;
+	}
+	float s = 0;
+
+	for (int64_t k = 0; k < v->K; k++)
+		s += nk_fp_loadf(x, v->dtype, k * v->incx) * nk_fp_loadf(b, v->dtype, k * incb);
+	return s;
+}
+
+static void gemv_store(const gemv_t *v, void *y, int64_t j, double acc)
+{
+	int64_t o = j * v->incy;
+
+	if (v->dtype == NK_F64) {
+		double r = v->alpha * acc;
+
+		if (v->beta != 0)
+			r += v->beta * ((double *)y)[o];
+		((double *)y)[o] = r;
+	} else {
+		float r = (float)v->alpha * (float)acc;
+
+		if (v->beta != 0)
+			r += (float)v->beta * nk_fp_loadf(y, v->dtype, o);
+		nk_fp_storef(y, v->dtype, o, r);
+	}
+}
+
+/* Columns [j0, j0+n) of batch entry b with contiguous rows of B: stream the rows once. */
+static void gemv_rows(const gemv_t *v, int64_t b, int64_t j0, int64_t n)
+{
+	size_t es = nk_dtype_size(v->dtype);
+	const void *x = at(v->x, b * v->bs_x, es);
+	const void *B = at(v->B, b * v->bs_b + j0, es);
+	void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)es;
+	float acc[GEMV_JB] = { 0 };
+
+	for (int64_t k = 0; k < v->K; k++)
+		axpy_row(acc, at(B, k * v->rs, es), v->dtype, nk_fp_loadf(x, v->dtype, k * v->incx), n);
+	for (int64_t j = 0; j < n; j++)
+		gemv_store(v, y, j, acc[j]);
+}
+
+/* Columns [j0, j0+n): one dot product per column. */
+static void gemv_dots(const gemv_t *v, int64_t b, int64_t j0, int64_t n)
+{
+	size_t es = nk_dtype_size(v->dtype);
+	const void *x = at(v->x, b * v->bs_x, es);
+	void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)es;
+
+	for (int64_t j = 0; j < n; j++)
+		gemv_store(v, y, j, dot_any(v, x, at(v->B, b * v->bs_b + (j0 + j) * v->cs, es), v->rs));
+}
+
+static bool gemv_uses_rows(const gemv_t *v)
+{
+	return v->cs == 1 && v->dtype != NK_F64;
+}
+
+static void gemv_tasks(void *ctx, int64_t t0, int64_t t1)
+{
+	const gemv_t *v = ctx;
+	int64_t jb = gemv_uses_rows(v) ? GEMV_JB : GEMV_JD, per = cdiv(v->N, jb);
+
+	for (int64_t t = t0; t < t1; t++) {
+		int64_t b = t / per, j0 = t % per * jb, n = min64(jb, v->N - j0);
+
+		if (gemv_uses_rows(v))
+			gemv_rows(v, b, j0, n);
+		else
+			gemv_dots(v, b, j0, n);
+	}
+}
+
+/* M == 1 (x = row 0 of A) or N == 1 (the transposed problem: x = column 0 of B, B' = A^T). */
+static int gemm_gemv(const nk_gemm_args_t *g)
+{
+	gemv_t v = { .dtype = g->dtype, .K = g->K, .batch = g->batch, .alpha = g->alpha, .beta = g->beta };
+	int64_t jb, ntasks;
+
+	if (g->M == 1) {
+		v.N = g->N;
+		v.x = g->A, v.incx = g->cs_a, v.bs_x = g->bs_a;
+		v.B = g->B, v.rs = g->rs_b, v.cs = g->cs_b, v.bs_b = g->bs_b;
+		v.y = g->C, v.incy = g->cs_c, v.bs_y = g->bs_c;
+	} else {
+		v.N = g->M;
+		v.x = g->B, v.incx = g->rs_b, v.bs_x = g->bs_b;
+		v.B = g->A, v.rs = g->cs_a, v.cs = g->rs_a, v.bs_b = g->bs_a;
+		v.y = g->C, v.incy = g->rs_c, v.bs_y = g->bs_c;
+	}
+	jb = gemv_uses_rows(&v) ? GEMV_JB : GEMV_JD;
+	ntasks = g->batch * cdiv(v.N, jb);
+	nrt_parallel_for(ntasks, cdiv(1 << 16, jb * (v.K + 1)), gemv_tasks, &v);
+	return 0;
+}
+
+/* ---- f64: portable blocked path (4 x 64 register-friendly tiles) --------------------------------- */
+
+#define D_MR 4
+#define D_NR 64
+
+static void gemm_f64_tile(const nk_gemm_args_t *g, int64_t b, int64_t i0, int mr, int64_t j0, int nr)
+{
+	const double *A = (const double *)g->A + b * g->bs_a + i0 * g->rs_a;
+	const double *B = (const double *)g->B + b * g->bs_b + j0 * g->cs_b;
+	double *C = (double *)g->C + b * g->bs_c + i0 * g->rs_c + j0 * g->cs_c;
+	double acc[D_MR][D_NR] = { { 0 } }, brow[D_NR] = { 0 };
+
+	for (int64_t k = 0; k < g->K; k++) {
+		for (int j = 0; j < nr; j++)
+			brow[j] = B[k * g->rs_b + j * g->cs_b];
+		for (int i = 0; i < mr; i++) {
+			double a = A[i * g->rs_a + k * g->cs_a];
+
+			for (int j = 0; j < D_NR; j++)
+				acc[i][j] += a * brow[j];
+		}
+	}
+	for (int i = 0; i < mr; i++)
+		for (int j = 0; j < nr; j++) {
+			double *p = C + i * g->rs_c + j * g->cs_c;
+			double v = g->alpha * acc[i][j];
+
+			*p = g->beta == 0 ? v : v + g->beta * *p;
+		}
+}
+
+static void gemm_f64_tasks(void *ctx, int64_t t0, int64_t t1)
+{
+	const nk_gemm_args_t *g = ctx;
+	int64_t tmi = cdiv(g->M, D_MR), tni = cdiv(g->N, D_NR);
+
+	for (int64_t t = t0; t < t1; t++) {
+		int64_t b = t / (tmi * tni), r = t % (tmi * tni);
+		int64_t i0 = r / tni * D_MR, j0 = r % tni * D_NR;
+
+		gemm_f64_tile(g, b, i0, (int)min64(D_MR, g->M - i0), j0, (int)min64(D_NR, g->N - j0));
+	}
+}
+
+static int gemm_f64(const nk_gemm_args_t *g)
+{
+	int64_t ntasks = g->batch * cdiv(g->M, D_MR) * cdiv(g->N, D_NR);
+
+	nrt_parallel_for(ntasks, cdiv(1 << 16, D_MR * D_NR * (g->K + 1)), gemm_f64_tasks, (void *)g);
+	return 0;
+}
+
+/* ---- entry point -------------------------------------------------------------------------------- */
+
+/* K == 0: C = beta * C (beta == 0 writes zeros without reading C). */
+static void gemm_scale_c(const nk_gemm_args_t *g)
+{
+	for (int64_t b = 0; b < g->batch; b++)
+		for (int64_t i = 0; i < g->M; i++)
+			for (int64_t j = 0; j < g->N; j++) {
+				int64_t o = b * g->bs_c + i * g->rs_c + j * g->cs_c;
+				double v = g->beta == 0 ? 0 : g->beta * nk_fp_loadd(g->C, g->dtype, o);
+
+				nk_fp_stored(g->C, g->dtype, o, v);
+			}
+}
+
+int nk_gemm_run(void *args)
+{
+	const nk_gemm_args_t *g0 = args;
+	nk_gemm_args_t g;
+	nk_gemm_isa_t isa;
+
+	if (gemm_check(g0))
+		return -1;
+	if (!g0->M || !g0->N || !g0->batch)
+		return 0;
+	if (nk_using_reference())
+		return nk_gemm_ref(args);
+	g = *g0;
+	if (!g.K) {
+		gemm_scale_c(&g);
+		return 0;
+	}
+	if (g.M == 1 || g.N == 1)
+		return gemm_gemv(&g);
+	if (g.dtype == NK_F64)
+		return gemm_f64(&g);
+	if (g.rs_c == 1 && g.cs_c != 1) {
+		/* column-major C: compute C^T = B^T A^T, whose C is row-major */
+		nk_gemm_args_t t = g;
+
+		t.M = g.N, t.N = g.M;
+		t.A = g.B, t.rs_a = g.cs_b, t.cs_a = g.rs_b, t.bs_a = g.bs_b;
+		t.B = g.A, t.rs_b = g.cs_a, t.cs_b = g.rs_a, t.bs_b = g.bs_a;
+		t.rs_c = g.cs_c, t.cs_c = g.rs_c;
+		g = t;
+	}
+	isa = nk_gemm_isa_select();
+	return nk_gemm_packed(&g, &isa);
+}

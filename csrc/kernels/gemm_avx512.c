@@ -1,0 +1,318 @@
+/* gemm_avx512.c - AVX-512 GEMM micro-kernels and packers (compiled with the AVX-512 flags; called only
+ * through nk_gemm_isa_avx512 after gemm.c has checked the CPU).
+ *
+ * nk_sgemm_avx512_14x32: 14 x 32 f32 tile in 28 zmm accumulators; per k one A column (14 broadcasts)
+ * times one B row (2 zmm loads), 28 FMAs.  nk_sbgemm_avx512_14x32: the same tile over bf16 k-pairs with
+ * vdpbf16ps (two multiply-adds per lane per instruction, f32 accumulation).  Contract: docs/kernels.md.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "nk_fp.h"
+#include "nk_gemm_impl.h"
+
+#define MR NK_GEMM_MR
+#define NR NK_GEMM_NR
+
+#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+
+static inline __mmask16 mask_n(int n)
+{
+	return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* C row (16 + 16 columns) = alpha*acc + beta*C, masked to the first n columns. */
+static inline void store_row(float *c, __m512 x0, __m512 x1, __m512 va, __m512 vb, float beta, __mmask16 m0,
+			     __mmask16 m1)
+{
+	x0 = _mm512_mul_ps(va, x0);
+	x1 = _mm512_mul_ps(va, x1);
+	if (beta != 0) {
+		x0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, c), x0);
+		x1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16), x1);
+	}
+	_mm512_mask_storeu_ps(c, m0, x0);
+	_mm512_mask_storeu_ps(c + 16, m1, x1);
+}
+
+/* Scalar store of an MR x NR tile for a C with a non-unit column stride. */
+static void store_tile_strided(const float *t, float *c, int64_t rs_c, int64_t cs_c, float alpha, float beta,
+			       int m, int n)
+{
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			float *p = c + i * rs_c + j * cs_c;
+			float v = alpha * t[i * NR + j];
+
+			*p = beta == 0 ? v : v + beta * *p;
+		}
+}
+
+#define DECL(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
+#define PREFETCH_C(i)                                                      \
+	if (i < m) {                                                       \
+		_mm_prefetch((const char *)(c + i * rs_c), _MM_HINT_T0);      \
+		_mm_prefetch((const char *)(c + i * rs_c + 31), _MM_HINT_T0); \
+	}
+#define STORE(i) \
+	if (i < m)   \
+		store_row(c + i * rs_c, c##i##_0, c##i##_1, va, vb, beta, m0, m1);
+#define SPILL(i)                                   \
+	_mm512_store_ps(t + i * NR, c##i##_0);      \
+	_mm512_store_ps(t + i * NR + 16, c##i##_1);
+
+/* Writes the 28 accumulators to C (contract of nk_sgemm_ukr_t). */
+#define STORE_TILE()                                                                  \
+	do {                                                                          \
+		if (cs_c == 1) {                                                      \
+			__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta); \
+			__mmask16 m0 = mask_n(n), m1 = mask_n(n - 16);                \
+			ROWS(STORE)                                                   \
+		} else {                                                              \
+			float t[MR * NR] __attribute__((aligned(64)));                \
+			ROWS(SPILL)                                                   \
+			store_tile_strided(t, c, rs_c, cs_c, alpha, beta, m, n);      \
+		}                                                                     \
+	} while (0)
+
+void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
+			   float alpha, float beta, int m, int n)
+{
+	ROWS(DECL)
+	if (cs_c == 1) {
+		ROWS(PREFETCH_C)
+	}
+#define FMA_ROW(i)                                               \
+	{                                                        \
+		__m512 ai = _mm512_set1_ps(a[i]);                \
+		c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);    \
+		c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);    \
+	}
+	for (int64_t p = 0; p < k; p++) {
+		__m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+
+		_mm_prefetch((const char *)(b + 8 * NR), _MM_HINT_T0);
+		ROWS(FMA_ROW)
+		a += MR;
+		b += NR;
+	}
+#undef FMA_ROW
+	STORE_TILE();
+}
+
+void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
+			    int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	ROWS(DECL)
+	if (cs_c == 1) {
+		ROWS(PREFETCH_C)
+	}
+#define DP_ROW(i)                                                                      \
+	{                                                                              \
+		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);                  \
+		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                         \
+		c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                         \
+	}
+	for (int64_t p = 0; p < kp; p++) {
+		__m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+
+		_mm_prefetch((const char *)(b + 8 * NR), _MM_HINT_T0);
+		ROWS(DP_ROW)
+		a += MR;
+		b += NR;
+	}
+#undef DP_ROW
+	STORE_TILE();
+}
+
+/* ---- packing ------------------------------------------------------------------------------------ */
+
+/* 16 elements of dtype (f32, bf16, f16) at src[off..], lanes outside mk zero, as f32. */
+static inline __m512 load16(const void *src, int dtype, int64_t off, __mmask16 mk)
+{
+	if (dtype == NK_F32)
+		return _mm512_maskz_loadu_ps(mk, (const float *)src + off);
+	__m256i h = _mm256_maskz_loadu_epi16(mk, (const uint16_t *)src + off);
+
+	if (dtype == NK_F16)
+		return _mm512_cvtph_ps(h);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* dst[p*ld_dst + i] = src[i*ld_src + p] (f32 converted from dtype) for i < rows, p < len: each source
+ * row is read contiguously 16 at a time and scattered into the packed panel. */
+static void transpose_into(const void *src, int dtype, int64_t ld_src, int rows, int64_t len, float *dst,
+			   int ld_dst)
+{
+	float t[16] __attribute__((aligned(64)));
+
+	for (int i = 0; i < rows; i++) {
+		int64_t p = 0;
+
+		if (dtype == NK_F32) {
+			const float *s = (const float *)src + i * ld_src;
+
+			for (; p + 4 <= len; p += 4) {
+				dst[p * ld_dst + i] = s[p];
+				dst[(p + 1) * ld_dst + i] = s[p + 1];
+				dst[(p + 2) * ld_dst + i] = s[p + 2];
+				dst[(p + 3) * ld_dst + i] = s[p + 3];
+			}
+			for (; p < len; p++)
+				dst[p * ld_dst + i] = s[p];
+			continue;
+		}
+		for (; p < len; p += 16) {
+			int l = len - p < 16 ? (int)(len - p) : 16;
+
+			_mm512_store_ps(t, load16(src, dtype, i * ld_src + p, mask_n(l)));
+			for (int q = 0; q < l; q++)
+				dst[(p + q) * ld_dst + i] = t[q];
+		}
+	}
+}
+
+void nk_gemm_pack_a_avx512(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k, float *dst)
+{
+	if (rs == 1) {
+		__mmask16 mk = mask_n(m);
+
+		for (int64_t p = 0; p < k; p++)
+			_mm512_mask_storeu_ps(dst + p * MR, 0x3fff, load16(src, dtype, p * cs, mk));
+		return;
+	}
+	if (cs != 1) {
+		nk_gemm_pack_a_ref(src, dtype, rs, cs, m, k, dst);
+		return;
+	}
+	transpose_into(src, dtype, rs, m, k, dst, MR);
+	for (int64_t p = 0; p < k && m < MR; p++)
+		for (int i = m; i < MR; i++)
+			dst[p * MR + i] = 0;
+}
+
+void nk_gemm_pack_b_avx512(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n, float *dst)
+{
+	if (cs != 1 && rs != 1) {
+		nk_gemm_pack_b_ref(src, dtype, rs, cs, k, n, dst);
+		return;
+	}
+	for (int64_t q = 0; q * NR < n; q++) {
+		float *d = dst + q * k * NR;
+		int nr = n - q * NR < NR ? (int)(n - q * NR) : NR;
+
+		if (cs == 1) {
+			__mmask16 m0 = mask_n(nr), m1 = mask_n(nr - 16);
+
+			for (int64_t p = 0; p < k; p++) {
+				_mm512_store_ps(d + p * NR, load16(src, dtype, p * rs + q * NR, m0));
+				_mm512_store_ps(d + p * NR + 16, load16(src, dtype, p * rs + q * NR + 16, m1));
+			}
+			continue;
+		}
+		/* rs == 1: column j of the panel is contiguous in the source */
+		transpose_into((const char *)src + q * NR * cs * (int64_t)nk_fp_elem_size(dtype), dtype, cs, nr, k,
+			       d, NR);
+		for (int64_t p = 0; p < k && nr < NR; p++)
+			for (int j = nr; j < NR; j++)
+				d[p * NR + j] = 0;
+	}
+}
+
+/* 32-bit transposing copy for bf16 pairs: dst[pp*ld_dst + i] = pair pp of source row i, where a row
+ * is contiguous in k (so a pair is one aligned-or-not 32-bit word).  The odd tail pair is (x, 0). */
+static void transpose_pairs(const uint16_t *src, int64_t ld_src, int rows, int64_t k, uint32_t *dst, int ld_dst)
+{
+	int64_t kp = k / 2;
+
+	for (int i = 0; i < rows; i++) {
+		const uint16_t *s = src + i * ld_src;
+		int64_t pp = 0;
+
+		for (; pp < kp; pp++) {
+			uint32_t w;
+
+			memcpy(&w, s + 2 * pp, sizeof w);
+			dst[pp * ld_dst + i] = w;
+		}
+		if (k & 1)
+			dst[pp * ld_dst + i] = s[2 * pp];
+	}
+}
+
+/* (lo, hi) bf16 rows of 16 -> 16 pairs. */
+static inline __m512i pairs16(const uint16_t *lo, const uint16_t *hi, __mmask16 mk)
+{
+	__m512i l = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, lo));
+
+	if (!hi)
+		return l;
+	return _mm512_or_si512(l, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, hi)), 16));
+}
+
+void nk_gemm_pack_a_pairs_avx512(const void *src, int64_t rs, int64_t cs, int m, int64_t k, uint32_t *dst)
+{
+	const uint16_t *s = src;
+	int64_t kp = (k + 1) / 2;
+
+	if (rs == 1) {
+		__mmask16 mk = mask_n(m);
+
+		for (int64_t pp = 0; pp < kp; pp++) {
+			const uint16_t *r0 = s + 2 * pp * cs, *r1 = 2 * pp + 1 < k ? r0 + cs : NULL;
+
+			_mm512_mask_storeu_epi32(dst + pp * MR, 0x3fff, pairs16(r0, r1, mk));
+		}
+		return;
+	}
+	if (cs != 1) {
+		nk_gemm_pack_a_pairs_ref(src, rs, cs, m, k, dst);
+		return;
+	}
+	transpose_pairs(s, rs, m, k, dst, MR);
+	for (int64_t pp = 0; pp < kp && m < MR; pp++)
+		for (int i = m; i < MR; i++)
+			dst[pp * MR + i] = 0;
+}
+
+void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_t k, int64_t n, uint32_t *dst)
+{
+	const uint16_t *s = src;
+	int64_t kp = (k + 1) / 2;
+
+	if (cs != 1 && rs != 1) {
+		nk_gemm_pack_b_pairs_ref(src, rs, cs, k, n, dst);
+		return;
+	}
+	for (int64_t q = 0; q * NR < n; q++) {
+		uint32_t *d = dst + q * kp * NR;
+		int nr = n - q * NR < NR ? (int)(n - q * NR) : NR;
+
+		if (cs == 1) {
+			__mmask16 m0 = mask_n(nr), m1 = mask_n(nr - 16);
+
+			for (int64_t pp = 0; pp < kp; pp++) {
+				const uint16_t *r0 = s + 2 * pp * rs + q * NR;
+				const uint16_t *r1 = 2 * pp + 1 < k ? r0 + rs : NULL;
+
+				_mm512_store_si512(d + pp * NR, pairs16(r0, r1, m0));
+				_mm512_store_si512(d + pp * NR + 16, pairs16(r0 + 16, r1 ? r1 + 16 : NULL, m1));
+			}
+			continue;
+		}
+		transpose_pairs(s + q * NR * cs, cs, nr, k, d, NR);
+		for (int64_t pp = 0; pp < kp && nr < NR; pp++)
+			for (int j = nr; j < NR; j++)
+				d[pp * NR + j] = 0;
+	}
+}
+
+const nk_gemm_isa_t nk_gemm_isa_avx512 = {
+	.name = "avx512",
+	.sgemm = nk_sgemm_avx512_14x32,
+	.sbgemm = nk_sbgemm_avx512_14x32,
+	.pack_a = nk_gemm_pack_a_avx512,
+	.pack_b = nk_gemm_pack_b_avx512,
+	.pack_a_pairs = nk_gemm_pack_a_pairs_avx512,
+	.pack_b_pairs = nk_gemm_pack_b_pairs_avx512,
+};

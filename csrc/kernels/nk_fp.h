@@ -1,0 +1,62 @@
+/* nk_fp.h - element helpers for the float kernel families (GEMM, softmax, layer norm, embedding, loss,
+ * attention): load/store one element of a float dtype (f32, f64, bf16, f16) as float or double, on top
+ * of the conversions in nk_impl.h.  Internal to csrc/kernels.
+ */
+#ifndef NK_FP_H
+#define NK_FP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nk.h"
+#include "nk_impl.h"
+
+/* True for the dtypes the float kernels accept. */
+static inline bool nk_fp_is_float(int dtype)
+{
+	return dtype == NK_F32 || dtype == NK_F64 || dtype == NK_BF16 || dtype == NK_F16;
+}
+
+/* Bytes per element of a float dtype. */
+static inline size_t nk_fp_elem_size(int dtype)
+{
+	return dtype == NK_F64 ? 8 : dtype == NK_F32 ? 4 : 2;
+}
+
+/* Element i of a float-dtype array, as float (f64 is narrowed). */
+static inline float nk_fp_loadf(const void *p, int dtype, int64_t i)
+{
+	switch (dtype) {
+	case NK_F32: return ((const float *)p)[i];
+	case NK_F64: return (float)((const double *)p)[i];
+	case NK_BF16: return nk_bf16_to_f32(((const uint16_t *)p)[i]);
+	default: return nk_f16_to_f32(((const uint16_t *)p)[i]);
+	}
+}
+
+static inline void nk_fp_storef(void *p, int dtype, int64_t i, float v)
+{
+	switch (dtype) {
+	case NK_F32: ((float *)p)[i] = v; break;
+	case NK_F64: ((double *)p)[i] = v; break;
+	case NK_BF16: ((uint16_t *)p)[i] = nk_f32_to_bf16(v); break;
+	default: ((uint16_t *)p)[i] = nk_f32_to_f16(v); break;
+	}
+}
+
+/* Element i as double (exact for every float dtype). */
+static inline double nk_fp_loadd(const void *p, int dtype, int64_t i)
+{
+	return dtype == NK_F64 ? ((const double *)p)[i] : (double)nk_fp_loadf(p, dtype, i);
+}
+
+/* Stores v: f64 as is, the others through f32 (as c10 casts double -> bf16/f16). */
+static inline void nk_fp_stored(void *p, int dtype, int64_t i, double v)
+{
+	if (dtype == NK_F64)
+		((double *)p)[i] = v;
+	else
+		nk_fp_storef(p, dtype, i, (float)v);
+}
+
+#endif /* NK_FP_H */

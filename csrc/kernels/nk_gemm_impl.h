@@ -1,0 +1,93 @@
+/* nk_gemm_impl.h - GEMM internals shared by gemm.c (driver, packing, reference) and the ISA files
+ * (gemm_avx512.c: micro-kernels).  The micro-kernel contract is written out in docs/kernels.md.
+ * Internal to csrc/kernels (and the C tests, which call the micro-kernels directly).
+ */
+#ifndef NK_GEMM_IMPL_H
+#define NK_GEMM_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nk.h"
+
+/* Register block: a micro-kernel computes an MR x NR tile of C. */
+#define NK_GEMM_MR 14
+#define NK_GEMM_NR 32
+/* Cache blocks (Zen 4: 32 KiB L1d, 1 MiB L2 per core, 32 MiB shared L3).  An MR x KC panel of A
+ * stays in L1 while the KC x NC block of B (512 KiB) streams from L2 (docs/kernels.md). */
+#define NK_GEMM_KC 256      /* k per block, f32 panels */
+#define NK_GEMM_KC_BF16 512 /* k per block, bf16 pair panels (same bytes as f32) */
+#define NK_GEMM_NC 512      /* columns of B per block */
+#define NK_GEMM_MC 224      /* rows per f32 accumulation block when C is bf16/f16 (multiple of MR) */
+
+/* f32 micro-kernel.  a: packed MR x k panel, a[p*MR + i]; b: packed k x NR panel, b[p*NR + j]; both
+ * 64-byte aligned and zero-padded.  For i < m, j < n (m <= MR, n <= NR):
+ *   C[i*rs_c + j*cs_c] = alpha * sum_p a[p*MR + i] * b[p*NR + j] + beta * C[i*rs_c + j*cs_c],
+ * where beta == 0 does not read C.  Nothing outside the m x n tile is touched.  k may be 0. */
+typedef void (*nk_sgemm_ukr_t)(int64_t k, const float *a, const float *b, float *c, int64_t rs_c,
+			       int64_t cs_c, float alpha, float beta, int m, int n);
+/* bf16 micro-kernel, same contract over kp k-pairs: a[pp*MR + i] holds the bf16 pair
+ * (A[i][2pp], A[i][2pp+1]) in its low and high half, b[pp*NR + j] holds (B[2pp][j], B[2pp+1][j]);
+ * products are summed in f32 (vdpbf16ps). */
+typedef void (*nk_sbgemm_ukr_t)(int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
+				int64_t rs_c, int64_t cs_c, float alpha, float beta, int m, int n);
+/* Packing into the layouts above.  src points at element (0, 0) of the block, strides in elements,
+ * dtype f32/bf16/f16 (converted to f32).  pack_a writes MR x k (rows m..MR-1 zero); pack_b writes
+ * ceil(n/NR) panels of k x NR, panel q at dst + q*k*NR (columns past n zero). */
+typedef void (*nk_gemm_pack_a_t)(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k,
+				 float *dst);
+typedef void (*nk_gemm_pack_b_t)(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n,
+				 float *dst);
+
+/* bf16 pair packing for the sbgemm micro-kernels (src is bf16; an odd k is padded with a zero k):
+ * pack_a_pairs writes MR x ceil(k/2) pairs, pack_b_pairs ceil(n/NR) panels of ceil(k/2) x NR pairs,
+ * panel q at dst + q*ceil(k/2)*NR. */
+typedef void (*nk_gemm_pack_a_pairs_t)(const void *src, int64_t rs, int64_t cs, int m, int64_t k,
+				       uint32_t *dst);
+typedef void (*nk_gemm_pack_b_pairs_t)(const void *src, int64_t rs, int64_t cs, int64_t k, int64_t n,
+				       uint32_t *dst);
+
+/* One ISA's micro-kernels and packers.  sbgemm may be NULL (bf16 then goes through the f32 kernel). */
+typedef struct {
+	const char *name;
+	nk_sgemm_ukr_t sgemm;
+	nk_sbgemm_ukr_t sbgemm;
+	nk_gemm_pack_a_t pack_a;
+	nk_gemm_pack_b_t pack_b;
+	nk_gemm_pack_a_pairs_t pack_a_pairs;
+	nk_gemm_pack_b_pairs_t pack_b_pairs;
+} nk_gemm_isa_t;
+
+/* Portable reference micro-kernels (gemm.c) and the AVX-512 ones (gemm_avx512.c). */
+void nk_sgemm_ref_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
+			float alpha, float beta, int m, int n);
+void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
+			 int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c,
+			   int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
+			    int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_gemm_pack_a_ref(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k, float *dst);
+void nk_gemm_pack_b_ref(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n,
+			float *dst);
+void nk_gemm_pack_a_pairs_ref(const void *src, int64_t rs, int64_t cs, int m, int64_t k, uint32_t *dst);
+void nk_gemm_pack_b_pairs_ref(const void *src, int64_t rs, int64_t cs, int64_t k, int64_t n, uint32_t *dst);
+void nk_gemm_pack_a_pairs_avx512(const void *src, int64_t rs, int64_t cs, int m, int64_t k, uint32_t *dst);
+void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_t k, int64_t n,
+				 uint32_t *dst);
+void nk_gemm_pack_a_avx512(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k,
+			   float *dst);
+void nk_gemm_pack_b_avx512(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n,
+			   float *dst);
+
+/* The tables: portable, and AVX-512 (only to be used when the CPU has avx512f; sbgemm only with
+ * avx512bf16 - nk_gemm_isa_select checks both). */
+extern const nk_gemm_isa_t nk_gemm_isa_ref;
+extern const nk_gemm_isa_t nk_gemm_isa_avx512;
+nk_gemm_isa_t nk_gemm_isa_select(void);
+
+/* Runs the packed driver with the given table (tests pass nk_gemm_isa_ref to check the driver with
+ * the portable micro-kernel).  Arguments must already be validated: dtype f32/bf16/f16, M, N >= 1. */
+int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa);
+
+#endif /* NK_GEMM_IMPL_H */

@@ -1,0 +1,231 @@
+/* nk_impl.h - internals shared by the kernel library's files (never included outside csrc/kernels).
+ *
+ * - bf16/f16 <-> f32 conversions, round-to-nearest-even, bit-exact with c10::BFloat16 / c10::Half;
+ * - scalar load/store of any nk dtype as double or int64, with PyTorch's cast rules;
+ * - block load/store: a strided run of any dtype to/from a float, double or int64 buffer;
+ * - Philox4x32-10 (Random123) for the counter-based generators;
+ * - the strided loop (nk_loop_t): coalesced nk_iter_t walked row by row, optionally in parallel.
+ */
+#ifndef NK_IMPL_H
+#define NK_IMPL_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "nk.h"
+
+/* Element count above which a kernel splits its work over the runtime's pool. */
+#define NK_PARALLEL_GRAIN 32768
+
+/* Enable the loop vectorizer's dynamic cost model in a kernel file (GCC's -O2 default model refuses
+ * loops that need an alias check or an epilogue, i.e. nearly all of ours).  Clang vectorizes anyway. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NK_VECTORIZE_FILE _Pragma("GCC optimize(\"tree-vectorize\", \"vect-cost-model=dynamic\")")
+#else
+#define NK_VECTORIZE_FILE
+#endif
+
+/* ---- bit casts ------------------------------------------------------------------------------- */
+static inline uint32_t nk_f32_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float nk_bits_f32(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* ---- bf16 ------------------------------------------------------------------------------------ */
+static inline float nk_bf16_to_f32(uint16_t h)
+{
+	return nk_bits_f32((uint32_t)h << 16);
+}
+
+/* Round to nearest even; NaN becomes the canonical quiet NaN 0x7fc0 (as c10::BFloat16 does). */
+static inline uint16_t nk_f32_to_bf16(float f)
+{
+	uint32_t u = nk_f32_bits(f);
+	if (f != f)
+		return 0x7fc0;
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+/* ---- f16 (IEEE binary16) --------------------------------------------------------------------- */
+/* Exact widening, subnormals included (F. Giesen's half_to_float). */
+static inline float nk_f16_to_f32(uint16_t h)
+{
+	const uint32_t shifted_exp = 0x7c00u << 13;
+	uint32_t o = ((uint32_t)h & 0x7fffu) << 13;
+	uint32_t exp = shifted_exp & o;
+	o += (uint32_t)(127 - 15) << 23;
+	if (exp == shifted_exp) {
+		o += (uint32_t)(128 - 16) << 23; /* Inf/NaN */
+	} else if (exp == 0) {
+		o += 1u << 23;                   /* zero/subnormal: renormalize */
+		o = nk_f32_bits(nk_bits_f32(o) - nk_bits_f32(113u << 23));
+	}
+	return nk_bits_f32(o | ((uint32_t)(h & 0x8000u) << 16));
+}
+
+/* Round to nearest even, overflow to Inf, NaN to quiet NaN (F. Giesen's float_to_half_fast3_rtne). */
+static inline uint16_t nk_f32_to_f16(float f)
+{
+	uint32_t u = nk_f32_bits(f);
+	uint32_t sign = u & 0x80000000u;
+	uint32_t o;
+	u ^= sign;
+	if (u >= (uint32_t)(127 + 16) << 23) {
+		o = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+	} else if (u < 113u << 23) {
+		const uint32_t magic = (uint32_t)((127 - 15) + (23 - 10) + 1) << 23;
+		o = nk_f32_bits(nk_bits_f32(u) + nk_bits_f32(magic)) - magic;
+	} else {
+		uint32_t mant_odd = (u >> 13) & 1u;
+		u += ((uint32_t)(15 - 127) << 23) + 0xfffu;
+		u += mant_odd;
+		o = u >> 13;
+	}
+	return (uint16_t)(o | (sign >> 16));
+}
+
+/* ---- dtype classes --------------------------------------------------------------------------- */
+static inline bool nk_dtype_valid(int dt)
+{
+	return dt >= 0 && dt < NK_NDTYPES;
+}
+
+static inline bool nk_is_float(int dt)
+{
+	return dt == NK_F16 || dt == NK_BF16 || dt == NK_F32 || dt == NK_F64;
+}
+
+static inline bool nk_is_int(int dt)
+{
+	return dt >= NK_BOOL && dt <= NK_I64; /* bool counts as an integer (0/1) */
+}
+
+/* ---- float -> integer casts (x86 semantics that PyTorch CPU exhibits) ------------------------ */
+/* In range: C truncation.  Out of range or NaN: INT_MIN of the conversion width. */
+static inline int64_t nk_f2i64(double d)
+{
+	return (d > -9223372036854775808.0 && d < 9223372036854775808.0) ? (int64_t)d : INT64_MIN;
+}
+
+static inline int32_t nk_f2i32(double d)
+{
+	return (d > -2147483649.0 && d < 2147483648.0) ? (int32_t)d : INT32_MIN;
+}
+
+/* ---- scalar load / store of any dtype --------------------------------------------------------- */
+double nk_load_f64(const void *p, int dt);
+int64_t nk_load_i64(const void *p, int dt); /* floats: truncating cast as nk_store_f64 to I64 */
+float nk_load_f32(const void *p, int dt);   /* ints convert directly (int64 -> float, one rounding) */
+/* Store with PyTorch's cast rules: float->int truncates (nk_f2i*), ->bool is != 0, f64 -> bf16/f16
+ * goes through f32 (as c10 does), int64 -> f32 rounds once. */
+void nk_store_f64(void *p, int dt, double v);
+void nk_store_i64(void *p, int dt, int64_t v);
+void nk_store_f32(void *p, int dt, float v);
+
+/* ---- block load / store: n elements at src + i*st (bytes) <-> a dense buffer ---------------- */
+void nk_block_load_f32(float *dst, const char *src, int64_t st, int dt, int64_t n);
+void nk_block_load_f64(double *dst, const char *src, int64_t st, int dt, int64_t n);
+void nk_block_load_i64(int64_t *dst, const char *src, int64_t st, int dt, int64_t n);
+void nk_block_store_f32(char *dst, int64_t st, int dt, const float *src, int64_t n);
+void nk_block_store_f64(char *dst, int64_t st, int dt, const double *src, int64_t n);
+void nk_block_store_i64(char *dst, int64_t st, int dt, const int64_t *src, int64_t n);
+
+/* ---- AVX-512 helpers (pointwise_avx512.c); call only when nk_cpu_avx512() ------------------- */
+bool nk_cpu_avx512(void); /* AVX-512 F/BW/VL/DQ present and not forced to the reference */
+void nk_bf16_to_f32_avx512(float *dst, const uint16_t *src, int64_t n);
+void nk_f32_to_bf16_avx512(uint16_t *dst, const float *src, int64_t n);
+/* o[i] = op(x[i], y[i], z[i]) on dense f32 buffers for the ops it vectorizes; returns false (and
+ * writes nothing) for the others.  a, b: the op's scalars as float; ia as in nk_pointwise_args_t. */
+bool nk_pointwise_f32_avx512(int op, float a, float b, int64_t ia, float *o, const float *x,
+			     const float *y, const float *z, int64_t n);
+
+/* ---- references without a public declaration (same signatures as the nk.h entry points) ------- */
+int nk_copy_ref(void *args);
+int nk_random_ref(void *args);
+int nk_dropout_ref(void *args);
+
+/* ---- Philox4x32-10 ---------------------------------------------------------------------------- */
+typedef struct {
+	uint32_t v[4];
+} nk_philox_out_t;
+
+static inline uint32_t nk_mulhilo32(uint32_t a, uint32_t b, uint32_t *hi)
+{
+	uint64_t p = (uint64_t)a * b;
+	*hi = (uint32_t)(p >> 32);
+	return (uint32_t)p;
+}
+
+/* One block of 4 random words for a 128-bit counter (ctr_lo, ctr_hi) and a 64-bit key (the seed). */
+static inline nk_philox_out_t nk_philox4x32_10(uint64_t key, uint64_t ctr_lo, uint64_t ctr_hi)
+{
+	uint32_t c0 = (uint32_t)ctr_lo, c1 = (uint32_t)(ctr_lo >> 32);
+	uint32_t c2 = (uint32_t)ctr_hi, c3 = (uint32_t)(ctr_hi >> 32);
+	uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+	for (int r = 0; r < 10; r++) {
+		uint32_t hi0, hi1;
+		uint32_t lo0 = nk_mulhilo32(0xD2511F53u, c0, &hi0);
+		uint32_t lo1 = nk_mulhilo32(0xCD9E8D57u, c2, &hi1);
+		c0 = hi1 ^ c1 ^ k0;
+		c1 = lo1;
+		c2 = hi0 ^ c3 ^ k1;
+		c3 = lo0;
+		k0 += 0x9E3779B9u;
+		k1 += 0xBB67AE85u;
+	}
+	nk_philox_out_t o = {{c0, c1, c2, c3}};
+	return o;
+}
+
+/* Uniforms from Philox words: [0, 1) with 24 or 53 random bits. */
+static inline float nk_u32_to_unit_f32(uint32_t w)
+{
+	return (float)(w >> 8) * 0x1p-24f;
+}
+
+static inline double nk_u64_to_unit_f64(uint32_t lo, uint32_t hi)
+{
+	uint64_t w = ((uint64_t)hi << 32) | lo;
+	return (double)(w >> 11) * 0x1p-53;
+}
+
+/* ---- strided loops over an nk_iter_t ---------------------------------------------------------- */
+/* Coalesced copy of an iterator: size-1 dims dropped, dims merged where every operand's strides allow
+ * (the linear element order, innermost first, is unchanged). */
+typedef struct {
+	int ndim, nops;
+	int64_t numel;
+	int64_t shape[NK_MAX_DIMS];
+	int64_t strides[NK_MAX_OPS][NK_MAX_DIMS];
+	char *data[NK_MAX_OPS];
+} nk_loop_t;
+
+/* A row: n elements, operand k at data[k] + i*st[k]; lin is the linear index of the first element. */
+typedef void (*nk_row_fn)(void *ctx, char *const *data, const int64_t *st, int64_t n, int64_t lin);
+
+/* Validates (ndim, nops, shape, dtypes) and coalesces; on bad input calls nrt_kernel_fail naming `who`
+ * and returns nonzero. */
+int nk_loop_init(nk_loop_t *L, const nk_iter_t *it, int nops_min, int nops_max, const char *who);
+/* Walks linear elements [lo, hi) row by row. */
+void nk_loop_range(const nk_loop_t *L, int64_t lo, int64_t hi, nk_row_fn fn, void *ctx);
+/* Walks all elements, split over the pool in chunks of at least grain elements (inline if smaller). */
+void nk_loop_parallel(const nk_loop_t *L, int64_t grain, nk_row_fn fn, void *ctx);
+
+/* The element offset in bytes of linear index lin for operand k of an (uncoalesced) iterator:
+ * used by the reference kernels, which walk one element at a time. */
+int64_t nk_iter_offset(const nk_iter_t *it, int k, int64_t lin);
+int64_t nk_iter_numel(const nk_iter_t *it);
+
+#endif /* NK_IMPL_H */

@@ -1,0 +1,829 @@
+/* alloc.c - per-device arena accounting and the caching allocator (after PyTorch's
+ * CUDACachingAllocator, simplified).
+ *
+ * Sizes round up to 512 bytes.  Requests up to 1 MiB come from the small pool, carved out of 2 MiB
+ * segments; larger ones from the large pool: 20 MiB segments for requests under 10 MiB (or, if that
+ * does not fit under the limit, the request rounded to 2 MiB), else the request rounded to 2 MiB.
+ * Free blocks live in one treap per pool keyed by (queue id, size, address), so a best fit for a queue is
+ * a lower-bound search.  A block taken from a larger free block is split (remainder >= 512 bytes in the
+ * small pool, > 1 MiB in the large pool); a freed block merges with free neighbours of its segment.
+ * A segment goes back to the OS only when it is one free block again (empty_cache, or before the OOM
+ * retry).
+ *
+ * Queue ownership: a block belongs to the queue it was allocated on and only that queue's allocations
+ * reuse it, at once after nrt_free (the queue is in order).  nrt_record_queue(ptr, q2) adds q2 to the
+ * block's uses; nrt_free then notes q2's submitted count and parks the block on the pending list until
+ * q2's worker has passed that point.  Pending blocks are polled by malloc, empty_cache and the
+ * synchronizing calls.
+ *
+ * Locking: one mutex per device for everything above; a global mutex for the pointer map (taken inside
+ * the device mutex, never the other way).  The hot path (a cached block fits) makes no syscall: block
+ * structs are recycled through a per-device spare list.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nrt_impl.h"
+
+#define NRT_MIN_BLOCK ((size_t)512)
+#define NRT_SMALL_SIZE ((size_t)1 << 20)
+#define NRT_SMALL_BUFFER ((size_t)2 << 20)
+#define NRT_LARGE_BUFFER ((size_t)20 << 20)
+#define NRT_MIN_LARGE_ALLOC ((size_t)10 << 20)
+#define NRT_ROUND_LARGE ((size_t)2 << 20)
+#define NRT_SEGMENT_ALIGN ((size_t)4096)
+
+static atomic_int_fast64_t fault_countdown;
+
+/* ---- pointer map (live blocks) -------------------------------------------------------------------- */
+static struct {
+	pthread_mutex_t lock;
+	struct nrt_block **b;
+	size_t nb, count;
+} map = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static size_t map_slot(const void *p, size_t nb)
+{
+	return (size_t)((((uintptr_t)p >> 9) * UINT64_C(0x9E3779B97F4A7C15)) >> 17) & (nb - 1);
+}
+
+/* Doubles the table; on failure the chains just get longer. */
+static void map_grow(void)
+{
+	size_t nb = map.nb ? map.nb * 2 : 1024;
+	struct nrt_block **b = calloc(nb, sizeof *b);
+
+	if (!b)
+		return;
+	for (size_t i = 0; i < map.nb; i++) {
+		struct nrt_block *x = map.b[i], *nx;
+
+		for (; x; x = nx) {
+			size_t s = map_slot(x->ptr, nb);
+
+			nx = x->hnext;
+			x->hnext = b[s];
+			b[s] = x;
+		}
+	}
+	free(map.b);
+	map.b = b;
+	map.nb = nb;
+}
+
+static void map_insert(struct nrt_block *blk)
+{
+	size_t s;
+
+	pthread_mutex_lock(&map.lock);
+	if (map.count >= map.nb)
+		map_grow();
+	if (!map.nb) { /* first allocation of the table failed: keep the block out of the map */
+		pthread_mutex_unlock(&map.lock);
+		return;
+	}
+	s = map_slot(blk->ptr, map.nb);
+	blk->hnext = map.b[s];
+	map.b[s] = blk;
+	map.count++;
+	pthread_mutex_unlock(&map.lock);
+}
+
+static struct nrt_block *map_find_locked(const void *p)
+{
+	struct nrt_block *x;
+
+	if (!map.nb)
+		return NULL;
+	for (x = map.b[map_slot(p, map.nb)]; x && x->ptr != p; x = x->hnext)
+		;
+	return x;
+}
+
+/* Returns the live block at p and its device, or NULL. */
+static struct nrt_block *map_find(const void *p, int *dev)
+{
+	struct nrt_block *x;
+
+	pthread_mutex_lock(&map.lock);
+	x = map_find_locked(p);
+	if (x)
+		*dev = x->dev;
+	pthread_mutex_unlock(&map.lock);
+	return x;
+}
+
+static void map_remove(struct nrt_block *blk)
+{
+	struct nrt_block **pp;
+
+	pthread_mutex_lock(&map.lock);
+	if (map.nb) {
+		for (pp = &map.b[map_slot(blk->ptr, map.nb)]; *pp && *pp != blk; pp = &(*pp)->hnext)
+			;
+		if (*pp) {
+			*pp = blk->hnext;
+			map.count--;
+		}
+	}
+	blk->hnext = NULL;
+	pthread_mutex_unlock(&map.lock);
+}
+
+/* ---- free-block treap --------------------------------------------------------------------------- */
+static int key_cmp(const struct nrt_block *b, int qid, size_t size, const char *ptr)
+{
+	if (b->qid != qid)
+		return b->qid < qid ? -1 : 1;
+	if (b->size != size)
+		return b->size < size ? -1 : 1;
+	if (b->ptr != ptr)
+		return (uintptr_t)b->ptr < (uintptr_t)ptr ? -1 : 1;
+	return 0;
+}
+
+static struct nrt_block *treap_insert(struct nrt_block *root, struct nrt_block *n)
+{
+	struct nrt_block *c;
+
+	if (!root)
+		return n;
+	if (key_cmp(n, root->qid, root->size, root->ptr) < 0) {
+		root->left = treap_insert(root->left, n);
+		if (root->left->prio > root->prio) {
+			c = root->left;
+			root->left = c->right;
+			c->right = root;
+			return c;
+		}
+	} else {
+		root->right = treap_insert(root->right, n);
+		if (root->right->prio > root->prio) {
+			c = root->right;
+			root->right = c->left;
+			c->left = root;
+			return c;
+		}
+	}
+	return root;
+}
+
+static struct nrt_block *treap_join(struct nrt_block *l, struct nrt_block *r)
+{
+	if (!l)
+		return r;
+	if (!r)
+		return l;
+	if (l->prio > r->prio) {
+		l->right = treap_join(l->right, r);
+		return l;
+	}
+	r->left = treap_join(l, r->left);
+	return r;
+}
+
+static struct nrt_block *treap_remove(struct nrt_block *root, struct nrt_block *n)
+{
+	if (!root)
+		return NULL;
+	if (root == n)
+		return treap_join(n->left, n->right);
+	if (key_cmp(n, root->qid, root->size, root->ptr) < 0)
+		root->left = treap_remove(root->left, n);
+	else
+		root->right = treap_remove(root->right, n);
+	return root;
+}
+
+/* Smallest free block of queue qid with at least size bytes. */
+static struct nrt_block *treap_best_fit(struct nrt_block *x, int qid, size_t size)
+{
+	struct nrt_block *best = NULL;
+
+	while (x) {
+		if (key_cmp(x, qid, size, NULL) >= 0) {
+			best = x;
+			x = x->left;
+		} else {
+			x = x->right;
+		}
+	}
+	return best && best->qid == qid ? best : NULL;
+}
+
+/* ---- stats and pools ----------------------------------------------------------------------------- */
+static void stat_add(nrt_stat_t *s, int64_t n)
+{
+	s->current += n;
+	if (s->current > s->peak)
+		s->peak = s->current;
+	s->allocated += n;
+}
+
+static void stat_sub(nrt_stat_t *s, int64_t n)
+{
+	s->current -= n;
+	s->freed += n;
+}
+
+static bool is_split(const struct nrt_block *b)
+{
+	return b->prev || b->next;
+}
+
+static struct nrt_pool_tree *pool_of(struct nrt_alloc *a, const struct nrt_block *b)
+{
+	return b->small ? &a->small : &a->large;
+}
+
+static void pool_insert(struct nrt_alloc *a, struct nrt_block *b)
+{
+	struct nrt_pool_tree *t = pool_of(a, b);
+
+	b->left = b->right = NULL;
+	t->root = treap_insert(t->root, b);
+	b->in_pool = true;
+	if (is_split(b)) {
+		stat_add(&a->st.inactive_split, 1);
+		stat_add(&a->st.inactive_split_bytes, (int64_t)b->size);
+	}
+}
+
+static void pool_remove(struct nrt_alloc *a, struct nrt_block *b)
+{
+	struct nrt_pool_tree *t = pool_of(a, b);
+
+	t->root = treap_remove(t->root, b);
+	b->left = b->right = NULL;
+	b->in_pool = false;
+	if (is_split(b)) {
+		stat_sub(&a->st.inactive_split, 1);
+		stat_sub(&a->st.inactive_split_bytes, (int64_t)b->size);
+	}
+}
+
+static struct nrt_block *spare_get(struct nrt_alloc *a)
+{
+	struct nrt_block *b = a->spare;
+
+	if (b) {
+		a->spare = b->hnext;
+		b->hnext = NULL;
+		return b;
+	}
+	return calloc(1, sizeof *b);
+}
+
+static void spare_put(struct nrt_alloc *a, struct nrt_block *b)
+{
+	struct nrt_use *uses = b->uses;
+	int cap = b->cap_uses;
+
+	memset(b, 0, sizeof *b);
+	b->uses = uses; /* keep the array for the next record_queue */
+	b->cap_uses = cap;
+	b->hnext = a->spare;
+	a->spare = b;
+}
+
+static void spare_release(struct nrt_alloc *a)
+{
+	while (a->spare) {
+		struct nrt_block *b = a->spare;
+
+		a->spare = b->hnext;
+		free(b->uses);
+		free(b);
+	}
+}
+
+/* ---- segments ----------------------------------------------------------------------------------- */
+static bool fault_take(void)
+{
+	int_fast64_t c = atomic_load(&fault_countdown);
+
+	while (c > 0 && !atomic_compare_exchange_weak(&fault_countdown, &c, c - 1))
+		;
+	return c == 1;
+}
+
+void nrt_fault_inject_alloc(int64_t n)
+{
+	atomic_store(&fault_countdown, n > 0 ? n : 0);
+}
+
+/* Takes a segment of size bytes from the arena.  NRT_ERR_OOM when over the limit (or injected);
+ * *host_refused tells when the OS said no. */
+static int segment_new(struct nrt_alloc *a, int dev, size_t size, bool small, int qid, bool inject,
+		       bool *host_refused, struct nrt_block **out)
+{
+	struct nrt_block *b;
+	void *p = NULL;
+
+	if (inject || (uint64_t)a->st.reserved_bytes.current > a->limit ||
+	    size > a->limit - (size_t)a->st.reserved_bytes.current)
+		return NRT_ERR_OOM;
+	b = spare_get(a);
+	if (!b)
+		return NRT_ERR_OOM;
+	if (posix_memalign(&p, NRT_SEGMENT_ALIGN, size)) {
+		spare_put(a, b);
+		*host_refused = true;
+		return NRT_ERR_OOM;
+	}
+	b->ptr = p;
+	b->size = size;
+	b->dev = dev;
+	b->qid = qid;
+	b->small = small;
+	b->prio = (uint32_t)((((uintptr_t)p >> 9) * UINT64_C(0x9E3779B97F4A7C15)) >> 32);
+	stat_add(&a->st.segment, 1);
+	stat_add(&a->st.reserved_bytes, (int64_t)size);
+	a->st.num_device_alloc++;
+	*out = b;
+	return NRT_OK;
+}
+
+static void segment_free(struct nrt_alloc *a, struct nrt_block *b)
+{
+	stat_sub(&a->st.segment, 1);
+	stat_sub(&a->st.reserved_bytes, (int64_t)b->size);
+	a->st.num_device_free++;
+	free(b->ptr);
+	spare_put(a, b);
+}
+
+/* Collects the free blocks that are whole segments into *list (linked through hnext). */
+static void collect_unsplit(struct nrt_block *x, struct nrt_block **list)
+{
+	for (; x; x = x->right) {
+		collect_unsplit(x->left, list);
+		if (!is_split(x)) {
+			x->hnext = *list;
+			*list = x;
+		}
+	}
+}
+
+static void release_cached_locked(struct nrt_alloc *a)
+{
+	struct nrt_block *list = NULL, *b;
+
+	collect_unsplit(a->small.root, &list);
+	collect_unsplit(a->large.root, &list);
+	while ((b = list)) {
+		list = b->hnext;
+		b->hnext = NULL;
+		pool_remove(a, b);
+		segment_free(a, b);
+	}
+}
+
+/* ---- freeing -------------------------------------------------------------------------------------- */
+/* Returns a block that nobody uses any more to its pool, merging it with free neighbours. */
+static void free_block(struct nrt_alloc *a, struct nrt_block *b)
+{
+	struct nrt_block *n;
+
+	stat_sub(&a->st.active, 1);
+	stat_sub(&a->st.active_bytes, (int64_t)b->size);
+	b->allocated = false;
+	b->nuses = 0;
+	if ((n = b->prev) && n->in_pool) {
+		pool_remove(a, n);
+		b->ptr = n->ptr;
+		b->size += n->size;
+		b->prev = n->prev;
+		if (b->prev)
+			b->prev->next = b;
+		spare_put(a, n);
+	}
+	if ((n = b->next) && n->in_pool) {
+		pool_remove(a, n);
+		b->size += n->size;
+		b->next = n->next;
+		if (b->next)
+			b->next->prev = b;
+		spare_put(a, n);
+	}
+	b->prio = (uint32_t)((((uintptr_t)b->ptr >> 9) * UINT64_C(0x9E3779B97F4A7C15)) >> 32);
+	pool_insert(a, b);
+}
+
+static bool uses_done(const struct nrt_block *b, struct nrt_queue **q, uint64_t *seq)
+{
+	for (int i = 0; i < b->nuses; i++) {
+		if (!nrt_queue_reached(b->uses[i].q, b->uses[i].seq)) {
+			*q = b->uses[i].q;
+			*seq = b->uses[i].seq;
+			return false;
+		}
+	}
+	return true;
+}
+
+static void process_pending_locked(struct nrt_alloc *a)
+{
+	struct nrt_block **pp = &a->pending, *b;
+	struct nrt_queue *q;
+	uint64_t seq;
+
+	while ((b = *pp)) {
+		if (uses_done(b, &q, &seq)) {
+			*pp = b->hnext;
+			b->hnext = NULL;
+			atomic_fetch_sub(&a->npending, 1);
+			free_block(a, b);
+		} else {
+			pp = &b->hnext;
+		}
+	}
+}
+
+void nrt_alloc_process_pending(int dev)
+{
+	struct nrt_alloc *a;
+
+	if (dev < 0 || dev >= NRT_MAX_DEVICES || !nrt_devices[dev].created)
+		return;
+	a = &nrt_devices[dev].alloc;
+	if (!atomic_load(&a->npending))
+		return;
+	pthread_mutex_lock(&a->lock);
+	process_pending_locked(a);
+	pthread_mutex_unlock(&a->lock);
+}
+
+/* Waits (without the lock) for the queues that pending blocks wait on, then frees those blocks. */
+static void drain_pending_locked(struct nrt_alloc *a)
+{
+	for (int i = 0; i < 1000; i++) {
+		struct nrt_queue *q = NULL;
+		uint64_t seq = 0;
+
+		process_pending_locked(a);
+		if (!a->pending)
+			return;
+		uses_done(a->pending, &q, &seq);
+		if (!q || q == nrt_current_queue())
+			return; /* a kernel allocating cannot wait for its own queue */
+		pthread_mutex_unlock(&a->lock);
+		nrt_queue_wait_seq(q, seq);
+		pthread_mutex_lock(&a->lock);
+	}
+}
+
+/* ---- malloc --------------------------------------------------------------------------------------- */
+static size_t round_size(size_t n)
+{
+	if (n < NRT_MIN_BLOCK)
+		return NRT_MIN_BLOCK;
+	return (n + NRT_MIN_BLOCK - 1) / NRT_MIN_BLOCK * NRT_MIN_BLOCK;
+}
+
+static size_t round_large(size_t n)
+{
+	return (n + NRT_ROUND_LARGE - 1) / NRT_ROUND_LARGE * NRT_ROUND_LARGE;
+}
+
+static int oom_error(struct nrt_alloc *a, int dev, size_t nbytes, bool injected, bool host_refused)
+{
+	char req[32], alloc[32], res[32], lim[32];
+
+	a->st.num_ooms++;
+	nrt_format_bytes(req, sizeof req, nbytes);
+	nrt_format_bytes(alloc, sizeof alloc, (uint64_t)a->st.allocated_bytes.current);
+	nrt_format_bytes(res, sizeof res, (uint64_t)a->st.reserved_bytes.current);
+	nrt_format_bytes(lim, sizeof lim, a->limit);
+	return nrt_set_error(NRT_ERR_OOM, "out of memory on neuron:%d: tried to allocate %s; %s allocated, "
+			     "%s reserved, limit %s (NEURON_RT_MEMORY_LIMIT)%s", dev, req, alloc, res, lim,
+			     injected ? " [injected fault]" : host_refused ? " [the host refused memory]" : "");
+}
+
+/* A block of at least size bytes for queue qid, out of its pool (removed from it) or a new segment. */
+static int get_block(struct nrt_alloc *a, int dev, int qid, size_t size, size_t nbytes,
+		     struct nrt_block **out)
+{
+	bool small = size <= NRT_SMALL_SIZE, inject = false, host_refused = false;
+	struct nrt_pool_tree *t = small ? &a->small : &a->large;
+	size_t seg, fallback;
+	struct nrt_block *b;
+
+	if ((b = treap_best_fit(t->root, qid, size))) {
+		pool_remove(a, b);
+		*out = b;
+		return NRT_OK;
+	}
+	if (!small && size > SIZE_MAX - NRT_ROUND_LARGE)
+		return oom_error(a, dev, nbytes, false, false);
+	seg = small ? NRT_SMALL_BUFFER : size < NRT_MIN_LARGE_ALLOC ? NRT_LARGE_BUFFER : round_large(size);
+	fallback = small ? seg : round_large(size);
+	inject = fault_take();
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (attempt) {
+			/* free every cached segment of this device and try once more */
+			a->st.num_alloc_retries++;
+			drain_pending_locked(a);
+			release_cached_locked(a);
+			if ((b = treap_best_fit(t->root, qid, size))) { /* freed while the lock was dropped */
+				pool_remove(a, b);
+				*out = b;
+				return NRT_OK;
+			}
+		}
+		if (!segment_new(a, dev, seg, small, qid, inject, &host_refused, out))
+			return NRT_OK;
+		if (fallback != seg && !segment_new(a, dev, fallback, small, qid, inject, &host_refused, out))
+			return NRT_OK;
+	}
+	return oom_error(a, dev, nbytes, inject, host_refused);
+}
+
+static bool should_split(const struct nrt_block *b, size_t size)
+{
+	size_t rest = b->size - size;
+
+	return b->small ? rest >= NRT_MIN_BLOCK : rest > NRT_SMALL_SIZE;
+}
+
+int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr)
+{
+	struct nrt_block *b, *rest;
+	struct nrt_alloc *a;
+	size_t size;
+	int rc;
+
+	if (!ptr)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_malloc: null output");
+	*ptr = NULL;
+	if (!q || !q->live)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_malloc: invalid queue");
+	if (!nbytes)
+		return NRT_OK;
+	a = &nrt_devices[q->dev].alloc;
+	pthread_mutex_lock(&a->lock);
+	if (nbytes > SIZE_MAX - NRT_MIN_BLOCK) {
+		rc = oom_error(a, q->dev, nbytes, false, false);
+		goto unlock;
+	}
+	size = round_size(nbytes);
+	rest = spare_get(a); /* reserved up front so a split cannot fail later */
+	if (!rest) {
+		rc = nrt_set_error(NRT_ERR_HOST, "nrt_malloc: out of host memory for block metadata");
+		goto unlock;
+	}
+	if (a->pending)
+		process_pending_locked(a);
+	rc = get_block(a, q->dev, q->id, size, nbytes, &b);
+	if (rc)
+		goto put_rest;
+	if (should_split(b, size)) {
+		rest->ptr = b->ptr + size;
+		rest->size = b->size - size;
+		rest->dev = b->dev;
+		rest->qid = b->qid;
+		rest->small = b->small;
+		rest->prio = (uint32_t)((((uintptr_t)rest->ptr >> 9) * UINT64_C(0x9E3779B97F4A7C15)) >> 32);
+		rest->prev = b;
+		rest->next = b->next;
+		if (rest->next)
+			rest->next->prev = rest;
+		b->next = rest;
+		b->size = size;
+		pool_insert(a, rest);
+		rest = NULL;
+	}
+	b->allocated = true;
+	b->requested = nbytes;
+	b->nuses = 0;
+	map_insert(b);
+	stat_add(&a->st.allocation, 1);
+	stat_add(&a->st.active, 1);
+	stat_add(&a->st.allocated_bytes, (int64_t)b->size);
+	stat_add(&a->st.active_bytes, (int64_t)b->size);
+	stat_add(&a->st.requested_bytes, (int64_t)nbytes);
+	*ptr = b->ptr;
+put_rest:
+	if (rest)
+		spare_put(a, rest);
+unlock:
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+/* Looks up ptr and locks its device; NULL (error set) if it is not a live block. */
+static struct nrt_block *lock_block(const void *ptr, const char *fn, struct nrt_alloc **ap)
+{
+	struct nrt_block *b;
+	struct nrt_alloc *a;
+	int dev = -1;
+
+	if (!map_find(ptr, &dev)) {
+		nrt_set_error(NRT_ERR_INVALID, "%s: %p is not a live device allocation", fn, ptr);
+		return NULL;
+	}
+	a = &nrt_devices[dev].alloc;
+	pthread_mutex_lock(&a->lock);
+	pthread_mutex_lock(&map.lock); /* it may have been freed meanwhile */
+	b = map_find_locked(ptr);
+	pthread_mutex_unlock(&map.lock);
+	if (!b || b->dev != dev) {
+		pthread_mutex_unlock(&a->lock);
+		nrt_set_error(NRT_ERR_INVALID, "%s: %p is not a live device allocation", fn, ptr);
+		return NULL;
+	}
+	*ap = a;
+	return b;
+}
+
+int nrt_free(void *ptr)
+{
+	struct nrt_alloc *a;
+	struct nrt_block *b;
+	struct nrt_queue *q;
+	uint64_t seq;
+
+	if (!ptr)
+		return NRT_OK;
+	if (!(b = lock_block(ptr, "nrt_free", &a)))
+		return NRT_ERR_INVALID;
+	map_remove(b);
+	stat_sub(&a->st.allocation, 1);
+	stat_sub(&a->st.allocated_bytes, (int64_t)b->size);
+	stat_sub(&a->st.requested_bytes, (int64_t)b->requested);
+	b->requested = 0;
+	for (int i = 0; i < b->nuses; i++)
+		b->uses[i].seq = nrt_queue_submitted(b->uses[i].q); /* an event on each user queue */
+	if (uses_done(b, &q, &seq)) {
+		free_block(a, b);
+	} else {
+		b->hnext = a->pending;
+		a->pending = b;
+		atomic_fetch_add(&a->npending, 1);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NRT_OK;
+}
+
+int nrt_record_queue(void *ptr, nrt_queue_t *q)
+{
+	struct nrt_alloc *a;
+	struct nrt_block *b;
+	int rc = NRT_OK;
+
+	if (!q || !q->live)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_record_queue: invalid queue");
+	if (!(b = lock_block(ptr, "nrt_record_queue", &a)))
+		return NRT_ERR_INVALID;
+	if (q->dev != b->dev) {
+		rc = nrt_set_error(NRT_ERR_INVALID, "nrt_record_queue: block of neuron:%d used on a queue of "
+				   "neuron:%d", b->dev, q->dev);
+		goto unlock;
+	}
+	if (q->id == b->qid)
+		goto unlock;
+	for (int i = 0; i < b->nuses; i++)
+		if (b->uses[i].q == q)
+			goto unlock;
+	if (b->nuses == b->cap_uses) {
+		int cap = b->cap_uses ? b->cap_uses * 2 : 4;
+		struct nrt_use *u = realloc(b->uses, (size_t)cap * sizeof *u);
+
+		if (!u) {
+			rc = nrt_set_error(NRT_ERR_HOST, "nrt_record_queue: out of host memory");
+			goto unlock;
+		}
+		b->uses = u;
+		b->cap_uses = cap;
+	}
+	b->uses[b->nuses].q = q;
+	b->uses[b->nuses].seq = 0;
+	b->nuses++;
+unlock:
+	pthread_mutex_unlock(&a->lock);
+	return rc;
+}
+
+int nrt_ptr_device(const void *ptr, int *dev)
+{
+	int d = -1;
+
+	if (!dev)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_ptr_device: null output");
+	if (!ptr || !map_find(ptr, &d))
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_ptr_device: %p is not a live device allocation", ptr);
+	*dev = d;
+	return NRT_OK;
+}
+
+/* ---- device-level calls --------------------------------------------------------------------------- */
+static struct nrt_alloc *alloc_of(int dev, const char *fn)
+{
+	if (!nrt_device_valid(dev) && !(dev >= 0 && dev < NRT_MAX_DEVICES && nrt_devices[dev].created)) {
+		nrt_set_error(NRT_ERR_INVALID, "%s: no device neuron:%d", fn, dev);
+		return NULL;
+	}
+	return &nrt_devices[dev].alloc;
+}
+
+int nrt_alloc_device_init(int dev, size_t limit)
+{
+	struct nrt_alloc *a = &nrt_devices[dev].alloc;
+
+	memset(a, 0, sizeof *a);
+	pthread_mutex_init(&a->lock, NULL);
+	a->limit = limit;
+	return NRT_OK;
+}
+
+void nrt_alloc_set_limit(int dev, size_t limit)
+{
+	struct nrt_alloc *a = &nrt_devices[dev].alloc;
+
+	pthread_mutex_lock(&a->lock);
+	a->limit = limit;
+	pthread_mutex_unlock(&a->lock);
+}
+
+int64_t nrt_alloc_live_bytes(int dev)
+{
+	struct nrt_alloc *a = &nrt_devices[dev].alloc;
+	int64_t n;
+
+	pthread_mutex_lock(&a->lock);
+	n = a->st.allocated_bytes.current;
+	pthread_mutex_unlock(&a->lock);
+	return n;
+}
+
+int nrt_empty_cache(int dev)
+{
+	struct nrt_alloc *a = alloc_of(dev, "nrt_empty_cache");
+
+	if (!a)
+		return NRT_ERR_INVALID;
+	pthread_mutex_lock(&a->lock);
+	process_pending_locked(a);
+	release_cached_locked(a);
+	spare_release(a);
+	pthread_mutex_unlock(&a->lock);
+	return NRT_OK;
+}
+
+int nrt_memory_stats(int dev, nrt_mem_stats_t *out)
+{
+	struct nrt_alloc *a = alloc_of(dev, "nrt_memory_stats");
+
+	if (!a || !out)
+		return a ? nrt_set_error(NRT_ERR_INVALID, "nrt_memory_stats: null output") : NRT_ERR_INVALID;
+	pthread_mutex_lock(&a->lock);
+	process_pending_locked(a);
+	*out = a->st;
+	out->limit_bytes = a->limit > INT64_MAX ? INT64_MAX : (int64_t)a->limit;
+	pthread_mutex_unlock(&a->lock);
+	return NRT_OK;
+}
+
+static nrt_stat_t *stat_array(nrt_mem_stats_t *s, int *n)
+{
+	*n = (int)((offsetof(nrt_mem_stats_t, num_alloc_retries) - offsetof(nrt_mem_stats_t, allocation)) /
+		   sizeof(nrt_stat_t));
+	return &s->allocation;
+}
+
+int nrt_reset_peak_stats(int dev)
+{
+	struct nrt_alloc *a = alloc_of(dev, "nrt_reset_peak_stats");
+	nrt_stat_t *s;
+	int n;
+
+	if (!a)
+		return NRT_ERR_INVALID;
+	pthread_mutex_lock(&a->lock);
+	s = stat_array(&a->st, &n);
+	for (int i = 0; i < n; i++)
+		s[i].peak = s[i].current;
+	pthread_mutex_unlock(&a->lock);
+	return NRT_OK;
+}
+
+int nrt_reset_accumulated_stats(int dev)
+{
+	struct nrt_alloc *a = alloc_of(dev, "nrt_reset_accumulated_stats");
+	nrt_stat_t *s;
+	int n;
+
+	if (!a)
+		return NRT_ERR_INVALID;
+	pthread_mutex_lock(&a->lock);
+	s = stat_array(&a->st, &n);
+	for (int i = 0; i < n; i++)
+		s[i].allocated = s[i].freed = 0;
+	a->st.num_alloc_retries = 0;
+	a->st.num_ooms = 0;
+	a->st.num_device_alloc = 0;
+	a->st.num_device_free = 0;
+	pthread_mutex_unlock(&a->lock);
+	return NRT_OK;
+}

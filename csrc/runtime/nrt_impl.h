@@ -1,0 +1,185 @@
+/* nrt_impl.h - TorchNeuron runtime internals: struct layouts and helpers shared by the runtime's own
+ * files.  Nothing outside csrc/runtime includes this header.
+ */
+#ifndef NRT_IMPL_H
+#define NRT_IMPL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "nrt.h"
+
+#define NRT_MAX_DEVICES 64
+#define NRT_ERRMSG_MAX 1024
+
+/* Monotonic clock in ns (nrt_now_ns is the public name). */
+static inline int64_t nrt_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spin-wait hint. */
+static inline void nrt_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* How long idle workers spin before parking (the machine may have only 2 cores). */
+#define NRT_SPIN_NS 30000
+
+/* ---- error.c ---------------------------------------------------------------------------------- */
+/* Formats the thread's last-error message and returns status (so callers write
+ * `return nrt_set_error(NRT_ERR_INVALID, "...")`). */
+int nrt_set_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The message the current thread's kernel passed to nrt_kernel_fail ("" if none), and its reset. */
+const char *nrt_kernel_fail_message(void);
+void nrt_kernel_fail_clear(void);
+
+/* ---- pool.c ----------------------------------------------------------------------------------- */
+/* Parses a positive thread count (NEURON_NUM_THREADS syntax); NRT_ERR_ENV on garbage. */
+int nrt_parse_num_threads(const char *s, int *count);
+
+/* ---- queue.c: launch records, queues ---------------------------------------------------------- */
+#define NRT_RING_SLOTS 1024 /* launch records per queue (power of two) */
+#define NRT_TRACE_CAP 16384 /* trace records kept (ring) */
+
+enum { NRT_REC_KERNEL = 0, NRT_REC_INTERNAL = 1 }; /* internal records are never skipped or traced */
+
+struct nrt_launch_rec {
+	_Alignas(64) unsigned char args[NRT_MAX_ARGS];
+	nrt_kernel_fn fn;
+	const char *name;
+	int kind;
+};
+
+/* Sequence numbers: tail counts records ever pushed, head counts records completed (run or skipped).
+ * Record number s (0-based) is complete once head > s, so "complete(q, s + 1)" is head >= s + 1. */
+struct nrt_queue {
+	struct nrt_launch_rec *ring;
+	_Alignas(64) atomic_uint_fast64_t tail;
+	_Alignas(64) atomic_uint_fast64_t head;
+	_Alignas(64) atomic_int worker_parked; /* worker waits on work_cv */
+	atomic_int waiters;                    /* threads waiting on done_cv for head to move */
+	atomic_bool shutdown;
+	atomic_int err_flag;                   /* sticky error pending */
+
+	pthread_mutex_t prod_lock; /* serializes launchers (uncontended: no syscall) */
+	pthread_mutex_t lock;      /* parking protocol for work_cv / done_cv */
+	pthread_cond_t work_cv, done_cv;
+	pthread_mutex_t err_lock;
+	char err_msg[NRT_ERRMSG_MAX];
+
+	int dev, id, priority;
+	atomic_bool live;  /* false after nrt_queue_destroy (the struct stays for stale references) */
+	bool has_worker;
+	pthread_t worker;
+	struct nrt_queue *next; /* device's queue list */
+};
+
+/* Pushes a record (or, with NEURON_LAUNCH_BLOCKING, runs it inline after draining q); *seq (if not
+ * NULL) receives the head value at which the record counts as complete. */
+int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size_t args_size,
+		   const char *name, int kind, uint64_t *seq);
+/* Blocks until q's head reaches seq (spins briefly, then parks).  Never fails. */
+void nrt_queue_wait_seq(struct nrt_queue *q, uint64_t seq);
+static inline bool nrt_queue_reached(struct nrt_queue *q, uint64_t seq)
+{
+	return atomic_load_explicit(&q->head, memory_order_acquire) >= seq;
+}
+static inline uint64_t nrt_queue_submitted(struct nrt_queue *q)
+{
+	return atomic_load_explicit(&q->tail, memory_order_acquire);
+}
+/* Reports and clears q's sticky error: NRT_ERR_KERNEL with the message, or NRT_OK. */
+int nrt_queue_take_error(struct nrt_queue *q);
+int nrt_queue_start(struct nrt_queue *q, int dev, int id, int priority);
+/* Later work on q waits until src reaches seq (a wait record; nothing if already done). */
+int nrt_queue_wait_for(struct nrt_queue *q, struct nrt_queue *src, uint64_t seq);
+/* The queue whose worker runs the current thread (NULL on other threads). */
+struct nrt_queue *nrt_current_queue(void);
+
+/* ---- event.c ----------------------------------------------------------------------------------- */
+struct nrt_event {
+	int dev;
+	unsigned flags;
+	pthread_mutex_t lock;  /* protects q, seq, gen, recorded */
+	struct nrt_queue *q;   /* queue of the last record */
+	uint64_t seq;          /* complete when q's head reaches seq */
+	uint64_t gen;          /* number of records so far */
+	bool recorded;
+	atomic_int_fast64_t ts;      /* NRT_EVENT_TIMING: time the marker ran */
+	atomic_uint_fast64_t ts_gen; /* which record ts belongs to */
+};
+
+/* ---- alloc.c: caching allocator ---------------------------------------------------------------- */
+struct nrt_block;
+
+/* Free blocks of one pool, a treap keyed by (queue id, size, address). */
+struct nrt_pool_tree {
+	struct nrt_block *root;
+};
+
+struct nrt_use {           /* a queue other than the owner that used a block (nrt_record_queue) */
+	struct nrt_queue *q;
+	uint64_t seq;      /* at free time: q's submitted count, complete when q's head reaches it */
+};
+
+struct nrt_block {
+	char *ptr;
+	size_t size;           /* rounded size */
+	size_t requested;      /* caller's size while allocated */
+	int dev;
+	int qid;               /* owning queue */
+	bool small;            /* pool */
+	bool allocated;        /* handed out (or pending free) */
+	bool in_pool;
+	struct nrt_block *prev, *next; /* neighbours inside the segment (address order) */
+	struct nrt_block *left, *right; /* treap */
+	uint32_t prio;
+	struct nrt_block *hnext;        /* hash chain / free list / pending list */
+	struct nrt_use *uses;
+	int nuses, cap_uses;
+};
+
+struct nrt_alloc {
+	pthread_mutex_t lock;
+	size_t limit;
+	struct nrt_pool_tree small, large;
+	struct nrt_block *pending;     /* freed blocks waiting for other queues */
+	atomic_int npending;           /* lets syncs skip the lock when nothing is pending */
+	struct nrt_block *spare;       /* recycled block structs */
+	nrt_mem_stats_t st;
+};
+
+int nrt_alloc_device_init(int dev, size_t limit);
+void nrt_alloc_set_limit(int dev, size_t limit);
+/* Returns blocks whose pending uses have completed to the free pools. */
+void nrt_alloc_process_pending(int dev);
+int64_t nrt_alloc_live_bytes(int dev);
+
+/* ---- device.c ----------------------------------------------------------------------------------- */
+struct nrt_device {
+	bool created;
+	pthread_mutex_t queues_lock;
+	struct nrt_queue *queues;   /* all queues, default first */
+	struct nrt_queue *default_queue;
+	int next_queue_id;
+	struct nrt_alloc alloc;
+};
+
+extern struct nrt_device nrt_devices[NRT_MAX_DEVICES];
+/* Valid visible device index (nrt_init succeeded and dev < count). */
+bool nrt_device_valid(int dev);
+/* Formats a byte count as "1.00 GiB". */
+void nrt_format_bytes(char *buf, size_t cap, uint64_t bytes);
+
+#endif /* NRT_IMPL_H */

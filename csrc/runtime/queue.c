@@ -1,0 +1,546 @@
+/* queue.c - in-order queues run by one worker thread each, sticky errors, memcpy, trace.
+ *
+ * A queue is a ring of NRT_RING_SLOTS launch records.  Launchers serialize on prod_lock (an uncontended
+ * mutex costs no syscall), copy the arguments into the slot at tail and publish tail; the worker runs the
+ * record at head and then publishes head + 1.  Idle workers spin for NRT_SPIN_NS and then park on
+ * work_cv; a launcher signals only when worker_parked is set.  Threads waiting for head to move (queue
+ * synchronize, events, a launcher facing a full ring, another queue's wait record) spin briefly and then
+ * park on done_cv, counted in waiters, which the worker checks after each record.  Both handshakes store
+ * their own flag and then load the other side's with sequentially consistent atomics, so no wake-up is
+ * lost.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nrt_impl.h"
+
+#define NRT_RING_MASK (NRT_RING_SLOTS - 1)
+#define NRT_MEMCPY_GRAIN ((int64_t)1 << 20)
+
+static _Thread_local struct nrt_queue *cur_queue;
+
+struct nrt_queue *nrt_current_queue(void)
+{
+	return cur_queue;
+}
+
+int64_t nrt_now_ns(void)
+{
+	return nrt_mono_ns();
+}
+
+/* ---- trace ---------------------------------------------------------------------------------------- */
+static struct {
+	atomic_bool on;
+	pthread_mutex_t lock;
+	uint64_t written, read;
+	nrt_trace_rec_t rec[NRT_TRACE_CAP];
+} trace = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+void nrt_trace_enable(bool on)
+{
+	atomic_store(&trace.on, on);
+}
+
+static void trace_add(const char *name, const struct nrt_queue *q, int64_t t0, int64_t t1)
+{
+	nrt_trace_rec_t *r;
+
+	pthread_mutex_lock(&trace.lock);
+	r = &trace.rec[trace.written % NRT_TRACE_CAP];
+	r->name = name;
+	r->dev = q->dev;
+	r->queue = q->id;
+	r->start_ns = t0;
+	r->end_ns = t1;
+	trace.written++;
+	if (trace.written - trace.read > NRT_TRACE_CAP)
+		trace.read = trace.written - NRT_TRACE_CAP; /* oldest records were overwritten */
+	pthread_mutex_unlock(&trace.lock);
+}
+
+int nrt_trace_drain(nrt_trace_rec_t *out, int cap)
+{
+	int n = 0;
+
+	if (!out || cap <= 0)
+		return 0;
+	pthread_mutex_lock(&trace.lock);
+	while (n < cap && trace.read < trace.written)
+		out[n++] = trace.rec[trace.read++ % NRT_TRACE_CAP];
+	pthread_mutex_unlock(&trace.lock);
+	return n;
+}
+
+/* ---- execution ------------------------------------------------------------------------------------- */
+static void set_sticky(struct nrt_queue *q, const char *name, int ret)
+{
+	const char *msg = nrt_kernel_fail_message();
+
+	pthread_mutex_lock(&q->err_lock);
+	if (!atomic_load(&q->err_flag)) {
+		if (*msg)
+			snprintf(q->err_msg, sizeof q->err_msg, "%s: %s", name, msg);
+		else
+			snprintf(q->err_msg, sizeof q->err_msg, "%s: kernel failed (status %d)", name, ret);
+		atomic_store(&q->err_flag, 1);
+	}
+	pthread_mutex_unlock(&q->err_lock);
+}
+
+/* Runs one record on the current thread; returns the kernel's status. */
+static int run_record(struct nrt_queue *q, struct nrt_launch_rec *r)
+{
+	int64_t t0 = 0;
+	bool traced;
+	int ret;
+
+	if (r->kind == NRT_REC_INTERNAL)
+		return r->fn(r->args);
+	if (atomic_load_explicit(&q->err_flag, memory_order_relaxed))
+		return 0; /* skipped: an earlier kernel failed and nobody synchronized yet */
+	traced = atomic_load_explicit(&trace.on, memory_order_relaxed);
+	if (traced)
+		t0 = nrt_mono_ns();
+	nrt_kernel_fail_clear();
+	ret = r->fn(r->args);
+	if (traced)
+		trace_add(r->name, q, t0, nrt_mono_ns());
+	return ret;
+}
+
+static void wake_waiters(struct nrt_queue *q)
+{
+	if (atomic_load(&q->waiters) > 0) {
+		pthread_mutex_lock(&q->lock);
+		pthread_cond_broadcast(&q->done_cv);
+		pthread_mutex_unlock(&q->lock);
+	}
+}
+
+/* Spins for a while on tail != head; true if work arrived. */
+static bool spin_for_work(struct nrt_queue *q, uint64_t head)
+{
+	int64_t deadline = nrt_mono_ns() + NRT_SPIN_NS;
+
+	do {
+		for (int i = 0; i < 64; i++) {
+			if (atomic_load_explicit(&q->tail, memory_order_acquire) != head)
+				return true;
+			nrt_cpu_relax();
+		}
+	} while (nrt_mono_ns() < deadline);
+	return false;
+}
+
+static void *queue_worker(void *arg)
+{
+	struct nrt_queue *q = arg;
+	uint64_t head = atomic_load(&q->head);
+
+	cur_queue = q;
+	for (;;) {
+		struct nrt_launch_rec *r;
+		int ret;
+
+		if (atomic_load_explicit(&q->tail, memory_order_acquire) == head && !spin_for_work(q, head)) {
+			pthread_mutex_lock(&q->lock);
+			atomic_store(&q->worker_parked, 1);
+			while (atomic_load(&q->tail) == head && !atomic_load(&q->shutdown))
+				pthread_cond_wait(&q->work_cv, &q->lock);
+			atomic_store(&q->worker_parked, 0);
+			pthread_mutex_unlock(&q->lock);
+			if (atomic_load(&q->tail) == head)
+				break; /* shutdown with nothing left to run */
+		}
+		r = &q->ring[head & NRT_RING_MASK];
+		ret = run_record(q, r);
+		if (ret && r->kind == NRT_REC_KERNEL)
+			set_sticky(q, r->name, ret);
+		atomic_store(&q->head, ++head);
+		wake_waiters(q);
+	}
+	return NULL;
+}
+
+void nrt_queue_wait_seq(struct nrt_queue *q, uint64_t seq)
+{
+	int64_t deadline;
+
+	if (nrt_queue_reached(q, seq))
+		return;
+	deadline = nrt_mono_ns() + NRT_SPIN_NS;
+	while (nrt_mono_ns() < deadline) {
+		for (int i = 0; i < 64; i++) {
+			if (nrt_queue_reached(q, seq))
+				return;
+			nrt_cpu_relax();
+		}
+	}
+	pthread_mutex_lock(&q->lock);
+	atomic_fetch_add(&q->waiters, 1);
+	while (atomic_load(&q->head) < seq)
+		pthread_cond_wait(&q->done_cv, &q->lock);
+	atomic_fetch_sub(&q->waiters, 1);
+	pthread_mutex_unlock(&q->lock);
+}
+
+int nrt_queue_take_error(struct nrt_queue *q)
+{
+	char msg[NRT_ERRMSG_MAX];
+
+	if (!atomic_load(&q->err_flag))
+		return NRT_OK;
+	pthread_mutex_lock(&q->err_lock);
+	if (!atomic_load(&q->err_flag)) {
+		pthread_mutex_unlock(&q->err_lock);
+		return NRT_OK;
+	}
+	memcpy(msg, q->err_msg, sizeof msg);
+	atomic_store(&q->err_flag, 0);
+	pthread_mutex_unlock(&q->err_lock);
+	return nrt_set_error(NRT_ERR_KERNEL, "%s", msg);
+}
+
+/* NEURON_LAUNCH_BLOCKING: drain q, then run the record here.  Called with prod_lock held. */
+static int run_inline(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size_t args_size,
+		      const char *name, int kind)
+{
+	_Alignas(64) unsigned char buf[NRT_MAX_ARGS];
+	int64_t t0 = 0;
+	bool traced;
+	int ret, rc;
+
+	nrt_queue_wait_seq(q, nrt_queue_submitted(q));
+	if (kind == NRT_REC_KERNEL && (rc = nrt_queue_take_error(q)))
+		return rc; /* an error from before blocking mode: report it instead of running */
+	if (args_size)
+		memcpy(buf, args, args_size);
+	if (kind == NRT_REC_INTERNAL)
+		return fn(buf);
+	traced = atomic_load(&trace.on);
+	if (traced)
+		t0 = nrt_mono_ns();
+	nrt_kernel_fail_clear();
+	ret = fn(buf);
+	if (traced)
+		trace_add(name, q, t0, nrt_mono_ns());
+	if (!ret)
+		return NRT_OK;
+	if (*nrt_kernel_fail_message())
+		return nrt_set_error(NRT_ERR_KERNEL, "%s: %s", name, nrt_kernel_fail_message());
+	return nrt_set_error(NRT_ERR_KERNEL, "%s: kernel failed (status %d)", name, ret);
+}
+
+static void wait_for_slot(struct nrt_queue *q, uint64_t tail)
+{
+	/* the slot is free once head > tail - NRT_RING_SLOTS */
+	nrt_queue_wait_seq(q, tail - NRT_RING_SLOTS + 1);
+}
+
+int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size_t args_size,
+		   const char *name, int kind, uint64_t *seq)
+{
+	struct nrt_launch_rec *r;
+	uint64_t tail;
+	int rc;
+
+	if (!q || !q->live || !fn)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_launch(%s): %s", name ? name : "?",
+				     !q || !q->live ? "invalid queue" : "null kernel");
+	if (args_size > NRT_MAX_ARGS || (args_size && !args))
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_launch(%s): %zu bytes of arguments (max %d)",
+				     name ? name : "?", args_size, NRT_MAX_ARGS);
+	if (!name)
+		name = "<unnamed kernel>";
+
+	pthread_mutex_lock(&q->prod_lock);
+	if (nrt_launch_blocking() && cur_queue != q) {
+		rc = run_inline(q, fn, args, args_size, name, kind);
+		if (seq)
+			*seq = nrt_queue_submitted(q);
+		pthread_mutex_unlock(&q->prod_lock);
+		return rc;
+	}
+	tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
+	if (tail - atomic_load_explicit(&q->head, memory_order_acquire) >= NRT_RING_SLOTS)
+		wait_for_slot(q, tail);
+	r = &q->ring[tail & NRT_RING_MASK];
+	if (args_size)
+		memcpy(r->args, args, args_size);
+	r->fn = fn;
+	r->name = name;
+	r->kind = kind;
+	atomic_store(&q->tail, tail + 1); /* seq_cst: ordered before the worker_parked load */
+	if (seq)
+		*seq = tail + 1;
+	pthread_mutex_unlock(&q->prod_lock);
+	if (atomic_load(&q->worker_parked)) {
+		pthread_mutex_lock(&q->lock);
+		pthread_cond_signal(&q->work_cv);
+		pthread_mutex_unlock(&q->lock);
+	}
+	return NRT_OK;
+}
+
+/* ---- public queue API --------------------------------------------------------------------------- */
+int nrt_queue_start(struct nrt_queue *q, int dev, int id, int priority)
+{
+	pthread_attr_t attr;
+	int err;
+
+	q->ring = aligned_alloc(64, sizeof(struct nrt_launch_rec) * NRT_RING_SLOTS);
+	if (!q->ring)
+		return nrt_set_error(NRT_ERR_HOST, "neuron:%d: out of host memory for a queue ring", dev);
+	q->dev = dev;
+	q->id = id;
+	q->priority = priority;
+	atomic_store(&q->shutdown, false);
+	pthread_mutex_init(&q->prod_lock, NULL);
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_mutex_init(&q->err_lock, NULL);
+	pthread_cond_init(&q->work_cv, NULL);
+	pthread_cond_init(&q->done_cv, NULL);
+	err = pthread_attr_init(&attr);
+	if (!err) {
+		err = pthread_create(&q->worker, &attr, queue_worker, q);
+		pthread_attr_destroy(&attr);
+	}
+	if (err) {
+		free(q->ring);
+		q->ring = NULL;
+		pthread_cond_destroy(&q->done_cv);
+		pthread_cond_destroy(&q->work_cv);
+		pthread_mutex_destroy(&q->err_lock);
+		pthread_mutex_destroy(&q->lock);
+		pthread_mutex_destroy(&q->prod_lock);
+		return nrt_set_error(NRT_ERR_HOST, "neuron:%d: cannot start a queue worker thread (%s)", dev,
+				     strerror(err));
+	}
+	q->has_worker = true;
+	q->live = true;
+	return NRT_OK;
+}
+
+nrt_queue_t *nrt_queue_default(int dev)
+{
+	if (nrt_init() || !nrt_device_valid(dev))
+		return NULL;
+	return nrt_devices[dev].default_queue;
+}
+
+int nrt_queue_create(int dev, int priority, nrt_queue_t **out)
+{
+	struct nrt_device *d;
+	struct nrt_queue *q;
+	int rc;
+
+	if (!out)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_create: null output");
+	*out = NULL;
+	if ((rc = nrt_init()))
+		return rc;
+	if (!nrt_device_valid(dev))
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_create: no device neuron:%d", dev);
+	d = &nrt_devices[dev];
+	q = calloc(1, sizeof *q);
+	if (!q)
+		return nrt_set_error(NRT_ERR_HOST, "nrt_queue_create: out of host memory");
+	pthread_mutex_lock(&d->queues_lock);
+	rc = nrt_queue_start(q, dev, d->next_queue_id, priority);
+	if (rc) {
+		pthread_mutex_unlock(&d->queues_lock);
+		free(q);
+		return rc;
+	}
+	d->next_queue_id++;
+	q->next = d->queues->next; /* keep the default queue first */
+	d->queues->next = q;
+	pthread_mutex_unlock(&d->queues_lock);
+	*out = q;
+	return NRT_OK;
+}
+
+/* The struct stays on the device list (not live) because events, wait records and pending frees may
+ * still point at it; its head counter is final, so those references see their work as complete. */
+int nrt_queue_destroy(nrt_queue_t *q)
+{
+	struct nrt_device *d;
+	int rc;
+
+	if (!q || !q->live)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_destroy: invalid queue");
+	d = &nrt_devices[q->dev];
+	if (q == d->default_queue)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_destroy: the default queue of neuron:%d "
+				     "cannot be destroyed", q->dev);
+	if (q == cur_queue)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_destroy: called from the queue's own kernel");
+	rc = nrt_queue_synchronize(q);
+	pthread_mutex_lock(&d->queues_lock);
+	q->live = false;
+	pthread_mutex_unlock(&d->queues_lock);
+	pthread_mutex_lock(&q->prod_lock); /* no launch is mid-way */
+	pthread_mutex_lock(&q->lock);
+	atomic_store(&q->shutdown, true);
+	pthread_cond_signal(&q->work_cv);
+	pthread_mutex_unlock(&q->lock);
+	pthread_mutex_unlock(&q->prod_lock);
+	pthread_join(q->worker, NULL);
+	q->has_worker = false;
+	free(q->ring);
+	q->ring = NULL;
+	nrt_alloc_process_pending(q->dev);
+	return rc;
+}
+
+int nrt_queue_device(const nrt_queue_t *q)
+{
+	return q ? q->dev : NRT_ERR_INVALID;
+}
+
+int nrt_queue_id(const nrt_queue_t *q)
+{
+	return q ? q->id : NRT_ERR_INVALID;
+}
+
+int nrt_queue_priority(const nrt_queue_t *q)
+{
+	return q ? q->priority : 0;
+}
+
+nrt_queue_t *nrt_queue_by_id(int dev, int id)
+{
+	struct nrt_device *d;
+	struct nrt_queue *q;
+
+	if (nrt_init() || !nrt_device_valid(dev))
+		return NULL;
+	d = &nrt_devices[dev];
+	pthread_mutex_lock(&d->queues_lock);
+	for (q = d->queues; q && !(q->id == id && q->live); q = q->next)
+		;
+	pthread_mutex_unlock(&d->queues_lock);
+	return q;
+}
+
+int nrt_queue_launch(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, size_t args_size, const char *name)
+{
+	return nrt_queue_push(q, fn, args, args_size, name, NRT_REC_KERNEL, NULL);
+}
+
+int nrt_queue_synchronize(nrt_queue_t *q)
+{
+	int rc;
+
+	if (!q || !q->live)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_synchronize: invalid queue");
+	if (q == cur_queue)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_synchronize: called from the queue's own kernel");
+	nrt_queue_wait_seq(q, nrt_queue_submitted(q));
+	rc = nrt_queue_take_error(q);
+	nrt_alloc_process_pending(q->dev);
+	return rc;
+}
+
+int nrt_queue_query(nrt_queue_t *q)
+{
+	if (!q || !q->live)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_query: invalid queue");
+	return nrt_queue_reached(q, nrt_queue_submitted(q)) ? NRT_OK : NRT_ERR_NOT_READY;
+}
+
+static struct nrt_queue *next_queue(struct nrt_device *d, struct nrt_queue *q)
+{
+	struct nrt_queue *n;
+
+	pthread_mutex_lock(&d->queues_lock);
+	n = q ? q->next : d->queues;
+	pthread_mutex_unlock(&d->queues_lock);
+	return n;
+}
+
+/* Synchronizes every queue of dev; returns the first sticky error found (the others stay sticky).
+ * The list lock is not held while waiting (a kernel may create queues); queue structs are never freed
+ * and new ones are linked in after the default queue, so the walk stays valid. */
+int nrt_device_synchronize(int dev)
+{
+	struct nrt_device *d;
+	struct nrt_queue *q;
+	int rc = NRT_OK;
+
+	if (!nrt_device_valid(dev) && !(dev >= 0 && dev < NRT_MAX_DEVICES && nrt_devices[dev].created))
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_device_synchronize: no device neuron:%d", dev);
+	d = &nrt_devices[dev];
+	for (q = next_queue(d, NULL); q; q = next_queue(d, q))
+		if (q->live && q != cur_queue)
+			nrt_queue_wait_seq(q, nrt_queue_submitted(q));
+	for (q = next_queue(d, NULL); q && !rc; q = next_queue(d, q))
+		rc = nrt_queue_take_error(q);
+	nrt_alloc_process_pending(dev);
+	return rc;
+}
+
+struct wait_args {
+	struct nrt_queue *q;
+	uint64_t seq;
+};
+
+static int wait_kernel(void *p)
+{
+	struct wait_args *a = p;
+
+	nrt_queue_wait_seq(a->q, a->seq);
+	return 0;
+}
+
+/* Used by event.c: later work on q waits until src reaches seq. */
+int nrt_queue_wait_for(struct nrt_queue *q, struct nrt_queue *src, uint64_t seq)
+{
+	struct wait_args a = { src, seq };
+
+	if (!q || !q->live)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_wait_event: invalid queue");
+	if (src == q || nrt_queue_reached(src, seq))
+		return NRT_OK; /* in order already, or done */
+	return nrt_queue_push(q, wait_kernel, &a, sizeof a, "nrt::wait_event", NRT_REC_INTERNAL, NULL);
+}
+
+/* ---- memcpy ------------------------------------------------------------------------------------ */
+struct memcpy_args {
+	char *dst;
+	const char *src;
+	size_t n;
+};
+
+static void memcpy_chunk(void *ctx, int64_t begin, int64_t end)
+{
+	struct memcpy_args *a = ctx;
+
+	memcpy(a->dst + begin, a->src + begin, (size_t)(end - begin));
+}
+
+static int memcpy_kernel(void *p)
+{
+	struct memcpy_args *a = p;
+
+	bool overlap = a->dst < a->src + a->n && a->src < a->dst + a->n;
+
+	if (!overlap && a->n > (size_t)NRT_MEMCPY_GRAIN * 2 && a->n <= INT64_MAX)
+		nrt_parallel_for((int64_t)a->n, NRT_MEMCPY_GRAIN, memcpy_chunk, a);
+	else
+		memmove(a->dst, a->src, a->n);
+	return 0;
+}
+
+int nrt_memcpy_async(nrt_queue_t *q, void *dst, const void *src, size_t nbytes)
+{
+	struct memcpy_args a = { dst, src, nbytes };
+
+	if (!nbytes)
+		return NRT_OK;
+	if (!dst || !src)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_memcpy_async: null pointer for %zu bytes", nbytes);
+	return nrt_queue_push(q, memcpy_kernel, &a, sizeof a, "nrt::memcpy", NRT_REC_KERNEL, NULL);
+}

@@ -1,0 +1,391 @@
+// ops_core.cpp - the tensor basics on neuron: allocation, views, resize, copies between devices and
+// dtypes, .item(), fill, random ops, and the boxed CPU fallback for every op without a native kernel.
+#include "neuron.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <mutex>
+#include <set>
+
+namespace neuron {
+
+std::pair<uint64_t, uint64_t> philox_args(const std::optional<at::Generator> &gen, c10::DeviceIndex idx, int64_t n);
+
+// ---- allocation and views ------------------------------------------------------------------------
+
+static c10::Device target_device(std::optional<c10::Device> d)
+{
+	c10::Device dev = d.value_or(c10::Device(kDev));
+	TORCH_CHECK(dev.type() == kDev, "neuron: expected a neuron device, got ", dev);
+	c10::DeviceIndex idx = dev.has_index() ? dev.index() : current_device();
+	check_device_index(idx);
+	return c10::Device(kDev, idx);
+}
+
+static at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+				      std::optional<at::Layout> layout, std::optional<at::Device> device,
+				      std::optional<bool> pin_memory, std::optional<at::MemoryFormat> mf)
+{
+	NEURON_TRACK("aten::empty.memory_format");
+	TORCH_CHECK(c10::layout_or_default(layout) == at::kStrided, "neuron: only strided tensors are supported, got layout ",
+		    c10::layout_or_default(layout));
+	TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
+	c10::Device dev = target_device(device);
+	c10::DeviceGuard g(dev);
+	return at::detail::empty_generic(size, c10::GetAllocator(kDev), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+					 c10::dtype_or_default(dtype), mf);
+}
+
+static at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+				std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin_memory)
+{
+	NEURON_TRACK("aten::empty_strided");
+	TORCH_CHECK(c10::layout_or_default(layout) == at::kStrided, "neuron: only strided tensors are supported");
+	TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
+	c10::Device dev = target_device(device);
+	c10::DeviceGuard g(dev);
+	return at::detail::empty_strided_generic(size, stride, c10::GetAllocator(kDev), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+						 c10::dtype_or_default(dtype));
+}
+
+static at::Tensor as_strided(const at::Tensor &self, at::IntArrayRef size, at::IntArrayRef stride,
+			     std::optional<int64_t> off)
+{
+	NEURON_TRACK("aten::as_strided");
+	return at::native::as_strided_tensorimpl(self, size, stride, off);
+}
+
+static at::Tensor view(const at::Tensor &self, at::IntArrayRef size)
+{
+	NEURON_TRACK("aten::view");
+	return at::native::view(self, size);
+}
+
+static at::Tensor reshape_alias(const at::Tensor &self, at::IntArrayRef size, at::IntArrayRef stride)
+{
+	NEURON_TRACK("aten::_reshape_alias");
+	return at::native::_reshape_alias(self, size, stride);
+}
+
+static at::Tensor unfold(const at::Tensor &self, int64_t d, int64_t size, int64_t step)
+{
+	NEURON_TRACK("aten::unfold");
+	return at::native::unfold(self, d, size, step);
+}
+
+// Growing a storage copies the old bytes on the host: finish queued work on them first.
+static const at::Tensor &resize_(const at::Tensor &self, at::IntArrayRef size, std::optional<at::MemoryFormat> mf)
+{
+	NEURON_TRACK("aten::resize_");
+	const auto *st = self.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+	int64_t n = c10::multiply_integers(size);
+	size_t need = (size_t)(n + self.storage_offset()) * self.itemsize();
+	if (st && st->nbytes() > 0 && need > st->nbytes())
+		sync_device(self.device().index(), "aten::resize_");
+	c10::DeviceGuard g(self.device());
+	return at::native::resize_(self, size, mf);
+}
+
+static at::Tensor &set_storage(at::Tensor &self, at::Storage src, int64_t off, at::IntArrayRef size, at::IntArrayRef stride)
+{
+	NEURON_TRACK("aten::set_.source_Storage_storage_offset");
+	return at::native::set_storage_cpu_(self, src, off, size, stride);
+}
+
+static at::Tensor &set_source_storage(at::Tensor &self, at::Storage src)
+{
+	NEURON_TRACK("aten::set_.source_Storage");
+	int64_t n = (int64_t)(src.nbytes() / self.itemsize());
+	return at::native::set_storage_cpu_(self, src, 0, {n}, {});
+}
+
+static at::Tensor &set_source_tensor(at::Tensor &self, const at::Tensor &src)
+{
+	NEURON_TRACK("aten::set_.source_Tensor");
+	return at::native::set_tensor_(self, src);
+}
+
+static at::Tensor &set_empty(at::Tensor &self)
+{
+	NEURON_TRACK("aten::set_");
+	return at::native::set_cpu_(self);
+}
+
+// ---- iteration metadata --------------------------------------------------------------------------
+
+static void iter_to_nk(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *op)
+{
+	TORCH_CHECK(iter.ndim() <= NK_MAX_DIMS, op, ": tensors with more than ", NK_MAX_DIMS,
+		    " non-collapsible dims are not supported on neuron");
+	it.ndim = (int)iter.ndim();
+	it.nops = iter.ntensors();
+	auto shape = iter.shape();
+	for (int d = 0; d < it.ndim; d++)
+		it.shape[d] = shape[d];
+	for (int i = 0; i < it.nops; i++) {
+		it.data[i] = (char *)iter.data_ptr(i);
+		it.dtype[i] = (int8_t)nk_dtype(iter.dtype(i), op);
+		auto s = iter.strides(i);
+		for (int d = 0; d < it.ndim; d++)
+			it.strides[i][d] = s[d];
+	}
+}
+
+// ---- copies --------------------------------------------------------------------------------------
+
+// dst = src for any pair of devices among {cpu, neuron:i}, any dtypes and strides.  Device memory
+// is host-addressable, so one strided cast kernel on the neuron side's queue moves the data; copies
+// that touch pageable host memory synchronize before returning (like CUDA).
+static at::Tensor copy_from(const at::Tensor &src, const at::Tensor &dst, bool non_blocking)
+{
+	NEURON_TRACK("aten::_copy_from");
+	if (dst.numel() == 0)
+		return dst;
+	bool src_dev = src.device().type() == kDev, dst_dev = dst.device().type() == kDev;
+	TORCH_CHECK(src_dev || src.device().is_cpu(), "neuron: copy from ", src.device(), " is not supported");
+	TORCH_CHECK(dst_dev || dst.device().is_cpu(), "neuron: copy to ", dst.device(), " is not supported");
+	c10::DeviceIndex idx = dst_dev ? dst.device().index() : src.device().index();
+	if (src_dev && dst_dev && src.device() != dst.device())
+		sync_device(src.device().index(), "aten::_copy_from (peer copy)");
+	auto iter = at::TensorIteratorConfig()
+			    .add_output(dst)
+			    .add_const_input(src)
+			    .resize_outputs(false)
+			    .check_all_same_dtype(false)
+			    .check_all_same_device(false)
+			    .build();
+	nk_iter_t it;
+	iter_to_nk(iter, it, "aten::_copy_from");
+	nrt_queue_t *q = current_queue(idx);
+	launch(q, nk_copy_run, it, "aten::_copy_from");
+	bool async_ok = non_blocking && dst.device().is_cpu() && nrt_host_is_pinned(dst.const_data_ptr());
+	if (!(src_dev && dst_dev && src.device() == dst.device()) && !async_ok)
+		sync_queue(q, "aten::_copy_from");
+	return dst;
+}
+
+static at::Tensor copy_from_and_resize(const at::Tensor &src, const at::Tensor &dst)
+{
+	NEURON_TRACK("aten::_copy_from_and_resize");
+	dst.resize_(src.sizes());
+	return copy_from(src, dst, false);
+}
+
+static at::Scalar local_scalar_dense(const at::Tensor &self)
+{
+	NEURON_TRACK("aten::_local_scalar_dense");
+	TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+	sync_device(self.device().index(), "aten::_local_scalar_dense");
+	at::Scalar r;
+	AT_DISPATCH_V2(self.scalar_type(), "_local_scalar_dense", AT_WRAP([&] {
+		r = at::Scalar(*(const scalar_t *)self.const_data_ptr());
+	}), AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16);
+	return r;
+}
+
+// ---- fill and random -----------------------------------------------------------------------------
+
+at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &v)
+{
+	NEURON_TRACK("aten::fill_.Scalar");
+	if (self.numel() == 0)
+		return self;
+	c10::DeviceGuard g(self.device());
+	auto iter = at::TensorIteratorConfig().add_output(self).resize_outputs(false).check_all_same_dtype(false).build();
+	nk_pointwise_args_t a{};
+	iter_to_nk(iter, a.it, "aten::fill_");
+	a.op = NK_OP_FILL;
+	if (v.isBoolean())
+		a.a = v.toBool(), a.ia = v.toBool();
+	else if (v.isIntegral(false))
+		a.ia = v.toLong(), a.a = (double)a.ia;
+	else
+		a.a = v.toDouble(), a.ia = (int64_t)a.a;
+	launch(current_queue(self.device().index()), nk_pointwise_run, a, "aten::fill_");
+	return self;
+}
+
+static at::Tensor &fill_tensor(at::Tensor &self, const at::Tensor &v)
+{
+	TORCH_CHECK(v.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", v.dim(), " dimensions.");
+	return fill_scalar(self, v.item());
+}
+
+static at::Tensor &zero_(at::Tensor &self)
+{
+	return fill_scalar(self, 0);
+}
+
+static at::Tensor &random_kernel(at::Tensor &self, int kind, double a, double b, int64_t ia, int64_t ib,
+				 const std::optional<at::Generator> &gen, const char *name)
+{
+	if (self.numel() == 0)
+		return self;
+	c10::DeviceGuard g(self.device());
+	auto iter = at::TensorIteratorConfig().add_output(self).resize_outputs(false).check_all_same_dtype(false).build();
+	nk_random_args_t r{};
+	iter_to_nk(iter, r.it, name);
+	r.kind = kind;
+	r.a = a, r.b = b, r.ia = ia, r.ib = ib;
+	auto so = philox_args(gen, self.device().index(), self.numel());
+	r.seed = so.first, r.offset = so.second;
+	launch(current_queue(self.device().index()), nk_random_run, r, name);
+	return self;
+}
+
+static at::Tensor &uniform_(at::Tensor &self, double from, double to, std::optional<at::Generator> gen)
+{
+	NEURON_TRACK("aten::uniform_");
+	TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
+	return random_kernel(self, NK_RNG_UNIFORM, from, to, 0, 0, gen, "aten::uniform_");
+}
+
+static at::Tensor &normal_(at::Tensor &self, double mean, double std, std::optional<at::Generator> gen)
+{
+	NEURON_TRACK("aten::normal_");
+	TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+	return random_kernel(self, NK_RNG_NORMAL, mean, std, 0, 0, gen, "aten::normal_");
+}
+
+static at::Tensor &bernoulli_float(at::Tensor &self, double p, std::optional<at::Generator> gen)
+{
+	NEURON_TRACK("aten::bernoulli_.float");
+	TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+	return random_kernel(self, NK_RNG_BERNOULLI, p, 0, 0, 0, gen, "aten::bernoulli_");
+}
+
+static at::Tensor &random_from_to(at::Tensor &self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen)
+{
+	NEURON_TRACK("aten::random_.from");
+	int64_t hi;
+	switch (self.scalar_type()) {
+	case at::kBool: hi = 2; break;
+	case at::kByte: hi = 256; break;
+	case at::kChar: hi = 128; break;
+	case at::kShort: hi = 32768; break;
+	case at::kInt: hi = (int64_t)1 << 31; break;
+	case at::kLong: hi = std::numeric_limits<int64_t>::max(); break;
+	case at::kHalf: hi = (int64_t)1 << 11; break;
+	case at::kBFloat16: hi = (int64_t)1 << 8; break;
+	case at::kFloat: hi = (int64_t)1 << 24; break;
+	default: hi = (int64_t)1 << 53; break;
+	}
+	if (to.has_value())
+		hi = *to;
+	TORCH_CHECK(from < hi, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", hi);
+	return random_kernel(self, NK_RNG_RANDINT, 0, 0, from, hi, gen, "aten::random_");
+}
+
+static at::Tensor &random_to(at::Tensor &self, int64_t to, std::optional<at::Generator> gen)
+{
+	return random_from_to(self, 0, to, gen);
+}
+
+static at::Tensor &random_(at::Tensor &self, std::optional<at::Generator> gen)
+{
+	return random_from_to(self, 0, std::nullopt, gen);
+}
+
+static std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor &x, double p, std::optional<bool> train)
+{
+	NEURON_TRACK("aten::native_dropout");
+	TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
+	c10::DeviceGuard g(x.device());
+	if (!train.value_or(true) || p == 0)
+		return {x.clone(), at::empty_like(x, x.options().dtype(at::kBool)).fill_(true)};
+	at::Tensor xc = x.contiguous();
+	at::Tensor out = at::empty_like(xc), mask = at::empty_like(xc, xc.options().dtype(at::kBool));
+	if (x.numel() == 0)
+		return {out, mask};
+	nk_dropout_args_t a{};
+	a.dtype = nk_dtype(x.scalar_type(), "aten::native_dropout");
+	a.n = x.numel();
+	a.p = p;
+	auto so = philox_args(std::nullopt, x.device().index(), a.n);
+	a.seed = so.first, a.offset = so.second;
+	a.x = xc.const_data_ptr(), a.out = out.data_ptr(), a.mask = mask.data_ptr();
+	launch(current_queue(x.device().index()), nk_dropout_run, a, "aten::native_dropout");
+	return {out, mask};
+}
+
+// ---- CPU fallback ----------------------------------------------------------------------------------
+
+static std::string op_name(const c10::OperatorHandle &op)
+{
+	const auto &n = op.schema().operator_name();
+	return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+// Ops without a native kernel: synchronize the device (the CPU kernel reads and writes memory that
+// queued kernels may still use), copy to CPU, run the CPU kernel, copy results and mutated inputs
+// back.  Tracked, warned once per op, and an error under NEURON_FALLBACK=error.
+static void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+{
+	std::string name = op_name(op);
+	track_fallback(name);
+	const char *mode = getenv("NEURON_FALLBACK");
+	TORCH_CHECK(!(mode && strcmp(mode, "error") == 0), "neuron: ", name,
+		    " has no native neuron kernel and NEURON_FALLBACK=error forbids running it on the CPU");
+	{
+		static std::mutex mu;
+		static std::set<std::string> warned;
+		std::lock_guard<std::mutex> g(mu);
+		if (warned.insert(name).second && !(mode && strcmp(mode, "silent") == 0))
+			TORCH_WARN("neuron: ", name, " has no native neuron kernel; it runs on the CPU (fallback). "
+				   "Set NEURON_FALLBACK=error to make this an error.");
+	}
+	for (int d = 0; d < nrt_device_count(); d++)
+		sync_device((c10::DeviceIndex)d, name.c_str());
+	at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+}
+
+} // namespace neuron
+
+using namespace neuron;
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m)
+{
+	m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
+{
+	m.impl("empty.memory_format", empty_memory_format);
+	m.impl("empty_strided", empty_strided);
+	m.impl("as_strided", as_strided);
+	m.impl("view", view);
+	m.impl("_reshape_alias", reshape_alias);
+	m.impl("unfold", unfold);
+	m.impl("resize_", resize_);
+	m.impl("set_.source_Storage_storage_offset", set_storage);
+	m.impl("set_.source_Storage", set_source_storage);
+	m.impl("set_.source_Tensor", set_source_tensor);
+	m.impl("set_", set_empty);
+	m.impl("_copy_from", copy_from);
+	m.impl("_copy_from_and_resize", copy_from_and_resize);
+	m.impl("_local_scalar_dense", local_scalar_dense);
+	m.impl("fill_.Scalar", fill_scalar);
+	m.impl("fill_.Tensor", fill_tensor);
+	m.impl("zero_", zero_);
+	m.impl("uniform_", uniform_);
+	m.impl("normal_", normal_);
+	m.impl("bernoulli_.float", bernoulli_float);
+	m.impl("random_.from", random_from_to);
+	m.impl("random_.to", random_to);
+	m.impl("random_", random_);
+	m.impl("native_dropout", native_dropout);
+}

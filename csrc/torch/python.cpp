@@ -1,0 +1,118 @@
+// python.cpp - the torchneuron._C module: the few runtime entry points the Python package needs
+// that PyTorch's generic torch.accelerator / torch.Stream / torch.Event APIs do not already cover.
+#include <Python.h>
+
+#include "neuron.h"
+
+#include <ATen/core/Generator.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/python_numbers.h>
+
+#include <set>
+#include <string>
+
+namespace neuron {
+const at::Generator &default_generator(c10::DeviceIndex idx);
+std::set<std::string> executed_ops();
+std::set<std::string> fallback_ops();
+void clear_op_tracking();
+} // namespace neuron
+
+using namespace neuron;
+
+static PyObject *to_pyset(const std::set<std::string> &s)
+{
+	PyObject *r = PySet_New(nullptr);
+	for (const auto &x : s) {
+		PyObject *u = PyUnicode_FromString(x.c_str());
+		PySet_Add(r, u);
+		Py_DECREF(u);
+	}
+	return r;
+}
+
+static PyObject *py_init(PyObject *, PyObject *)
+{
+	HANDLE_TH_ERRORS
+	lazy_init();
+	Py_RETURN_NONE;
+	END_HANDLE_TH_ERRORS
+}
+
+static PyObject *py_init_error(PyObject *, PyObject *)
+{
+	if (nrt_init() == 0)
+		Py_RETURN_NONE;
+	return PyUnicode_FromString(nrt_last_error());
+}
+
+static PyObject *py_device_count(PyObject *, PyObject *)
+{
+	return PyLong_FromLong(device_count_noexcept());
+}
+
+static PyObject *py_memory_limit(PyObject *, PyObject *arg)
+{
+	HANDLE_TH_ERRORS
+	long idx = PyLong_AsLong(arg);
+	check_device_index((c10::DeviceIndex)idx);
+	size_t n = 0;
+	NEURON_CHECK(nrt_device_memory_limit((int)idx, &n), "neuron: get_device_properties");
+	return PyLong_FromSize_t(n);
+	END_HANDLE_TH_ERRORS
+}
+
+static PyObject *py_default_generator(PyObject *, PyObject *arg)
+{
+	HANDLE_TH_ERRORS
+	long idx = PyLong_AsLong(arg);
+	return THPGenerator_initDefaultGenerator(default_generator((c10::DeviceIndex)idx));
+	END_HANDLE_TH_ERRORS
+}
+
+static PyObject *py_executed_ops(PyObject *, PyObject *) { return to_pyset(executed_ops()); }
+static PyObject *py_fallback_ops(PyObject *, PyObject *) { return to_pyset(fallback_ops()); }
+static PyObject *py_clear_op_tracking(PyObject *, PyObject *)
+{
+	clear_op_tracking();
+	Py_RETURN_NONE;
+}
+
+static PyObject *py_fault_inject_alloc(PyObject *, PyObject *arg)
+{
+	nrt_fault_inject_alloc(PyLong_AsLongLong(arg));
+	Py_RETURN_NONE;
+}
+
+static PyObject *py_launch_blocking(PyObject *, PyObject *)
+{
+	return PyBool_FromLong(nrt_launch_blocking());
+}
+
+static PyObject *py_num_threads(PyObject *, PyObject *)
+{
+	return PyLong_FromLong(nrt_num_threads());
+}
+
+static PyMethodDef methods[] = {
+	{"_init", py_init, METH_NOARGS, "Initialize the runtime; raises on bad NEURON_* settings."},
+	{"_init_error", py_init_error, METH_NOARGS, "None, or why the runtime cannot initialize."},
+	{"_device_count", py_device_count, METH_NOARGS, "Visible devices (0 if the runtime cannot initialize)."},
+	{"_memory_limit", py_memory_limit, METH_O, "Arena limit of a device in bytes."},
+	{"_default_generator", py_default_generator, METH_O, "The default generator of a device."},
+	{"_executed_ops", py_executed_ops, METH_NOARGS, "ATen ops run on neuron since the last clear."},
+	{"_fallback_ops", py_fallback_ops, METH_NOARGS, "ATen ops that ran through the CPU fallback."},
+	{"_clear_op_tracking", py_clear_op_tracking, METH_NOARGS, "Reset op tracking."},
+	{"_fault_inject_alloc", py_fault_inject_alloc, METH_O, "Fail the n-th segment allocation (tests)."},
+	{"_launch_blocking", py_launch_blocking, METH_NOARGS, "NEURON_LAUNCH_BLOCKING is set."},
+	{"_num_threads", py_num_threads, METH_NOARGS, "Kernel thread pool size."},
+	{nullptr, nullptr, 0, nullptr},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "torchneuron._C", nullptr, -1, methods};
+
+PyMODINIT_FUNC PyInit__C(void)
+{
+	return PyModule_Create(&module);
+}

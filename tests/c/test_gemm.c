@@ -1,0 +1,346 @@
+/* test_gemm.c - GEMM: AVX-512 micro-kernels and packers against the portable ones, nk_gemm_run against
+ * nk_gemm_ref over dtypes, odd sizes (edge tiles), transposed strides, batch, alpha/beta (beta 0 with
+ * NaN in C), the GEMV and f64 paths; then informational GFLOP/s for 512^3, 1024^3 (and 2048^3). */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctest.h"
+#include "nk_gemm_impl.h"
+#include "nk_test.h"
+#include "nrt.h"
+
+static bool have_avx512, have_bf16;
+
+/* ---- micro-kernels ---------------------------------------------------------------------------- */
+
+static void check_ukr_case(int64_t k, int m, int n, float beta, bool strided)
+{
+	float a[NK_GEMM_MR * 300] __attribute__((aligned(64)));
+	float b[300 * NK_GEMM_NR] __attribute__((aligned(64)));
+	float c0[NK_GEMM_MR * NK_GEMM_NR * 2], c1[NK_GEMM_MR * NK_GEMM_NR * 2];
+	int64_t rs = strided ? 1 : NK_GEMM_NR + 3, cs = strided ? NK_GEMM_MR + 1 : 1;
+
+	nkt_fill(a, NK_F32, NK_GEMM_MR * k, -1, 1);
+	nkt_fill(b, NK_F32, k * NK_GEMM_NR, -1, 1);
+	for (size_t i = 0; i < sizeof c0 / sizeof c0[0]; i++)
+		c0[i] = c1[i] = beta == 0 ? NAN : (float)nkt_uniform(-1, 1);
+	nk_sgemm_ref_14x32(k, a, b, c0, rs, cs, 0.75f, beta, m, n);
+	nk_sgemm_avx512_14x32(k, a, b, c1, rs, cs, 0.75f, beta, m, n);
+	for (int i = 0; i < NK_GEMM_MR; i++)
+		for (int j = 0; j < NK_GEMM_NR; j++) {
+			int64_t o = i * rs + j * cs;
+			bool inside = i < m && j < n;
+
+			if (!inside) {
+				CHECK(isnan(c1[o]) == isnan(c0[o]) && (isnan(c0[o]) || c1[o] == c0[o]),
+				      "sgemm ukr wrote outside the tile k=%lld m=%d n=%d (%d,%d)", (long long)k, m,
+				      n, i, j);
+				continue;
+			}
+			CHECK(fabsf(c1[o] - c0[o]) <= 1e-5f * (float)(k + 1), "sgemm ukr k=%lld m=%d n=%d (%d,%d): %g vs %g",
+			      (long long)k, m, n, i, j, c1[o], c0[o]);
+		}
+}
+
+static void test_sgemm_ukr(void)
+{
+	static const int64_t ks[] = { 0, 1, 5, 300 };
+	static const int mn[][2] = { { 14, 32 }, { 1, 1 }, { 13, 17 }, { 14, 16 }, { 3, 31 }, { 7, 32 } };
+	static const float betas[] = { 0, 1, 0.5f };
+
+	if (!have_avx512)
+		return;
+	for (size_t a = 0; a < 4; a++)
+		for (size_t b = 0; b < sizeof mn / sizeof mn[0]; b++)
+			for (size_t c = 0; c < 3; c++)
+				for (int s = 0; s < 2; s++)
+					check_ukr_case(ks[a], mn[b][0], mn[b][1], betas[c], s);
+}
+
+static void check_sbukr_case(int64_t kp, int m, int n, float beta)
+{
+	uint32_t a[NK_GEMM_MR * 200] __attribute__((aligned(64)));
+	uint32_t b[200 * NK_GEMM_NR] __attribute__((aligned(64)));
+	float c0[NK_GEMM_MR * NK_GEMM_NR], c1[NK_GEMM_MR * NK_GEMM_NR];
+	uint16_t h[2];
+
+	for (int64_t i = 0; i < NK_GEMM_MR * kp; i++) {
+		nkt_fill(h, NK_BF16, 2, -1, 1);
+		a[i] = h[0] | (uint32_t)h[1] << 16;
+	}
+	for (int64_t i = 0; i < kp * NK_GEMM_NR; i++) {
+		nkt_fill(h, NK_BF16, 2, -1, 1);
+		b[i] = h[0] | (uint32_t)h[1] << 16;
+	}
+	for (int i = 0; i < NK_GEMM_MR * NK_GEMM_NR; i++)
+		c0[i] = c1[i] = beta == 0 ? NAN : (float)nkt_uniform(-1, 1);
+	nk_sbgemm_ref_14x32(kp, a, b, c0, NK_GEMM_NR, 1, 1.5f, beta, m, n);
+	nk_sbgemm_avx512_14x32(kp, a, b, c1, NK_GEMM_NR, 1, 1.5f, beta, m, n);
+	for (int i = 0; i < NK_GEMM_MR * NK_GEMM_NR; i++) {
+		bool inside = i / NK_GEMM_NR < m && i % NK_GEMM_NR < n;
+
+		if (inside)
+			CHECK(fabsf(c1[i] - c0[i]) <= 1e-4f * (float)(kp + 1), "sbgemm ukr kp=%lld m=%d n=%d [%d]: %g vs %g",
+			      (long long)kp, m, n, i, c1[i], c0[i]);
+		else
+			CHECK(isnan(c0[i]) ? isnan(c1[i]) : c1[i] == c0[i], "sbgemm ukr wrote outside the tile");
+	}
+}
+
+static void test_sbgemm_ukr(void)
+{
+	if (!have_bf16)
+		return;
+	check_sbukr_case(0, 14, 32, 1);
+	check_sbukr_case(1, 14, 32, 0);
+	check_sbukr_case(7, 5, 20, 0.5f);
+	check_sbukr_case(128, 14, 32, 0);
+	check_sbukr_case(33, 13, 31, 1);
+}
+
+/* ---- packers ---------------------------------------------------------------------------------- */
+
+static void test_packers(void)
+{
+	static const int dts[] = { NK_F32, NK_BF16, NK_F16 };
+	static float src[80 * 80];
+	static float d0[NK_GEMM_MR * 80 * 4 + 64] __attribute__((aligned(64)));
+	static float d1[NK_GEMM_MR * 80 * 4 + 64] __attribute__((aligned(64)));
+	static float e0[80 * 96] __attribute__((aligned(64))), e1[80 * 96] __attribute__((aligned(64)));
+	static const int64_t strides[][2] = { { 80, 1 }, { 1, 80 }, { 3, 7 } };
+	static const int ms[] = { 1, 13, 14 };
+	static const int64_t ks[] = { 1, 5, 17, 64 };
+	static const int64_t ns[] = { 1, 31, 32, 33, 70 };
+
+	if (!have_avx512)
+		return;
+	for (int d = 0; d < 3; d++) {
+		nkt_fill(src, dts[d], 80 * 80, -2, 2);
+		for (int s = 0; s < 3; s++) {
+			int64_t rs = strides[s][0], cs = strides[s][1];
+
+			for (int mi = 0; mi < 3; mi++)
+				for (int ki = 0; ki < 4; ki++) {
+					int m = ms[mi];
+					int64_t k = ks[ki];
+
+					memset(d0, 0x7f, sizeof d0);
+					memset(d1, 0x7f, sizeof d1);
+					nk_gemm_pack_a_ref(src, dts[d], rs, cs, m, k, d0);
+					nk_gemm_pack_a_avx512(src, dts[d], rs, cs, m, k, d1);
+					CHECK(!memcmp(d0, d1, sizeof d0), "pack_a %s rs=%lld cs=%lld m=%d k=%lld",
+					      nkt_dtype_name(dts[d]), (long long)rs, (long long)cs, m, (long long)k);
+					if (dts[d] != NK_BF16)
+						continue;
+					memset(d0, 0x7f, sizeof d0);
+					memset(d1, 0x7f, sizeof d1);
+					nk_gemm_pack_a_pairs_ref(src, rs, cs, m, k, (uint32_t *)d0);
+					nk_gemm_pack_a_pairs_avx512(src, rs, cs, m, k, (uint32_t *)d1);
+					CHECK(!memcmp(d0, d1, sizeof d0), "pack_a_pairs rs=%lld cs=%lld m=%d k=%lld",
+					      (long long)rs, (long long)cs, m, (long long)k);
+				}
+			for (int ni = 0; ni < 5; ni++)
+				for (int ki = 0; ki < 4; ki++) {
+					int64_t n = ns[ni], k = ks[ki];
+
+					memset(e0, 0x7f, sizeof e0);
+					memset(e1, 0x7f, sizeof e1);
+					nk_gemm_pack_b_ref(src, dts[d], rs, cs, k, n, e0);
+					nk_gemm_pack_b_avx512(src, dts[d], rs, cs, k, n, e1);
+					CHECK(!memcmp(e0, e1, sizeof e0), "pack_b %s rs=%lld cs=%lld n=%lld k=%lld",
+					      nkt_dtype_name(dts[d]), (long long)rs, (long long)cs, (long long)n,
+					      (long long)k);
+					if (dts[d] != NK_BF16)
+						continue;
+					memset(e0, 0x7f, sizeof e0);
+					memset(e1, 0x7f, sizeof e1);
+					nk_gemm_pack_b_pairs_ref(src, rs, cs, k, n, (uint32_t *)e0);
+					nk_gemm_pack_b_pairs_avx512(src, rs, cs, k, n, (uint32_t *)e1);
+					CHECK(!memcmp(e0, e1, sizeof e0), "pack_b_pairs rs=%lld cs=%lld n=%lld k=%lld",
+					      (long long)rs, (long long)cs, (long long)n, (long long)k);
+				}
+		}
+	}
+}
+
+/* ---- whole GEMM against the reference ------------------------------------------------------- */
+
+typedef struct {
+	int64_t M, N, K, batch;
+	bool ta, tb, tc; /* A, B stored transposed; C column-major */
+	double alpha, beta;
+} gcase_t;
+
+typedef int (*gemm_fn)(const nk_gemm_args_t *g);
+
+static int run_gemm(const nk_gemm_args_t *g)
+{
+	return nk_gemm_run((void *)g);
+}
+
+static int run_packed_portable(const nk_gemm_args_t *g)
+{
+	return nk_gemm_packed(g, &nk_gemm_isa_ref);
+}
+
+/* Lays out one operand of rows x cols (padded leading dimension, padded batch stride). */
+static int64_t layout(int64_t rows, int64_t cols, bool trans, int64_t batch, int64_t *rs, int64_t *cs, int64_t *bs)
+{
+	int64_t ld = (trans ? rows : cols) + 3;
+
+	*rs = trans ? 1 : ld;
+	*cs = trans ? ld : 1;
+	*bs = (trans ? cols : rows) * ld + 5;
+	return *bs * batch;
+}
+
+static void check_gemm(int dtype, gcase_t c, gemm_fn fn, const char *what)
+{
+	nk_gemm_args_t g = { .dtype = dtype, .M = c.M, .N = c.N, .K = c.K, .batch = c.batch,
+			     .alpha = c.alpha, .beta = c.beta };
+	int64_t na = layout(c.M, c.K, c.ta, c.batch, &g.rs_a, &g.cs_a, &g.bs_a);
+	int64_t nb = layout(c.K, c.N, c.tb, c.batch, &g.rs_b, &g.cs_b, &g.bs_b);
+	int64_t ncc = layout(c.M, c.N, c.tc, c.batch, &g.rs_c, &g.cs_c, &g.bs_c);
+	void *A = nkt_alloc(dtype, na), *B = nkt_alloc(dtype, nb);
+	void *C0 = nkt_alloc(dtype, ncc), *C1 = nkt_alloc(dtype, ncc);
+	nk_gemm_args_t r;
+	double atol, rtol, err;
+
+	nkt_fill(A, dtype, na, -1, 1);
+	nkt_fill(B, dtype, nb, -1, 1);
+	if (c.beta == 0)
+		for (int64_t i = 0; i < ncc; i++)
+			nk_fp_stored(C0, dtype, i, NAN); /* beta == 0 must not read C */
+	else
+		nkt_fill(C0, dtype, ncc, -1, 1);
+	memcpy(C1, C0, (size_t)ncc * nk_fp_elem_size(dtype));
+	g.A = A, g.B = B;
+	r = g;
+	r.C = C0;
+	g.C = C1;
+	CHECK(nk_gemm_ref(&r) == 0, "ref failed");
+	CHECK(fn(&g) == 0, "%s failed", what);
+	switch (dtype) {
+	case NK_F64: atol = 1e-13 * (double)(c.K + 1), rtol = 1e-12; break;
+	case NK_F32: atol = 2e-6 * (double)(c.K + 1), rtol = 1e-5; break;
+	case NK_BF16: atol = 1e-4 * sqrt((double)c.K + 1), rtol = 1.0 / 128; break;
+	default: atol = 1e-4 * sqrt((double)c.K + 1), rtol = 1.0 / 1024; break;
+	}
+	/* padding between rows is NaN in both (when beta == 0) or equal: compared as well */
+	err = nkt_err(C1, C0, dtype, ncc, atol, rtol);
+	CHECK(err <= 1, "%s %s M=%lld N=%lld K=%lld batch=%lld ta=%d tb=%d tc=%d alpha=%g beta=%g: err %g", what,
+	      nkt_dtype_name(dtype), (long long)c.M, (long long)c.N, (long long)c.K, (long long)c.batch, c.ta,
+	      c.tb, c.tc, c.alpha, c.beta, err);
+	free(A), free(B), free(C0), free(C1);
+}
+
+static const gcase_t shapes[] = {
+	{ 1, 1, 1, 1 },     { 1, 7, 33, 1 },     { 7, 1, 33, 1 },     { 7, 33, 1, 1 },
+	{ 33, 100, 7, 1 },  { 100, 33, 257, 1 }, { 14, 32, 256, 1 },  { 15, 33, 513, 1 },
+	{ 29, 65, 300, 2 }, { 2, 3, 4, 3 },      { 1, 300, 70, 2 },   { 300, 1, 70, 2 },
+	{ 64, 600, 40, 1 }, { 250, 70, 600, 1 }, { 130, 130, 1030, 1 },
+};
+
+static void test_gemm_layouts(void)
+{
+	static const int dts[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
+	size_t nshapes = sizeof shapes / sizeof shapes[0];
+
+	for (int d = 0; d < 4; d++)
+		for (size_t s = 0; s < nshapes; s++) {
+			gcase_t c = shapes[s];
+
+			if (NK_TEST_SMALL && c.M * c.N * c.K > 200000)
+				continue;
+			for (int t = 0; t < 8; t++) {
+				c.ta = t & 1, c.tb = (t >> 1) & 1, c.tc = (t >> 2) & 1;
+				c.alpha = t % 3 == 2 ? -0.5 : 1.0;
+				c.beta = t % 3 == 0 ? 0.0 : t % 3 == 1 ? 1.0 : 0.25;
+				check_gemm(dts[d], c, run_gemm, "run");
+			}
+		}
+}
+
+static void test_gemm_portable_driver(void)
+{
+	static const int dts[] = { NK_F32, NK_BF16, NK_F16 };
+
+	for (int d = 0; d < 3; d++)
+		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+			gcase_t c = shapes[s];
+
+			if (c.M * c.N * c.K > (NK_TEST_SMALL ? 20000 : 2000000))
+				continue;
+			c.tb = s & 1;
+			c.beta = s & 2 ? 1.0 : 0.0;
+			c.alpha = 1;
+			check_gemm(dts[d], c, run_packed_portable, "packed-portable");
+		}
+}
+
+static void test_gemm_k0_and_errors(void)
+{
+	float c[6] = { 1, 2, 3, 4, 5, 6 };
+	nk_gemm_args_t g = { .dtype = NK_F32, .M = 2, .N = 3, .K = 0, .batch = 1, .alpha = 1, .beta = 2,
+			     .C = c, .rs_c = 3, .cs_c = 1 };
+
+	CHECK(nk_gemm_run(&g) == 0, "K = 0");
+	CHECK(c[0] == 2 && c[5] == 12, "K = 0 scales C by beta: %g %g", c[0], c[5]);
+	g.beta = 0;
+	c[0] = NAN;
+	CHECK(nk_gemm_run(&g) == 0 && c[0] == 0 && c[5] == 0, "K = 0, beta = 0 zeroes C");
+	g.dtype = NK_I32;
+	CHECK(nk_gemm_run(&g) != 0, "int32 gemm is refused");
+	g.dtype = NK_F32;
+	g.M = -1;
+	CHECK(nk_gemm_run(&g) != 0, "negative M is refused");
+}
+
+/* ---- bench (informational) ------------------------------------------------------------------ */
+
+static void bench(int dtype, int64_t n, int reps)
+{
+	nk_gemm_args_t g = { .dtype = dtype, .M = n, .N = n, .K = n, .batch = 1, .alpha = 1, .beta = 0,
+			     .rs_a = n, .cs_a = 1, .rs_b = n, .cs_b = 1, .rs_c = n, .cs_c = 1 };
+	void *A = nkt_alloc(dtype, n * n), *B = nkt_alloc(dtype, n * n), *C = nkt_alloc(dtype, n * n);
+	double best = 1e30;
+
+	nkt_fill(A, dtype, n * n, -1, 1);
+	nkt_fill(B, dtype, n * n, -1, 1);
+	g.A = A, g.B = B, g.C = C;
+	nk_gemm_run(&g);
+	for (int r = 0; r < reps; r++) {
+		double t0 = nkt_now(), t;
+
+		nk_gemm_run(&g);
+		t = nkt_now() - t0;
+		if (t < best)
+			best = t;
+	}
+	printf("  gemm %-4s %5lld^3  %7.1f GFLOP/s  (%d threads, best of %d)\n", nkt_dtype_name(dtype),
+	       (long long)n, 2.0 * (double)n * (double)n * (double)n / best * 1e-9, nrt_num_threads(), reps);
+	free(A), free(B), free(C);
+}
+
+int main(void)
+{
+	__builtin_cpu_init();
+	have_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+	have_bf16 = have_avx512 && __builtin_cpu_supports("avx512bf16");
+	nkt_seed(1);
+	RUN(test_sgemm_ukr);
+	RUN(test_sbgemm_ukr);
+	RUN(test_packers);
+	RUN(test_gemm_layouts);
+	RUN(test_gemm_portable_driver);
+	RUN(test_gemm_k0_and_errors);
+	if (!NK_TEST_SMALL && !nk_using_reference()) {
+		bench(NK_F32, 512, 5);
+		bench(NK_F32, 1024, 5);
+		bench(NK_F32, 2048, 3);
+		bench(NK_BF16, 1024, 5);
+		bench(NK_BF16, 2048, 3);
+	}
+	return ctest_finish();
+}

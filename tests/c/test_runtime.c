@@ -1,0 +1,627 @@
+/* test_runtime.c - runtime: environment parsing, queues, events, sticky errors, launch blocking,
+ * thread pool, concurrent launches, memcpy, trace, pinned host memory. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctest.h"
+#include "nrt.h"
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* ---- kernels used by the tests ---------------------------------------------------------------- */
+struct append_args {
+	int *log;
+	atomic_int *n;
+	int value;
+};
+
+static int k_append(void *p)
+{
+	struct append_args *a = p;
+
+	a->log[atomic_fetch_add(a->n, 1)] = a->value;
+	return 0;
+}
+
+struct count_args {
+	atomic_int *n;
+};
+
+static int k_count(void *p)
+{
+	struct count_args *a = p;
+
+	atomic_fetch_add(a->n, 1);
+	return 0;
+}
+
+static int k_fail(void *p)
+{
+	nrt_kernel_fail("bad index %d", *(int *)p);
+	return 1;
+}
+
+static int k_sleep(void *p)
+{
+	sleep_ms(*(int *)p);
+	return 0;
+}
+
+struct flag_args {
+	atomic_int *flag;
+	int value;
+	int delay_ms;
+};
+
+static int k_set_flag(void *p)
+{
+	struct flag_args *a = p;
+
+	if (a->delay_ms)
+		sleep_ms(a->delay_ms);
+	atomic_store(a->flag, a->value);
+	return 0;
+}
+
+struct read_args {
+	atomic_int *flag;
+	int *seen;
+};
+
+static int k_read_flag(void *p)
+{
+	struct read_args *a = p;
+
+	*a->seen = atomic_load(a->flag);
+	return 0;
+}
+
+struct self_args {
+	pthread_t *who;
+};
+
+static int k_whoami(void *p)
+{
+	struct self_args *a = p;
+
+	*a->who = pthread_self();
+	return 0;
+}
+
+/* ---- environment ------------------------------------------------------------------------------- */
+static void test_env_parse_good(void)
+{
+	static const struct { const char *s; int n; } cores[] = {
+		{ "0", 1 }, { "0-1", 2 }, { "0,2", 2 }, { "3", 1 }, { "0-3,5", 5 }, { "1,0", 2 },
+	};
+	static const struct { const char *s; size_t n; } bytes[] = {
+		{ "1024", 1024 }, { "4GiB", (size_t)4 << 30 }, { "512MiB", (size_t)512 << 20 },
+		{ "4G", (size_t)4 << 30 }, { "1K", 1024 }, { "2KB", 2048 }, { "3mb", (size_t)3 << 20 },
+		{ "1TiB", (size_t)1 << 40 }, { "100B", 100 },
+	};
+
+	for (size_t i = 0; i < sizeof cores / sizeof *cores; i++) {
+		int n = -1;
+		int rc = nrt_parse_visible_cores(cores[i].s, &n);
+
+		CHECK(rc == NRT_OK && n == cores[i].n, "cores \"%s\": rc %d n %d", cores[i].s, rc, n);
+	}
+	for (size_t i = 0; i < sizeof bytes / sizeof *bytes; i++) {
+		size_t n = 0;
+		int rc = nrt_parse_bytes(bytes[i].s, &n);
+
+		CHECK(rc == NRT_OK && n == bytes[i].n, "bytes \"%s\": rc %d n %zu", bytes[i].s, rc, n);
+	}
+}
+
+static void test_env_parse_garbage(void)
+{
+	static const char *const cores[] = { "abc", "1-0", "", "0,,1", "-1", "0,", ",0", "0-", "1 ", "0,0",
+					     "0-1,1", "0x1", "99999999999999999999", "0-100" };
+	static const char *const bytes[] = { "abc", "", "1.5GiB", "4XB", "-1", "99999999999999999999",
+					     "0", "4 GiB", "GiB", "12Gi", "1e9", "4GiBs" };
+
+	for (size_t i = 0; i < sizeof cores / sizeof *cores; i++) {
+		int n = -1;
+		int rc = nrt_parse_visible_cores(cores[i], &n);
+		char want[64];
+
+		snprintf(want, sizeof want, "\"%s\"", cores[i]);
+		CHECK(rc == NRT_ERR_ENV, "cores \"%s\": rc %d", cores[i], rc);
+		CHECK(strstr(nrt_last_error(), "NEURON_RT_VISIBLE_CORES") && strstr(nrt_last_error(), want),
+		      "message: %s", nrt_last_error());
+		CHECK(n == -1, "count written on error");
+	}
+	for (size_t i = 0; i < sizeof bytes / sizeof *bytes; i++) {
+		size_t n = 7;
+		int rc = nrt_parse_bytes(bytes[i], &n);
+		char want[64];
+
+		snprintf(want, sizeof want, "\"%s\"", bytes[i]);
+		CHECK(rc == NRT_ERR_ENV, "bytes \"%s\": rc %d", bytes[i], rc);
+		CHECK(strstr(nrt_last_error(), "NEURON_RT_MEMORY_LIMIT") && strstr(nrt_last_error(), want),
+		      "message: %s", nrt_last_error());
+		CHECK(n == 7, "bytes written on error");
+	}
+}
+
+/* Garbage in the real environment: nrt_init reports it every time and no device is visible. */
+static void test_env_init_errors(void)
+{
+	static const struct { const char *var, *val; } bad[] = {
+		{ "NEURON_RT_VISIBLE_CORES", "abc" }, { "NEURON_RT_MEMORY_LIMIT", "lots" },
+		{ "NEURON_LAUNCH_BLOCKING", "yes" }, { "NEURON_NUM_THREADS", "-2" },
+	};
+	size_t lim = 0;
+
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		int rc;
+
+		setenv(bad[i].var, bad[i].val, 1);
+		rc = nrt_reinit_for_testing();
+		CHECK(rc == NRT_ERR_ENV, "%s=%s: rc %d", bad[i].var, bad[i].val, rc);
+		CHECK(nrt_device_count() == 0, "device count %d", nrt_device_count());
+		for (int k = 0; k < 2; k++) { /* re-reported on every call */
+			rc = nrt_init();
+			CHECK(rc == NRT_ERR_ENV && strstr(nrt_last_error(), bad[i].var) &&
+			      strstr(nrt_last_error(), bad[i].val), "call %d: rc %d msg %s", k, rc, nrt_last_error());
+		}
+		CHECK(nrt_queue_default(0) == NULL, "no queue while init fails");
+		unsetenv(bad[i].var);
+	}
+	setenv("NEURON_RT_VISIBLE_CORES", "0-1", 1);
+	setenv("NEURON_RT_MEMORY_LIMIT", "512MiB", 1);
+	CHECK(nrt_reinit_for_testing() == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_device_count() == 2, "count %d", nrt_device_count());
+	CHECK(nrt_device_memory_limit(1, &lim) == NRT_OK && lim == (size_t)512 << 20, "limit %zu", lim);
+	CHECK(nrt_device_memory_limit(2, &lim) == NRT_ERR_INVALID, "device 2 is not visible");
+	CHECK(nrt_queue_default(1) != NULL && nrt_queue_default(2) == NULL, "default queues");
+	CHECK(nrt_queue_device(nrt_queue_default(1)) == 1, "queue device");
+	unsetenv("NEURON_RT_VISIBLE_CORES");
+	unsetenv("NEURON_RT_MEMORY_LIMIT");
+	CHECK(nrt_reinit_for_testing() == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_device_count() == 1, "count %d", nrt_device_count());
+	CHECK(nrt_device_memory_limit(0, &lim) == NRT_OK && lim > 0, "default limit %zu", lim);
+	CHECK(!nrt_launch_blocking(), "blocking off by default");
+}
+
+static void test_status_strings(void)
+{
+	for (int s = NRT_ERR_TIMEOUT; s <= 0; s++)
+		CHECK(nrt_status_string(s) && *nrt_status_string(s), "status %d", s);
+	CHECK(strcmp(nrt_status_string(NRT_ERR_OOM), nrt_status_string(NRT_OK)) != 0, "distinct");
+	CHECK(nrt_status_string(12345) != NULL, "unknown");
+}
+
+/* ---- queues ------------------------------------------------------------------------------------- */
+static void test_queue_order(void)
+{
+	enum { N = 5000 }; /* several times the ring, so launchers also wait for slots */
+	nrt_queue_t *q = nrt_queue_default(0);
+	static int log[N];
+	atomic_int n = 0;
+	int ok = 1;
+
+	for (int i = 0; i < N; i++) {
+		struct append_args a = { log, &n, i };
+
+		if (nrt_queue_launch(q, k_append, &a, sizeof a, "test::append"))
+			ok = 0;
+	}
+	CHECK(ok, "launch failed: %s", nrt_last_error());
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "%s", nrt_last_error());
+	CHECK(atomic_load(&n) == N, "ran %d", atomic_load(&n));
+	for (int i = 0; i < N; i++)
+		if (log[i] != i) {
+			CHECK(0, "log[%d] = %d", i, log[i]);
+			break;
+		}
+}
+
+static void test_queue_ids_and_query(void)
+{
+	nrt_queue_t *q1 = NULL, *q2 = NULL;
+	int ms = 30;
+
+	CHECK(nrt_queue_id(nrt_queue_default(0)) == 0, "default id");
+	CHECK(nrt_queue_create(0, -1, &q1) == NRT_OK && q1, "%s", nrt_last_error());
+	CHECK(nrt_queue_create(0, 0, &q2) == NRT_OK && q2, "%s", nrt_last_error());
+	CHECK(nrt_queue_create(5, 0, &q2) == NRT_ERR_INVALID, "bad device");
+	CHECK(nrt_queue_create(0, 0, &q2) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_id(q1) > 0 && nrt_queue_id(q2) > nrt_queue_id(q1), "ids %d %d", nrt_queue_id(q1),
+	      nrt_queue_id(q2));
+	CHECK(nrt_queue_priority(q1) == -1, "priority");
+	CHECK(nrt_queue_by_id(0, nrt_queue_id(q1)) == q1, "by id");
+	CHECK(nrt_queue_by_id(0, 0) == nrt_queue_default(0), "by id 0");
+	CHECK(nrt_queue_by_id(0, 9999) == NULL, "unknown id");
+	CHECK(nrt_queue_launch(q1, k_sleep, &ms, sizeof ms, "test::sleep") == NRT_OK, "launch");
+	CHECK(nrt_queue_query(q1) == NRT_ERR_NOT_READY, "busy");
+	CHECK(nrt_queue_synchronize(q1) == NRT_OK, "sync");
+	CHECK(nrt_queue_query(q1) == NRT_OK, "idle");
+	CHECK(nrt_queue_launch(q1, NULL, NULL, 0, "x") == NRT_ERR_INVALID, "null kernel");
+	CHECK(nrt_queue_launch(q1, k_sleep, &ms, NRT_MAX_ARGS + 1, "x") == NRT_ERR_INVALID, "args too big");
+	CHECK(nrt_queue_destroy(nrt_queue_default(0)) == NRT_ERR_INVALID, "default queue stays");
+	int id = nrt_queue_id(q1);
+	CHECK(nrt_queue_destroy(q1) == NRT_OK, "destroy");
+	CHECK(nrt_queue_by_id(0, id) == NULL, "destroyed queue not found");
+	CHECK(nrt_queue_destroy(q2) == NRT_OK, "destroy");
+}
+
+static void test_sticky_error(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	atomic_int n = 0;
+	struct count_args c = { &n };
+	int idx = 7, rc;
+
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::count") == NRT_OK, "launch");
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::index") == NRT_OK, "launch");
+	for (int i = 0; i < 10; i++)
+		CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::count") == NRT_OK, "launch");
+	rc = nrt_queue_synchronize(q);
+	CHECK(rc == NRT_ERR_KERNEL, "rc %d", rc);
+	CHECK(strcmp(nrt_last_error(), "aten::index: bad index 7") == 0, "message '%s'", nrt_last_error());
+	CHECK(atomic_load(&n) == 1, "kernels after the failure were skipped: ran %d", atomic_load(&n));
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "cleared");
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::count") == NRT_OK, "launch");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK && atomic_load(&n) == 2, "queue usable again");
+
+	/* reported by device synchronize */
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::gather") == NRT_OK, "launch");
+	rc = nrt_device_synchronize(0);
+	CHECK(rc == NRT_ERR_KERNEL && strstr(nrt_last_error(), "aten::gather"), "rc %d %s", rc,
+	      nrt_last_error());
+	CHECK(nrt_device_synchronize(0) == NRT_OK, "cleared");
+
+	/* reported by event synchronize */
+	nrt_event_t *e = NULL;
+	CHECK(nrt_event_create(0, 0, &e) == NRT_OK, "event");
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::scatter") == NRT_OK, "launch");
+	CHECK(nrt_event_record(e, q) == NRT_OK, "record");
+	rc = nrt_event_synchronize(e);
+	CHECK(rc == NRT_ERR_KERNEL && strstr(nrt_last_error(), "aten::scatter: bad index 7"), "rc %d %s", rc,
+	      nrt_last_error());
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "cleared");
+	nrt_event_destroy(e);
+}
+
+static void test_launch_blocking(void)
+{
+	nrt_queue_t *q;
+	pthread_t who = 0;
+	struct self_args s = { &who };
+	atomic_int n = 0;
+	struct count_args c = { &n };
+	int idx = 3, rc, ms = 20;
+	nrt_event_t *e0 = NULL, *e1 = NULL;
+	double el = -1;
+
+	setenv("NEURON_LAUNCH_BLOCKING", "1", 1);
+	CHECK(nrt_reinit_for_testing() == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_launch_blocking(), "blocking on");
+	q = nrt_queue_default(0);
+	CHECK(nrt_queue_launch(q, k_whoami, &s, sizeof s, "test::whoami") == NRT_OK, "launch");
+	CHECK(pthread_equal(who, pthread_self()), "kernel ran on the caller");
+	rc = nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::take");
+	CHECK(rc == NRT_ERR_KERNEL && strcmp(nrt_last_error(), "aten::take: bad index 3") == 0, "rc %d '%s'",
+	      rc, nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::count") == NRT_OK && atomic_load(&n) == 1,
+	      "next launch runs");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "nothing sticky");
+	CHECK(nrt_event_create(0, NRT_EVENT_TIMING, &e0) == NRT_OK, "event");
+	CHECK(nrt_event_create(0, NRT_EVENT_TIMING, &e1) == NRT_OK, "event");
+	CHECK(nrt_event_record(e0, q) == NRT_OK, "record");
+	CHECK(nrt_queue_launch(q, k_sleep, &ms, sizeof ms, "test::sleep") == NRT_OK, "sleep");
+	CHECK(nrt_event_record(e1, q) == NRT_OK, "record");
+	CHECK(nrt_event_query(e1) == NRT_OK, "already done");
+	CHECK(nrt_event_elapsed_ms(e0, e1, &el) == NRT_OK && el >= ms - 1, "elapsed %f", el);
+	nrt_event_destroy(e0);
+	nrt_event_destroy(e1);
+	unsetenv("NEURON_LAUNCH_BLOCKING");
+	CHECK(nrt_reinit_for_testing() == NRT_OK, "%s", nrt_last_error());
+	CHECK(!nrt_launch_blocking(), "blocking off");
+}
+
+/* ---- events ------------------------------------------------------------------------------------- */
+static void test_events(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	nrt_event_t *a = NULL, *b = NULL, *plain = NULL, *never = NULL;
+	int ms = 25;
+	double el = -1;
+
+	CHECK(nrt_event_create(0, NRT_EVENT_TIMING, &a) == NRT_OK, "create");
+	CHECK(nrt_event_create(0, NRT_EVENT_TIMING | NRT_EVENT_BLOCKING, &b) == NRT_OK, "create");
+	CHECK(nrt_event_create(0, 0, &plain) == NRT_OK, "create");
+	CHECK(nrt_event_create(0, NRT_EVENT_TIMING, &never) == NRT_OK, "create");
+	nrt_event_t *bad = (nrt_event_t *)&ms;
+	CHECK(nrt_event_create(3, 0, &bad) == NRT_ERR_INVALID && bad == NULL, "bad device");
+	CHECK(nrt_event_query(never) == NRT_OK, "unrecorded query");
+	CHECK(nrt_event_synchronize(never) == NRT_OK, "unrecorded sync");
+	CHECK(nrt_event_record(a, q) == NRT_OK, "record");
+	CHECK(nrt_queue_launch(q, k_sleep, &ms, sizeof ms, "test::sleep") == NRT_OK, "launch");
+	CHECK(nrt_event_record(b, q) == NRT_OK, "record");
+	CHECK(nrt_event_record(plain, q) == NRT_OK, "record");
+	CHECK(nrt_event_query(b) == NRT_ERR_NOT_READY, "pending");
+	CHECK(nrt_event_elapsed_ms(a, b, &el) == NRT_ERR_NOT_READY, "not complete yet");
+	CHECK(nrt_event_synchronize(b) == NRT_OK, "sync");
+	CHECK(nrt_event_query(b) == NRT_OK && nrt_event_query(plain) == NRT_OK, "done");
+	CHECK(nrt_event_elapsed_ms(a, b, &el) == NRT_OK, "%s", nrt_last_error());
+	CHECK(el >= ms - 1 && el < 2000, "elapsed %f ms", el);
+	CHECK(nrt_event_elapsed_ms(a, plain, &el) == NRT_ERR_INVALID, "plain event has no timing");
+	CHECK(strstr(nrt_last_error(), "TIMING") != NULL, "%s", nrt_last_error());
+	CHECK(nrt_event_elapsed_ms(a, never, &el) == NRT_ERR_INVALID, "never recorded");
+	CHECK(strstr(nrt_last_error(), "never recorded") != NULL, "%s", nrt_last_error());
+	nrt_event_destroy(a);
+	nrt_event_destroy(b);
+	nrt_event_destroy(plain);
+	nrt_event_destroy(never);
+	nrt_event_destroy(NULL);
+}
+
+static void test_wait_event_across_queues(void)
+{
+	nrt_queue_t *q1 = NULL, *q2 = NULL;
+	nrt_event_t *e = NULL;
+	atomic_int flag = 0;
+	int seen = -1;
+
+	CHECK(nrt_queue_create(0, 0, &q1) == NRT_OK && nrt_queue_create(0, 0, &q2) == NRT_OK, "queues");
+	CHECK(nrt_event_create(0, 0, &e) == NRT_OK, "event");
+	for (int round = 0; round < 3; round++) {
+		struct flag_args f = { &flag, round + 1, 30 };
+		struct read_args r = { &flag, &seen };
+
+		CHECK(nrt_queue_launch(q1, k_set_flag, &f, sizeof f, "test::set") == NRT_OK, "launch");
+		CHECK(nrt_event_record(e, q1) == NRT_OK, "record");
+		CHECK(nrt_queue_wait_event(q2, e) == NRT_OK, "wait");
+		CHECK(nrt_queue_launch(q2, k_read_flag, &r, sizeof r, "test::read") == NRT_OK, "launch");
+		CHECK(nrt_queue_synchronize(q2) == NRT_OK, "sync");
+		CHECK(seen == round + 1, "q2 ran before q1's event: saw %d", seen);
+	}
+	CHECK(nrt_queue_synchronize(q1) == NRT_OK, "sync");
+	nrt_event_destroy(e);
+	CHECK(nrt_queue_destroy(q1) == NRT_OK && nrt_queue_destroy(q2) == NRT_OK, "destroy");
+}
+
+/* ---- concurrency ---------------------------------------------------------------------------------- */
+enum { CL_THREADS = 4, CL_LAUNCHES = 20000 };
+
+struct order_args {
+	int *last;      /* last value seen per launching thread */
+	atomic_int *bad;
+	int thread, value;
+};
+
+static int k_order(void *p)
+{
+	struct order_args *a = p;
+
+	if (a->last[a->thread] != a->value - 1)
+		atomic_fetch_add(a->bad, 1);
+	a->last[a->thread] = a->value;
+	return 0;
+}
+
+struct launcher {
+	nrt_queue_t *q;
+	int thread;
+	int *last;
+	atomic_int *bad;
+	int errors;
+};
+
+static void *launch_thread(void *p)
+{
+	struct launcher *l = p;
+
+	for (int i = 0; i < CL_LAUNCHES; i++) {
+		struct order_args a = { l->last, l->bad, l->thread, i };
+
+		if (nrt_queue_launch(l->q, k_order, &a, sizeof a, "test::order"))
+			l->errors++;
+	}
+	return NULL;
+}
+
+static void test_concurrent_launches(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	int last[CL_THREADS];
+	atomic_int bad = 0;
+	struct launcher l[CL_THREADS];
+	pthread_t t[CL_THREADS];
+
+	for (int i = 0; i < CL_THREADS; i++) {
+		last[i] = -1;
+		l[i] = (struct launcher){ q, i, last, &bad, 0 };
+		pthread_create(&t[i], NULL, launch_thread, &l[i]);
+	}
+	for (int i = 0; i < CL_THREADS; i++) {
+		pthread_join(t[i], NULL);
+		CHECK(l[i].errors == 0, "thread %d: %d launch errors", i, l[i].errors);
+	}
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "sync");
+	for (int i = 0; i < CL_THREADS; i++)
+		CHECK(last[i] == CL_LAUNCHES - 1, "thread %d: last %d", i, last[i]);
+	CHECK(atomic_load(&bad) == 0, "%d kernels ran out of their thread's order", atomic_load(&bad));
+}
+
+/* ---- thread pool ---------------------------------------------------------------------------------- */
+struct sum_ctx {
+	const int32_t *v;
+	atomic_llong sum;
+	atomic_int calls, nested_inline;
+};
+
+static void nested_fn(void *p, int64_t b, int64_t e)
+{
+	struct sum_ctx *c = p;
+
+	atomic_fetch_add(&c->nested_inline, (int)(e - b));
+}
+
+static void sum_fn(void *p, int64_t b, int64_t e)
+{
+	struct sum_ctx *c = p;
+	long long s = 0;
+
+	for (int64_t i = b; i < e; i++)
+		s += c->v[i];
+	atomic_fetch_add(&c->sum, s);
+	atomic_fetch_add(&c->calls, 1);
+	if (b == 0) /* a nested call must run inline (no deadlock) */
+		nrt_parallel_for(1000, 1, nested_fn, c);
+}
+
+static void *pool_thread(void *p)
+{
+	struct sum_ctx *c = p;
+
+	for (int i = 0; i < 20; i++)
+		nrt_parallel_for(1 << 20, 4096, sum_fn, c);
+	return NULL;
+}
+
+static void test_thread_pool(void)
+{
+	enum { N = 1 << 20 };
+	int32_t *v = malloc(N * sizeof *v);
+	long long want = 0;
+	struct sum_ctx c = { 0 };
+	struct sum_ctx c2[2];
+	pthread_t t[2];
+
+	CHECK(v != NULL, "malloc");
+	if (!v)
+		return;
+	for (int i = 0; i < N; i++) {
+		v[i] = (int32_t)((i * 2654435761u) >> 12) - 500000;
+		want += v[i];
+	}
+	CHECK(nrt_num_threads() >= 1, "threads %d", nrt_num_threads());
+	c.v = v;
+	nrt_parallel_for(N, 1000, sum_fn, &c);
+	CHECK(atomic_load(&c.sum) == want, "sum %lld want %lld", (long long)atomic_load(&c.sum), want);
+	CHECK(atomic_load(&c.nested_inline) == 1000, "nested %d", atomic_load(&c.nested_inline));
+	CHECK(nrt_num_threads() == 1 || atomic_load(&c.calls) > 1, "split into %d chunks", atomic_load(&c.calls));
+
+	atomic_store(&c.sum, 0);
+	atomic_store(&c.calls, 0);
+	nrt_parallel_for(N, N, sum_fn, &c); /* n <= grain: one inline call */
+	CHECK(atomic_load(&c.sum) == want && atomic_load(&c.calls) == 1, "inline");
+	nrt_parallel_for(0, 1, sum_fn, &c);
+	CHECK(atomic_load(&c.calls) == 1, "empty range");
+
+	/* two callers at once (as from two queue workers) */
+	for (int i = 0; i < 2; i++) {
+		c2[i] = (struct sum_ctx){ .v = v };
+		pthread_create(&t[i], NULL, pool_thread, &c2[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		CHECK(atomic_load(&c2[i].sum) == want * 20, "concurrent caller %d", i);
+	}
+	free(v);
+}
+
+/* ---- copies, trace, host memory ------------------------------------------------------------------ */
+static void test_memcpy_and_host(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	size_t n = (size_t)5 << 20; /* large enough for the parallel path */
+	unsigned char *h = NULL, *h2 = NULL;
+	void *d = NULL;
+	nrt_event_t *e = NULL;
+	int ok = 1;
+
+	CHECK(nrt_host_alloc(n, (void **)&h) == NRT_OK && h, "host alloc");
+	CHECK(nrt_host_alloc(n, (void **)&h2) == NRT_OK && h2, "host alloc");
+	CHECK(h && ((uintptr_t)h & 4095) == 0, "page aligned");
+	if (!h || !h2)
+		return;
+	CHECK(nrt_host_is_pinned(h) && nrt_host_is_pinned(h + n - 1) && nrt_host_is_pinned(h + 12345),
+	      "interior");
+	CHECK(!nrt_host_is_pinned(&n), "stack is not pinned");
+	CHECK(nrt_host_free(h + 1) == NRT_ERR_INVALID, "interior free refused");
+	for (size_t i = 0; i < n; i++)
+		h[i] = (unsigned char)(i * 31 + 7);
+	memset(h2, 0, n);
+	CHECK(nrt_malloc(q, n, &d) == NRT_OK && d, "%s", nrt_last_error());
+	CHECK(nrt_event_create(0, 0, &e) == NRT_OK, "event");
+	CHECK(nrt_memcpy_async(q, d, h, n) == NRT_OK, "h2d");
+	CHECK(nrt_memcpy_async(q, h2, d, n) == NRT_OK, "d2h");
+	CHECK(nrt_memcpy_async(q, h2, NULL, n) == NRT_ERR_INVALID, "null src");
+	CHECK(nrt_event_record(e, q) == NRT_OK, "record");
+	CHECK(nrt_event_synchronize(e) == NRT_OK, "sync");
+	for (size_t i = 0; i < n && ok; i++)
+		ok = h2[i] == (unsigned char)(i * 31 + 7);
+	CHECK(ok, "round trip");
+	CHECK(nrt_free(d) == NRT_OK, "free");
+	nrt_event_destroy(e);
+	CHECK(nrt_host_free(h) == NRT_OK && !nrt_host_is_pinned(h), "host free");
+	CHECK(nrt_host_free(h2) == NRT_OK, "host free");
+	CHECK(nrt_host_free(NULL) == NRT_OK, "free NULL");
+}
+
+static void test_trace(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	nrt_trace_rec_t r[16];
+	atomic_int n = 0;
+	struct count_args c = { &n };
+	int got;
+
+	nrt_trace_drain(r, 16);
+	nrt_trace_enable(true);
+	nrt_queue_launch(q, k_count, &c, sizeof c, "aten::add");
+	nrt_queue_launch(q, k_count, &c, sizeof c, "aten::mul");
+	nrt_queue_synchronize(q);
+	nrt_trace_enable(false);
+	nrt_queue_launch(q, k_count, &c, sizeof c, "aten::sub");
+	nrt_queue_synchronize(q);
+	got = nrt_trace_drain(r, 16);
+	CHECK(got == 2, "records %d", got);
+	if (got == 2) {
+		CHECK(!strcmp(r[0].name, "aten::add") && !strcmp(r[1].name, "aten::mul"), "names");
+		CHECK(r[0].dev == 0 && r[0].queue == 0, "dev/queue");
+		CHECK(r[0].start_ns <= r[0].end_ns && r[0].end_ns <= r[1].start_ns, "times");
+	}
+	CHECK(nrt_trace_drain(r, 16) == 0, "drained");
+	CHECK(nrt_now_ns() > 0, "clock");
+}
+
+int main(void)
+{
+	unsetenv("NEURON_RT_VISIBLE_CORES");
+	unsetenv("NEURON_RT_MEMORY_LIMIT");
+	unsetenv("NEURON_LAUNCH_BLOCKING");
+	unsetenv("NEURON_NUM_THREADS");
+	if (nrt_init() != NRT_OK) {
+		fprintf(stderr, "nrt_init: %s\n", nrt_last_error());
+		return 1;
+	}
+	RUN(test_status_strings);
+	RUN(test_env_parse_good);
+	RUN(test_env_parse_garbage);
+	RUN(test_env_init_errors);
+	RUN(test_queue_order);
+	RUN(test_queue_ids_and_query);
+	RUN(test_sticky_error);
+	RUN(test_launch_blocking);
+	RUN(test_events);
+	RUN(test_wait_event_across_queues);
+	RUN(test_concurrent_launches);
+	RUN(test_thread_pool);
+	RUN(test_memcpy_and_host);
+	RUN(test_trace);
+	return ctest_finish();
+}

@@ -1,0 +1,57 @@
+"""TorchNeuron: the native PyTorch backend for the `neuron` device.
+
+Importing this package (which `import torch` does through the `torch.backends` entry point) registers
+the device; it never raises: a failure is reported as a warning and `torch.neuron.is_available()`
+stays False.  Set TORCHNEURON_DISABLE=1 to skip registration entirely.
+"""
+import os
+import warnings
+
+import torch
+
+__version__ = "0.1.0"
+_registered = False
+_register_error = None
+
+
+def _register():
+    global _registered
+    from . import _C  # noqa: F401  (loads the C runtime, kernels and the op registrations)
+    from . import device as _device
+
+    if torch._C._get_privateuse1_backend_name() != "neuron":
+        torch.utils.rename_privateuse1_backend("neuron")
+    if not hasattr(torch, "neuron"):
+        torch._register_device_module("neuron", _device)
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+    _registered = True
+
+
+if os.environ.get("TORCHNEURON_DISABLE", "0") != "1":
+    try:
+        _register()
+    except Exception as e:  # never break `import torch`
+        _register_error = e
+        warnings.warn(f"torchneuron: the neuron device is not available: {e}")
+
+
+def _autoload():
+    """Entry point of the `torch.backends` group; registration happened on import."""
+
+
+def get_fallback_ops():
+    """ATen ops (e.g. 'aten::kron') that ran on the CPU through the fallback since the last clear."""
+    from . import _C
+    return _C._fallback_ops()
+
+
+def get_executed_ops():
+    """ATen ops run for neuron tensors (native or fallback) since the last clear."""
+    from . import _C
+    return _C._executed_ops()
+
+
+def clear_op_tracking():
+    """Forget the ops recorded by get_fallback_ops() and get_executed_ops()."""
+    from . import _C
+    _C._clear_op_tracking()

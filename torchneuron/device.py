@@ -1,0 +1,320 @@
+"""torch.neuron: the device module, with the names and meaning of torch.cuda's."""
+import collections
+import contextlib
+import os
+import platform
+
+import torch
+
+from . import _C
+
+_initialized = False
+_in_bad_fork = False
+
+
+# ---- device --------------------------------------------------------------------------------------
+
+def is_available() -> bool:
+    """True if at least one neuron device is visible (never raises)."""
+    return _C._device_count() > 0
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def init():
+    """Initialize the runtime; raises RuntimeError naming the bad NEURON_* variable if any."""
+    global _initialized
+    if _in_bad_fork:
+        raise RuntimeError("neuron: cannot re-initialize the device in a forked subprocess; use 'spawn'")
+    _C._init()
+    _initialized = True
+
+
+_lazy_init = init
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+def _is_in_bad_fork() -> bool:
+    return _in_bad_fork
+
+
+def _after_fork_in_child():
+    global _in_bad_fork, _initialized
+    if _initialized:
+        _in_bad_fork = True
+        _initialized = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _index(device=None) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "neuron":
+            raise ValueError(f"expected a neuron device, got {device}")
+        return current_device() if device.index is None else device.index
+    raise TypeError(f"invalid device {device!r}")
+
+
+def current_device() -> int:
+    init()
+    return torch.accelerator.current_device_index()
+
+
+def set_device(device):
+    idx = _index(device)
+    if idx >= 0:
+        init()
+        torch.accelerator.set_device_index(idx)
+
+
+class device:
+    """Context manager that changes the current neuron device."""
+
+    def __init__(self, device):
+        self.idx = _index(device) if device is not None else -1
+        self.prev = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            self.prev = current_device()
+            set_device(self.idx)
+
+    def __exit__(self, *exc):
+        if self.prev >= 0:
+            set_device(self.prev)
+        return False
+
+
+class device_of(device):
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "neuron" else None)
+
+
+def get_device_name(device=None) -> str:
+    return get_device_properties(device).name
+
+
+_DeviceProperties = collections.namedtuple(
+    "_NeuronDeviceProperties", ["name", "total_memory", "multi_processor_count", "index"])
+
+
+def get_device_properties(device=None):
+    idx = _index(device)
+    init()
+    name = f"NeuronCore (host, {platform.machine()})"
+    return _DeviceProperties(name, _C._memory_limit(idx), _C._num_threads(), idx)
+
+
+def get_device_capability(device=None):
+    return (1, 0)
+
+
+def synchronize(device=None):
+    """Wait for all queued work on a device; raises the first kernel error of its queues."""
+    init()
+    torch.accelerator.synchronize(_index(device))
+
+
+# ---- random --------------------------------------------------------------------------------------
+
+def _generator(device=None):
+    return _C._default_generator(_index(device))
+
+
+def manual_seed(seed):
+    if is_available():
+        _generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed):
+    for i in range(device_count()):
+        _C._default_generator(i).manual_seed(int(seed))
+
+
+def seed():
+    if is_available():
+        _generator().seed()
+
+
+def seed_all():
+    for i in range(device_count()):
+        _C._default_generator(i).seed()
+
+
+def initial_seed() -> int:
+    return _generator().initial_seed()
+
+
+def get_rng_state(device="neuron"):
+    return _generator(device).get_state()
+
+
+def set_rng_state(new_state, device="neuron"):
+    _generator(device).set_state(new_state)
+
+
+def get_rng_state_all():
+    return [_C._default_generator(i).get_state() for i in range(device_count())]
+
+
+def set_rng_state_all(new_states):
+    for i, s in enumerate(new_states):
+        _C._default_generator(i).set_state(s)
+
+
+
+# ---- streams and events --------------------------------------------------------------------------
+
+class Stream(torch.Stream):
+    """An in-order queue of the device.  `priority` < 0 is higher priority."""
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        if kwargs:  # stream_id/device_index/device_type: wrap an existing stream
+            return super().__new__(cls, **kwargs)
+        init()
+        dev = torch.device("neuron", _index(device))
+        with torch.accelerator.device_index(dev.index):
+            return super().__new__(cls, device=dev, priority=priority)
+
+    def __eq__(self, o):
+        return isinstance(o, torch.Stream) and self.stream_id == o.stream_id and self.device == o.device
+
+    def __hash__(self):
+        return hash((self.stream_id, self.device_index))
+
+
+class Event(torch.Event):
+    def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
+        return super().__new__(cls, device="neuron", enable_timing=enable_timing, blocking=blocking,
+                               interprocess=interprocess)
+
+
+def _wrap(s: torch.Stream) -> Stream:
+    return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+
+
+def current_stream(device=None) -> Stream:
+    init()
+    return _wrap(torch.accelerator.current_stream(_index(device)))
+
+
+def default_stream(device=None) -> Stream:
+    init()
+    return Stream(stream_id=0, device_index=_index(device), device_type=current_stream().device_type)
+
+
+def set_stream(stream):
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
+
+
+class StreamContext:
+    """Context manager selecting a stream (and its device)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.prev = None
+        self.prev_dev = None
+
+    def __enter__(self):
+        if self.stream is None:
+            return
+        self.prev_dev = current_device()
+        self.prev = torch.accelerator.current_stream(self.stream.device_index)
+        set_device(self.stream.device_index)
+        torch.accelerator.set_stream(self.stream)
+
+    def __exit__(self, *exc):
+        if self.stream is None:
+            return False
+        torch.accelerator.set_stream(self.prev)
+        set_device(self.prev_dev)
+        return False
+
+
+def stream(stream):
+    return StreamContext(stream)
+
+
+# ---- memory --------------------------------------------------------------------------------------
+
+def memory_stats(device=None):
+    init()
+    return torch.accelerator.memory_stats(_index(device))
+
+
+def memory_allocated(device=None) -> int:
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device=None) -> int:
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device=None) -> int:
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device=None) -> int:
+    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+
+
+def reset_peak_memory_stats(device=None):
+    init()
+    torch.accelerator.reset_peak_memory_stats(_index(device))
+
+
+def reset_accumulated_memory_stats(device=None):
+    init()
+    torch.accelerator.reset_accumulated_memory_stats(_index(device))
+
+
+def reset_max_memory_allocated(device=None):
+    reset_peak_memory_stats(device)
+
+
+def empty_cache():
+    if is_available():
+        torch.accelerator.empty_cache()
+
+
+def mem_get_info(device=None):
+    """(free, total) bytes of the device arena."""
+    init()
+    return torch.accelerator.get_memory_info(_index(device))
+
+
+def memory_summary(device=None, abbreviated=False) -> str:
+    s = memory_stats(device)
+    mib = lambda b: f"{b / 2**20:10.2f} MiB"  # noqa: E731
+    rows = [("allocated", "allocated_bytes"), ("active", "active_bytes"), ("reserved", "reserved_bytes"),
+            ("requested", "requested_bytes")]
+    lines = [f"neuron:{_index(device)} memory summary", f"{'':12}{'current':>14}{'peak':>14}"]
+    for label, key in rows:
+        lines.append(f"{label:12}{mib(s.get(key + '.all.current', 0)):>14}{mib(s.get(key + '.all.peak', 0)):>14}")
+    lines.append(f"alloc retries: {s.get('num_alloc_retries', 0)}   OOMs: {s.get('num_ooms', 0)}")
+    free, total = mem_get_info(device)
+    lines.append(f"arena limit: {mib(total)}  free: {mib(free)}")
+    return "\n".join(lines)
+
+
+# ---- amp -----------------------------------------------------------------------------------------
+
+def get_amp_supported_dtype():
+    return [torch.float16, torch.bfloat16, torch.float32]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
