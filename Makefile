@@ -70,7 +70,7 @@ build: install
 pytest: install
 	$(VPY) -m pytest -q -x tests/python
 
-test: ctest install
+test: ctest test-sanitize install
 	$(VPY) -m pytest -q tests/python
 
 demo: install

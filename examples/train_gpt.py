@@ -312,7 +312,7 @@ def main(argv=None):
           f"(step {worst})")
     print(f"{dev:>10}: {d_secs:7.2f}s  {args.steps / d_secs:7.2f} steps/s")
     print(f"{'cpu':>10}: {c_secs:7.2f}s  {args.steps / c_secs:7.2f} steps/s")
-    print(f"{dev} / cpu speed: {c_secs / d_secs:.2f}x")
+    print(f"{dev} speed relative to cpu: {c_secs / d_secs:.2f}x (above 1: {dev} is faster)")
     if args.sample > 0:
         _print_sample(model, data, args)
     return 0

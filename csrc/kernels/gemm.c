@@ -24,6 +24,7 @@
 #define KCB NK_GEMM_KC_BF16
 #define NC NK_GEMM_NC
 #define MC NK_GEMM_MC
+#define NCA NK_GEMM_NC_ACC
 
 /* Below this many multiply-adds a call runs on the calling thread only. */
 #define GEMM_PAR_MIN_FMA (1 << 18)
@@ -284,7 +285,7 @@ nk_gemm_isa_t nk_gemm_isa_select(void)
 static _Thread_local struct {
 	float b[KC * NC];
 	float a[MR * KC];
-	float c[MC * NC];
+	float c[MC * NCA];
 } gemm_ws __attribute__((aligned(64)));
 
 typedef struct {
@@ -296,6 +297,38 @@ typedef struct {
 	int64_t tm, tn;      /* task rectangle */
 	int64_t tiles_m, tiles_n;
 } gemm_plan_t;
+
+/* Prefetch of the next A panel (rows i0.., k pc..pc+kc) spread over the micro-kernel calls of the
+ * current one, so that packing it finds it in cache (A rows are far apart: the hardware prefetcher
+ * does not follow 14 strided streams well). */
+typedef struct {
+	const char *base; /* row 0 of the panel at column pc */
+	int64_t row_bytes, line_bytes, lines, next, per_step;
+} prefetch_t;
+
+static prefetch_t prefetch_a_init(const gemm_plan_t *pl, const void *A, int64_t i0, int64_t m, int64_t pc,
+				  int64_t kc, int64_t nc)
+{
+	const nk_gemm_args_t *g = pl->g;
+	prefetch_t pf = { 0 };
+	int64_t rows = min64(MR, m - i0), steps = cdiv(nc, NR);
+
+	if (rows <= 0 || g->cs_a != 1)
+		return pf;
+	pf.base = (const char *)at(A, i0 * g->rs_a + pc, pl->es);
+	pf.row_bytes = g->rs_a * (int64_t)pl->es;
+	pf.line_bytes = cdiv(kc * (int64_t)pl->es, 64);
+	pf.lines = rows * pf.line_bytes;
+	pf.per_step = cdiv(pf.lines, steps);
+	return pf;
+}
+
+static void prefetch_a_step(prefetch_t *pf)
+{
+	for (int64_t n = 0; n < pf->per_step && pf->next < pf->lines; n++, pf->next++)
+		__builtin_prefetch(pf->base + pf->next / pf->line_bytes * pf->row_bytes + pf->next % pf->line_bytes * 64,
+				   0, 2);
+}
 
 /* f32 C: for each NC block of columns and KC block of k, pack B once, then for each MR panel of A pack
  * it (it stays in L1) and sweep the NR panels of B.  K blocks after the first accumulate (beta 1). */
@@ -317,13 +350,16 @@ static void gemm_rect_f32(const gemm_plan_t *pl, int64_t b, int64_t i0, int64_t 
 					nc, gemm_ws.b);
 			for (int64_t ir = 0; ir < m; ir += MR) {
 				int mr = (int)min64(MR, m - ir);
+				prefetch_t pf = prefetch_a_init(pl, A, ir + MR, m, pc, kc, nc);
 
 				pl->isa->pack_a(at(A, ir * g->rs_a + pc * g->cs_a, pl->es), g->dtype, g->rs_a,
 						g->cs_a, mr, kc, gemm_ws.a);
-				for (int64_t jr = 0; jr < nc; jr += NR)
+				for (int64_t jr = 0; jr < nc; jr += NR) {
+					prefetch_a_step(&pf);
 					pl->isa->sgemm(kc, gemm_ws.a, gemm_ws.b + jr * kc,
 						       C + ir * g->rs_c + (jc + jr) * g->cs_c, g->rs_c, g->cs_c,
 						       pl->alpha, beta, mr, (int)min64(NR, nc - jr));
+				}
 			}
 		}
 	}
@@ -337,7 +373,7 @@ static void acc_store(const gemm_plan_t *pl, void *C, int64_t mc, int64_t nc)
 	for (int64_t i = 0; i < mc; i++)
 		for (int64_t j = 0; j < nc; j++) {
 			int64_t o = i * g->rs_c + j * g->cs_c;
-			float v = pl->alpha * gemm_ws.c[i * NC + j];
+			float v = pl->alpha * gemm_ws.c[i * NCA + j];
 
 			if (pl->beta != 0)
 				v += pl->beta * nk_fp_loadf(C, g->dtype, o);
@@ -345,9 +381,10 @@ static void acc_store(const gemm_plan_t *pl, void *C, int64_t mc, int64_t nc)
 		}
 }
 
-/* One MC x NC block's KC slice: pack A panels and run the micro-kernels into gemm_ws.c. */
+/* One MC x NCA block's KC slice: pack A panels and run the micro-kernels into gemm_ws.c against the
+ * packed B slice bp. */
 static void acc_block_kslice(const gemm_plan_t *pl, const void *A, int64_t mc, int64_t nc, int64_t kc,
-			     bool first)
+			     const float *bp, bool first)
 {
 	const nk_gemm_args_t *g = pl->g;
 	float beta = first ? 0.0f : 1.0f;
@@ -361,45 +398,57 @@ static void acc_block_kslice(const gemm_plan_t *pl, const void *A, int64_t mc, i
 
 			pl->isa->pack_a_pairs(a, g->rs_a, g->cs_a, mr, kc, (uint32_t *)gemm_ws.a);
 			for (int64_t jr = 0; jr < nc; jr += NR)
-				pl->isa->sbgemm(kp, (const uint32_t *)gemm_ws.a, (const uint32_t *)gemm_ws.b + jr * kp,
-						gemm_ws.c + ir * NC + jr, NC, 1, 1.0f, beta, mr, (int)min64(NR, nc - jr));
+				pl->isa->sbgemm(kp, (const uint32_t *)gemm_ws.a, (const uint32_t *)bp + jr * kp,
+						gemm_ws.c + ir * NCA + jr, NCA, 1, 1.0f, beta, mr, (int)min64(NR, nc - jr));
 		} else {
 			pl->isa->pack_a(a, g->dtype, g->rs_a, g->cs_a, mr, kc, gemm_ws.a);
 			for (int64_t jr = 0; jr < nc; jr += NR)
-				pl->isa->sgemm(kc, gemm_ws.a, gemm_ws.b + jr * kc, gemm_ws.c + ir * NC + jr, NC, 1,
-					       1.0f, beta, mr, (int)min64(NR, nc - jr));
+				pl->isa->sgemm(kc, gemm_ws.a, bp + jr * kc, gemm_ws.c + ir * NCA + jr, NCA, 1, 1.0f,
+					       beta, mr, (int)min64(NR, nc - jr));
 		}
 	}
 }
 
-/* bf16/f16 C: blocks of MC x NC are accumulated over all of K in f32, then rounded once.  B is packed
- * per (NC, KC) block and reused across MC blocks when K fits one KC block. */
+/* Packs the KC slice pc.. of the B block into bp. */
+static void acc_pack_b(const gemm_plan_t *pl, const void *B, int64_t pc, int64_t kc, int64_t jc, int64_t nc,
+		       float *bp)
+{
+	const nk_gemm_args_t *g = pl->g;
+	const void *src = at(B, pc * g->rs_b + jc * g->cs_b, pl->es);
+
+	if (pl->pairs)
+		pl->isa->pack_b_pairs(src, g->rs_b, g->cs_b, kc, nc, (uint32_t *)bp);
+	else
+		pl->isa->pack_b(src, g->dtype, g->rs_b, g->cs_b, kc, nc, bp);
+}
+
+/* bf16/f16 C: blocks of MC x NCA are accumulated over all of K in f32, then rounded once.  The K x NCA
+ * block of B is packed once per column block when all its KC slices fit the workspace (K up to 2048
+ * for bf16 pairs, 1024 for f32 panels); otherwise each MC block repacks its slices. */
 static void gemm_rect_acc(const gemm_plan_t *pl, int64_t b, int64_t i0, int64_t m, int64_t j0, int64_t n)
 {
 	const nk_gemm_args_t *g = pl->g;
 	const void *A = at(g->A, b * g->bs_a + i0 * g->rs_a, pl->es);
 	const void *B = at(g->B, b * g->bs_b + j0 * g->cs_b, pl->es);
 	void *C = (char *)g->C + (b * g->bs_c + i0 * g->rs_c + j0 * g->cs_c) * (int64_t)pl->es;
-	int64_t kcmax = pl->pairs ? KCB : KC;
+	int64_t kcmax = pl->pairs ? KCB : KC, slice = kcmax * NCA / (pl->pairs ? 2 : 1);
+	bool resident = cdiv(g->K, kcmax) * slice <= KC * NC;
 
-	for (int64_t jc = 0; jc < n; jc += NC) {
-		int64_t nc = min64(NC, n - jc), packed_pc = -1;
+	for (int64_t jc = 0; jc < n; jc += NCA) {
+		int64_t nc = min64(NCA, n - jc);
 
+		for (int64_t pc = 0; resident && pc < g->K; pc += kcmax)
+			acc_pack_b(pl, B, pc, min64(kcmax, g->K - pc), jc, nc, gemm_ws.b + pc / kcmax * slice);
 		for (int64_t ic = 0; ic < m; ic += MC) {
 			int64_t mc = min64(MC, m - ic);
 
 			for (int64_t pc = 0; pc < g->K; pc += kcmax) {
 				int64_t kc = min64(kcmax, g->K - pc);
-				const void *bsrc = at(B, pc * g->rs_b + jc * g->cs_b, pl->es);
+				float *bp = resident ? gemm_ws.b + pc / kcmax * slice : gemm_ws.b;
 
-				if (packed_pc != pc) {
-					if (pl->pairs)
-						pl->isa->pack_b_pairs(bsrc, g->rs_b, g->cs_b, kc, nc, (uint32_t *)gemm_ws.b);
-					else
-						pl->isa->pack_b(bsrc, g->dtype, g->rs_b, g->cs_b, kc, nc, gemm_ws.b);
-					packed_pc = pc;
-				}
-				acc_block_kslice(pl, at(A, ic * g->rs_a + pc * g->cs_a, pl->es), mc, nc, kc, pc == 0);
+				if (!resident)
+					acc_pack_b(pl, B, pc, kc, jc, nc, bp);
+				acc_block_kslice(pl, at(A, ic * g->rs_a + pc * g->cs_a, pl->es), mc, nc, kc, bp, pc == 0);
 			}
 			acc_store(pl, (char *)C + (ic * g->rs_c + jc * g->cs_c) * (int64_t)pl->es, mc, nc);
 		}
@@ -423,18 +472,19 @@ static void gemm_tasks(void *ctx, int64_t t0, int64_t t1)
 	}
 }
 
-/* Cuts each matrix into about `want` rectangles: columns first (a task packs its own B; pieces of at
- * least 256 columns), then rows (pieces of at least 4 MR panels). */
+/* Cuts each matrix into about `want` rectangles: rows first (pieces of at least 4 MR panels; every
+ * task packs its own B, which is cheap, and keeps the wide NC blocks), then columns (pieces of at
+ * least 256). */
 static void gemm_partition(gemm_plan_t *pl, int64_t want)
 {
 	int64_t M = pl->g->M, N = pl->g->N;
-	int64_t tn = min64(want, cdiv(N, 256)), tm;
+	int64_t tm = min64(want, cdiv(M, 4 * MR)), tn;
 
-	if (tn < 1)
-		tn = 1;
-	tm = min64(cdiv(want, tn), cdiv(M, 4 * MR));
 	if (tm < 1)
 		tm = 1;
+	tn = min64(cdiv(want, tm), cdiv(N, 256));
+	if (tn < 1)
+		tn = 1;
 	pl->tn = cdiv(cdiv(N, tn), NR) * NR;
 	pl->tm = cdiv(cdiv(M, tm), MR) * MR;
 	pl->tiles_n = cdiv(N, pl->tn);
@@ -460,6 +510,22 @@ int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 	gemm_partition(&pl, want);
 	ntasks = g->batch * pl.tiles_m * pl.tiles_n;
 	nrt_parallel_for(ntasks, fma >= GEMM_PAR_MIN_FMA ? 1 : ntasks, gemm_tasks, &pl);
+	return 0;
+}
+
+int nk_gemm_packed_1t(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
+{
+	gemm_plan_t pl = {
+		.g = g,
+		.isa = isa,
+		.pairs = g->dtype == NK_BF16 && isa->sbgemm,
+		.es = g->dtype == NK_F32 ? 4 : 2,
+		.alpha = (float)g->alpha,
+		.beta = (float)g->beta,
+	};
+
+	gemm_partition(&pl, 1);
+	gemm_tasks(&pl, 0, g->batch * pl.tiles_m * pl.tiles_n);
 	return 0;
 }
 

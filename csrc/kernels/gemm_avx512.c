@@ -139,36 +139,67 @@ static inline __m512 load16(const void *src, int dtype, int64_t off, __mmask16 m
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* dst[p*ld_dst + i] = src[i*ld_src + p] (f32 converted from dtype) for i < rows, p < len: each source
- * row is read contiguously 16 at a time and scattered into the packed panel. */
-static void transpose_into(const void *src, int dtype, int64_t ld_src, int rows, int64_t len, float *dst,
-			   int ld_dst)
+/* In-register transpose of a 16 x 16 f32 block: r[c] becomes column c (unpack, unpack, 2 lane shuffles). */
+static inline void transpose16(__m512 r[16])
 {
-	float t[16] __attribute__((aligned(64)));
+	__m512 t[16];
 
-	for (int i = 0; i < rows; i++) {
-		int64_t p = 0;
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 4; i++) {
+		__m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+		__m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
 
-		if (dtype == NK_F32) {
-			const float *s = (const float *)src + i * ld_src;
+		r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+		r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+		r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+		r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+	}
+	/* r[4i + k]: rows 4i..4i+3 of columns k, k+4, k+8, k+12 in its four 128-bit lanes */
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
+		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
+	}
+	for (int i = 0; i < 4; i++) {
+		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+		r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
+		r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xdd);
+	}
+}
 
-			for (; p + 4 <= len; p += 4) {
-				dst[p * ld_dst + i] = s[p];
-				dst[(p + 1) * ld_dst + i] = s[p + 1];
-				dst[(p + 2) * ld_dst + i] = s[p + 2];
-				dst[(p + 3) * ld_dst + i] = s[p + 3];
-			}
-			for (; p < len; p++)
-				dst[p * ld_dst + i] = s[p];
-			continue;
-		}
-		for (; p < len; p += 16) {
-			int l = len - p < 16 ? (int)(len - p) : 16;
+#define RAW32 (-1) /* "dtype" of 32-bit words copied as they are (bf16 pairs) */
 
-			_mm512_store_ps(t, load16(src, dtype, i * ld_src + p, mask_n(l)));
-			for (int q = 0; q < l; q++)
-				dst[(p + q) * ld_dst + i] = t[q];
-		}
+/* 16 elements of row (f32, bf16, f16 converted to f32; RAW32 words as they are) at byte address p. */
+static inline __m512 load_row16(const char *p, int kind, __mmask16 mk)
+{
+	if (kind == RAW32)
+		return _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(mk, p));
+	return load16(p, kind, 0, mk);
+}
+
+/* dst[p*ld_dst + i] = element p of source row i for p < len, i < 16 (rows >= `rows` read as zero), writing
+ * the lanes of store_mask: rows are read 16 elements at a time and transposed in registers.  Source row
+ * i starts at src + i*row_bytes. */
+static void transpose_into(const char *src, int kind, int64_t row_bytes, int rows, int64_t len, float *dst,
+			   int64_t ld_dst, __mmask16 store_mask)
+{
+	int64_t es = kind == RAW32 || kind == NK_F32 ? 4 : 2;
+
+	for (int64_t p0 = 0; p0 < len; p0 += 16) {
+		int l = len - p0 < 16 ? (int)(len - p0) : 16;
+		__mmask16 mk = mask_n(l);
+		__m512 r[16];
+
+		for (int i = 0; i < 16; i++)
+			r[i] = i < rows ? load_row16(src + i * row_bytes + p0 * es, kind, mk) : _mm512_setzero_ps();
+		transpose16(r);
+		for (int c = 0; c < l; c++)
+			_mm512_mask_storeu_ps(dst + (p0 + c) * ld_dst, store_mask, r[c]);
 	}
 }
 
@@ -185,10 +216,7 @@ void nk_gemm_pack_a_avx512(const void *src, int dtype, int64_t rs, int64_t cs, i
 		nk_gemm_pack_a_ref(src, dtype, rs, cs, m, k, dst);
 		return;
 	}
-	transpose_into(src, dtype, rs, m, k, dst, MR);
-	for (int64_t p = 0; p < k && m < MR; p++)
-		for (int i = m; i < MR; i++)
-			dst[p * MR + i] = 0;
+	transpose_into(src, dtype, rs * (int64_t)nk_fp_elem_size(dtype), m, k, dst, MR, 0x3fff);
 }
 
 void nk_gemm_pack_b_avx512(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n, float *dst)
@@ -210,34 +238,28 @@ void nk_gemm_pack_b_avx512(const void *src, int dtype, int64_t rs, int64_t cs, i
 			}
 			continue;
 		}
-		/* rs == 1: column j of the panel is contiguous in the source */
-		transpose_into((const char *)src + q * NR * cs * (int64_t)nk_fp_elem_size(dtype), dtype, cs, nr, k,
-			       d, NR);
-		for (int64_t p = 0; p < k && nr < NR; p++)
-			for (int j = nr; j < NR; j++)
-				d[p * NR + j] = 0;
+		/* rs == 1: column j of the panel is contiguous in the source; two groups of 16 columns */
+		for (int grp = 0; grp < 2; grp++) {
+			int64_t es = (int64_t)nk_fp_elem_size(dtype);
+
+			transpose_into((const char *)src + (q * NR + grp * 16) * cs * es, dtype, cs * es,
+				       nr - grp * 16, k, d + grp * 16, NR, 0xffff);
+		}
 	}
 }
 
-/* 32-bit transposing copy for bf16 pairs: dst[pp*ld_dst + i] = pair pp of source row i, where a row
- * is contiguous in k (so a pair is one aligned-or-not 32-bit word).  The odd tail pair is (x, 0). */
-static void transpose_pairs(const uint16_t *src, int64_t ld_src, int rows, int64_t k, uint32_t *dst, int ld_dst)
+/* bf16 pairs of rows contiguous in k: dst[pp*ld_dst + i] = pair pp of row i (one 32-bit word), for the
+ * k/2 full pairs by the transpose above and the odd tail pair (x, 0) by hand; rows >= `rows` zero. */
+static void transpose_pairs(const uint16_t *src, int64_t ld_src, int rows, int64_t k, uint32_t *dst, int ld_dst,
+			    __mmask16 store_mask)
 {
 	int64_t kp = k / 2;
 
-	for (int i = 0; i < rows; i++) {
-		const uint16_t *s = src + i * ld_src;
-		int64_t pp = 0;
-
-		for (; pp < kp; pp++) {
-			uint32_t w;
-
-			memcpy(&w, s + 2 * pp, sizeof w);
-			dst[pp * ld_dst + i] = w;
-		}
-		if (k & 1)
-			dst[pp * ld_dst + i] = s[2 * pp];
-	}
+	transpose_into((const char *)src, RAW32, ld_src * 2, rows, kp, (float *)dst, ld_dst, store_mask);
+	if (k & 1)
+		for (int i = 0; i < 16; i++)
+			if (store_mask >> i & 1)
+				dst[kp * ld_dst + i] = i < rows ? src[i * ld_src + 2 * kp] : 0;
 }
 
 /* (lo, hi) bf16 rows of 16 -> 16 pairs. */
@@ -269,10 +291,7 @@ void nk_gemm_pack_a_pairs_avx512(const void *src, int64_t rs, int64_t cs, int m,
 		nk_gemm_pack_a_pairs_ref(src, rs, cs, m, k, dst);
 		return;
 	}
-	transpose_pairs(s, rs, m, k, dst, MR);
-	for (int64_t pp = 0; pp < kp && m < MR; pp++)
-		for (int i = m; i < MR; i++)
-			dst[pp * MR + i] = 0;
+	transpose_pairs(s, rs, m, k, dst, MR, 0x3fff);
 }
 
 void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_t k, int64_t n, uint32_t *dst)
@@ -300,10 +319,8 @@ void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_
 			}
 			continue;
 		}
-		transpose_pairs(s + q * NR * cs, cs, nr, k, d, NR);
-		for (int64_t pp = 0; pp < kp && nr < NR; pp++)
-			for (int j = nr; j < NR; j++)
-				d[pp * NR + j] = 0;
+		transpose_pairs(s + q * NR * cs, cs, nr, k, d, NR, 0xffff);
+		transpose_pairs(s + (q * NR + 16) * cs, cs, nr - 16, k, d + 16, NR, 0xffff);
 	}
 }
 

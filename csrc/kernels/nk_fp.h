@@ -59,4 +59,25 @@ static inline void nk_fp_stored(void *p, int dtype, int64_t i, double v)
 		nk_fp_storef(p, dtype, i, (float)v);
 }
 
+/* exp(x) for x <= 88.37 (softmax and attention call it with x <= 0), written so that loops over it
+ * vectorize: Cephes polynomial after reduction by ln 2, about 1 ulp.  x < -87.33 gives 0 (exp(-inf) is
+ * exactly 0), NaN gives NaN. */
+static inline float nk_fp_expf(float x)
+{
+	float xc = x < -87.33654f ? -87.33654f : x > 88.37626f ? 88.37626f : x;
+	float t = xc * 1.44269504f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer in the low bits */
+	float n = t - 12582912.0f;
+	float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+	float p = 1.9875691500e-4f;
+	float scale = nk_bits_f32((nk_f32_bits(t) - 0x4b400000u + 127u) << 23);
+
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	return x < -87.33654f ? 0.0f : p * scale;
+}
+
 #endif /* NK_FP_H */

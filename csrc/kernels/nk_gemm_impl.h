@@ -14,10 +14,11 @@
 #define NK_GEMM_MR 14
 #define NK_GEMM_NR 32
 /* Cache blocks (Zen 4: 32 KiB L1d, 1 MiB L2 per core, 32 MiB shared L3).  An MR x KC panel of A
- * stays in L1 while the KC x NC block of B (512 KiB) streams from L2 (docs/kernels.md). */
+ * stays in L1 while the KC x NR panels of B stream past it from L2/L3 (docs/kernels.md). */
 #define NK_GEMM_KC 256      /* k per block, f32 panels */
 #define NK_GEMM_KC_BF16 512 /* k per block, bf16 pair panels (same bytes as f32) */
-#define NK_GEMM_NC 512      /* columns of B per block */
+#define NK_GEMM_NC 2048     /* columns of B per block (the packed B block, 2 MiB, lives in L3) */
+#define NK_GEMM_NC_ACC 512  /* columns per block when C is bf16/f16 (accumulated in f32) */
 #define NK_GEMM_MC 224      /* rows per f32 accumulation block when C is bf16/f16 (multiple of MR) */
 
 /* f32 micro-kernel.  a: packed MR x k panel, a[p*MR + i]; b: packed k x NR panel, b[p*NR + j]; both
@@ -89,5 +90,8 @@ nk_gemm_isa_t nk_gemm_isa_select(void);
 /* Runs the packed driver with the given table (tests pass nk_gemm_isa_ref to check the driver with
  * the portable micro-kernel).  Arguments must already be validated: dtype f32/bf16/f16, M, N >= 1. */
 int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa);
+/* The same on the calling thread only, one task per batch entry (for callers that are already
+ * parallel, e.g. attention's tiles). */
+int nk_gemm_packed_1t(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa);
 
 #endif /* NK_GEMM_IMPL_H */

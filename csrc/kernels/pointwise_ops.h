@@ -2,7 +2,7 @@
  * pointwise.c: with PW_T float / PW_M(fn) fn##f (f32, bf16 and f16 compute in float, as PyTorch's
  * opmath) and with PW_T double / PW_M(fn) fn (f64).  PW_NAME names the generated functions.
  *
- * Each formula follows PyTorch's CPU scalar kernel (aten/src/ATen/native/cpu/*Kernel.cpp), including
+ * Each formula follows PyTorch's CPU scalar kernel (the *Kernel.cpp files of aten/src/ATen/native/cpu), including
  * its NaN behaviour; a comment says so where the choice is not obvious.  Not a public header.
  */
 #if !defined(PW_T) || !defined(PW_M) || !defined(PW_NAME)

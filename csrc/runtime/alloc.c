@@ -16,6 +16,9 @@
  * q2's worker has passed that point.  Pending blocks are polled by malloc, empty_cache and the
  * synchronizing calls.
  *
+ * Fault injection counts nrt_malloc calls that need a new segment: the chosen one fails every attempt,
+ * so it goes through the retry (num_alloc_retries) and ends in NRT_ERR_OOM (num_ooms).
+ *
  * Locking: one mutex per device for everything above; a global mutex for the pointer map (taken inside
  * the device mutex, never the other way).  The hot path (a cached block fits) makes no syscall: block
  * structs are recycled through a per-device spare list.
@@ -737,6 +740,17 @@ int nrt_alloc_device_init(int dev, size_t limit)
 	return NRT_OK;
 }
 
+size_t nrt_alloc_limit(int dev)
+{
+	struct nrt_alloc *a = &nrt_devices[dev].alloc;
+	size_t n;
+
+	pthread_mutex_lock(&a->lock);
+	n = a->limit;
+	pthread_mutex_unlock(&a->lock);
+	return n;
+}
+
 void nrt_alloc_set_limit(int dev, size_t limit)
 {
 	struct nrt_alloc *a = &nrt_devices[dev].alloc;
@@ -785,25 +799,33 @@ int nrt_memory_stats(int dev, nrt_mem_stats_t *out)
 	return NRT_OK;
 }
 
-static nrt_stat_t *stat_array(nrt_mem_stats_t *s, int *n)
+/* Fills v with the nrt_stat_t members of s; returns how many. */
+static int stat_list(nrt_mem_stats_t *s, nrt_stat_t *v[9])
 {
-	*n = (int)((offsetof(nrt_mem_stats_t, num_alloc_retries) - offsetof(nrt_mem_stats_t, allocation)) /
-		   sizeof(nrt_stat_t));
-	return &s->allocation;
+	v[0] = &s->allocation;
+	v[1] = &s->segment;
+	v[2] = &s->active;
+	v[3] = &s->inactive_split;
+	v[4] = &s->allocated_bytes;
+	v[5] = &s->reserved_bytes;
+	v[6] = &s->active_bytes;
+	v[7] = &s->inactive_split_bytes;
+	v[8] = &s->requested_bytes;
+	return 9;
 }
 
 int nrt_reset_peak_stats(int dev)
 {
 	struct nrt_alloc *a = alloc_of(dev, "nrt_reset_peak_stats");
-	nrt_stat_t *s;
+	nrt_stat_t *v[9];
 	int n;
 
 	if (!a)
 		return NRT_ERR_INVALID;
 	pthread_mutex_lock(&a->lock);
-	s = stat_array(&a->st, &n);
+	n = stat_list(&a->st, v);
 	for (int i = 0; i < n; i++)
-		s[i].peak = s[i].current;
+		v[i]->peak = v[i]->current;
 	pthread_mutex_unlock(&a->lock);
 	return NRT_OK;
 }
@@ -811,15 +833,15 @@ int nrt_reset_peak_stats(int dev)
 int nrt_reset_accumulated_stats(int dev)
 {
 	struct nrt_alloc *a = alloc_of(dev, "nrt_reset_accumulated_stats");
-	nrt_stat_t *s;
+	nrt_stat_t *v[9];
 	int n;
 
 	if (!a)
 		return NRT_ERR_INVALID;
 	pthread_mutex_lock(&a->lock);
-	s = stat_array(&a->st, &n);
+	n = stat_list(&a->st, v);
 	for (int i = 0; i < n; i++)
-		s[i].allocated = s[i].freed = 0;
+		v[i]->allocated = v[i]->freed = 0;
 	a->st.num_alloc_retries = 0;
 	a->st.num_ooms = 0;
 	a->st.num_device_alloc = 0;

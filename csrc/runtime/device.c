@@ -287,7 +287,7 @@ int nrt_device_memory_limit(int dev, size_t *bytes)
 {
 	if (!nrt_device_valid(dev) || !bytes)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_device_memory_limit: no device neuron:%d", dev);
-	*bytes = nrt_devices[dev].alloc.limit;
+	*bytes = nrt_alloc_limit(dev);
 	return NRT_OK;
 }
 

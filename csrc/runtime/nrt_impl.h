@@ -162,6 +162,7 @@ struct nrt_alloc {
 
 int nrt_alloc_device_init(int dev, size_t limit);
 void nrt_alloc_set_limit(int dev, size_t limit);
+size_t nrt_alloc_limit(int dev);
 /* Returns blocks whose pending uses have completed to the free pools. */
 void nrt_alloc_process_pending(int dev);
 int64_t nrt_alloc_live_bytes(int dev);

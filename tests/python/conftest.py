@@ -39,7 +39,7 @@ _BACKEND_ENV = (
 @pytest.fixture
 def device():
     """The device under test: torch.device("neuron", 0) unless TORCHNEURON_TEST_DEVICE says."""
-    return torch.device(DEVICE_TYPE, 0)
+    return torch.device("cpu") if DEVICE_TYPE == "cpu" else torch.device(DEVICE_TYPE, 0)
 
 
 @pytest.fixture

@@ -1,0 +1,436 @@
+/* layernorm.c - layer norm over the last `cols` of a contiguous [rows, cols], as aten native_layer_norm
+ * and native_layer_norm_backward.
+ *
+ * Forward (per row): mean, var = biased variance (two passes, f64 sums), rstd = 1/sqrt(var + eps),
+ * y = (x*rstd - mean*rstd) * w + b; mean and rstd are written in the input dtype.
+ * Backward: xhat = (x - mean)*rstd, g = dy*w, dx = rstd*(g - mean(g) - xhat*mean(g*xhat)),
+ * dw = sum over rows of dy*xhat, db = sum over rows of dy.
+ * bf16/f16/f32 rows compute in f32 with f64 row sums; f64 computes in f64.
+ * Threading: rows over the pool for y and dx; dw/db over blocks of columns, each summing all rows in
+ * order (deterministic, no per-thread partials).
+ */
+#include <math.h>
+
+#include "nk.h"
+#include "nk_fp.h"
+#include "nrt.h"
+
+NK_VECTORIZE_FILE
+
+#define CH 512 /* elements per chunk of a row */
+#define CB 256 /* columns per dw/db task (at most) */
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+static int64_t row_grain(int64_t cols)
+{
+	return cols >= NK_PARALLEL_GRAIN ? 1 : NK_PARALLEL_GRAIN / (cols + 1) + 1;
+}
+
+static void load_f32(float *buf, const void *p, int dtype, int64_t off, int64_t n)
+{
+	size_t es = nk_fp_elem_size(dtype);
+
+	nk_block_load_f32(buf, (const char *)p + off * (int64_t)es, (int64_t)es, dtype, n);
+}
+
+static void load_f64(double *buf, const void *p, int dtype, int64_t off, int64_t n)
+{
+	size_t es = nk_fp_elem_size(dtype);
+
+	nk_block_load_f64(buf, (const char *)p + off * (int64_t)es, (int64_t)es, dtype, n);
+}
+
+static void store_f32(void *p, int dtype, int64_t off, const float *buf, int64_t n)
+{
+	size_t es = nk_fp_elem_size(dtype);
+
+	nk_block_store_f32((char *)p + off * (int64_t)es, (int64_t)es, dtype, buf, n);
+}
+
+static int ln_check(int dtype, int64_t rows, int64_t cols, const char *who)
+{
+	if (!nk_fp_is_float(dtype)) {
+		nrt_kernel_fail("%s: unsupported dtype %s", who, nk_dtype_name(dtype));
+		return -1;
+	}
+	if (rows < 0 || cols < 0) {
+		nrt_kernel_fail("%s: negative size", who);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- forward ------------------------------------------------------------------------------------ */
+
+/* Sum of buf[0..n) in 8 f64 lanes (vectorizable; the lanes are folded at the end). */
+static double sum_f64(const double *buf, int64_t n)
+{
+	double p[8] = { 0 }, s = 0;
+	int64_t j = 0;
+
+	for (; j + 8 <= n; j += 8)
+		for (int l = 0; l < 8; l++)
+			p[l] += buf[j + l];
+	for (; j < n; j++)
+		s += buf[j];
+	for (int l = 0; l < 8; l++)
+		s += p[l];
+	return s;
+}
+
+/* Row mean and biased variance with f64 sums (two passes over the row). */
+static void row_moments(const nk_layernorm_args_t *a, int64_t r, double *mean, double *var)
+{
+	double buf[CH], s = 0, q = 0, m;
+	int64_t base = r * a->cols;
+
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c);
+
+		load_f64(buf, a->x, a->dtype, base + c, n);
+		s += sum_f64(buf, n);
+	}
+	m = a->cols ? s / (double)a->cols : 0;
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c);
+
+		load_f64(buf, a->x, a->dtype, base + c, n);
+		for (int64_t j = 0; j < n; j++)
+			buf[j] = (buf[j] - m) * (buf[j] - m);
+		q += sum_f64(buf, n);
+	}
+	*mean = m;
+	*var = a->cols ? q / (double)a->cols : 0;
+}
+
+static void ln_row_f32(const nk_layernorm_args_t *a, int64_t r)
+{
+	float x[CH], w[CH], b[CH];
+	double mean, var, rstd;
+	float scale, bias;
+	int64_t base = r * a->cols;
+
+	row_moments(a, r, &mean, &var);
+	rstd = 1.0 / sqrt(var + a->eps);
+	scale = (float)rstd;
+	bias = (float)(-mean * rstd);
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c);
+
+		load_f32(x, a->x, a->dtype, base + c, n);
+		if (a->w)
+			load_f32(w, a->w, a->dtype, c, n);
+		if (a->b)
+			load_f32(b, a->b, a->dtype, c, n);
+		for (int64_t j = 0; j < n; j++) {
+			float v = x[j] * scale + bias;
+
+			v = a->w ? v * w[j] : v;
+			x[j] = a->b ? v + b[j] : v;
+		}
+		store_f32(a->y, a->dtype, base + c, x, n);
+	}
+	if (a->mean)
+		nk_fp_stored(a->mean, a->dtype, r, mean);
+	if (a->rstd)
+		nk_fp_stored(a->rstd, a->dtype, r, rstd);
+}
+
+static void ln_row_f64(const nk_layernorm_args_t *a, int64_t r)
+{
+	const double *x = (const double *)a->x + r * a->cols, *w = a->w, *b = a->b;
+	double *y = (double *)a->y + r * a->cols;
+	double mean, var, rstd, bias;
+
+	row_moments(a, r, &mean, &var);
+	rstd = 1.0 / sqrt(var + a->eps);
+	bias = -mean * rstd;
+	for (int64_t j = 0; j < a->cols; j++) {
+		double v = x[j] * rstd + bias;
+
+		v = w ? v * w[j] : v;
+		y[j] = b ? v + b[j] : v;
+	}
+	if (a->mean)
+		((double *)a->mean)[r] = mean;
+	if (a->rstd)
+		((double *)a->rstd)[r] = rstd;
+}
+
+static void ln_rows(void *ctx, int64_t r0, int64_t r1)
+{
+	const nk_layernorm_args_t *a = ctx;
+
+	for (int64_t r = r0; r < r1; r++) {
+		if (a->dtype == NK_F64)
+			ln_row_f64(a, r);
+		else
+			ln_row_f32(a, r);
+	}
+}
+
+int nk_layernorm_run(void *args)
+{
+	const nk_layernorm_args_t *a = args;
+
+	if (ln_check(a->dtype, a->rows, a->cols, "layer_norm"))
+		return -1;
+	if (nk_using_reference())
+		return nk_layernorm_ref(args);
+	if (a->rows > 0)
+		nrt_parallel_for(a->rows, row_grain(a->cols), ln_rows, (void *)a);
+	return 0;
+}
+
+/* ---- backward: dx by rows ----------------------------------------------------------------------- */
+
+/* Sums of g = dy*w and g*xhat over one chunk, in 16 f32 lanes. */
+static void chunk_sums(const float *dy, const float *x, const float *w, int64_t n, float mean, float rstd,
+		       double *sg, double *sgx)
+{
+	float pg[16] = { 0 }, pgx[16] = { 0 }, tg = 0, tgx = 0;
+	int64_t j = 0;
+
+	for (; j + 16 <= n; j += 16)
+		for (int l = 0; l < 16; l++) {
+			float g = w ? dy[j + l] * w[j + l] : dy[j + l];
+
+			pg[l] += g;
+			pgx[l] += g * ((x[j + l] - mean) * rstd);
+		}
+	for (; j < n; j++) {
+		float g = w ? dy[j] * w[j] : dy[j];
+
+		tg += g;
+		tgx += g * ((x[j] - mean) * rstd);
+	}
+	for (int l = 0; l < 16; l++)
+		tg += pg[l], tgx += pgx[l];
+	*sg += tg;
+	*sgx += tgx;
+}
+
+static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, int64_t r)
+{
+	float dy[CH], x[CH], w[CH];
+	float mean = nk_fp_loadf(a->mean, a->dtype, r), rstd = nk_fp_loadf(a->rstd, a->dtype, r);
+	double sg = 0, sgx = 0;
+	float mg, mgx;
+	int64_t base = r * a->cols;
+
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c);
+
+		load_f32(dy, a->dy, a->dtype, base + c, n);
+		load_f32(x, a->x, a->dtype, base + c, n);
+		if (a->w)
+			load_f32(w, a->w, a->dtype, c, n);
+		chunk_sums(dy, x, a->w ? w : NULL, n, mean, rstd, &sg, &sgx);
+	}
+	mg = (float)(sg / (double)a->cols);
+	mgx = (float)(sgx / (double)a->cols);
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c);
+
+		load_f32(dy, a->dy, a->dtype, base + c, n);
+		load_f32(x, a->x, a->dtype, base + c, n);
+		if (a->w)
+			load_f32(w, a->w, a->dtype, c, n);
+		for (int64_t j = 0; j < n; j++) {
+			float g = a->w ? dy[j] * w[j] : dy[j];
+			float xhat = (x[j] - mean) * rstd;
+
+			dy[j] = rstd * (g - mg - xhat * mgx);
+		}
+		store_f32(a->dx, a->dtype, base + c, dy, n);
+	}
+}
+
+static void ln_dx_row_f64(const nk_layernorm_bwd_args_t *a, int64_t r)
+{
+	const double *dy = (const double *)a->dy + r * a->cols, *x = (const double *)a->x + r * a->cols;
+	const double *w = a->w;
+	double *dx = (double *)a->dx + r * a->cols;
+	double mean = ((const double *)a->mean)[r], rstd = ((const double *)a->rstd)[r];
+	double sg = 0, sgx = 0, mg, mgx;
+
+	for (int64_t j = 0; j < a->cols; j++) {
+		double g = w ? dy[j] * w[j] : dy[j];
+
+		sg += g;
+		sgx += g * (x[j] - mean) * rstd;
+	}
+	mg = sg / (double)a->cols;
+	mgx = sgx / (double)a->cols;
+	for (int64_t j = 0; j < a->cols; j++) {
+		double g = w ? dy[j] * w[j] : dy[j];
+
+		dx[j] = rstd * (g - mg - (x[j] - mean) * rstd * mgx);
+	}
+}
+
+static void ln_dx_rows(void *ctx, int64_t r0, int64_t r1)
+{
+	const nk_layernorm_bwd_args_t *a = ctx;
+
+	for (int64_t r = r0; r < r1; r++) {
+		if (a->dtype == NK_F64)
+			ln_dx_row_f64(a, r);
+		else
+			ln_dx_row_f32(a, r);
+	}
+}
+
+/* ---- backward: dw, db by column blocks ---------------------------------------------------------- */
+
+typedef struct {
+	const nk_layernorm_bwd_args_t *a;
+	int64_t cb; /* columns per task */
+} ln_cols_t;
+
+/* Columns [c0, c0+n): sums over all rows, in row order, in f64. */
+static void ln_dwdb_block(const nk_layernorm_bwd_args_t *a, int64_t c0, int64_t n)
+{
+	double dy[CB], x[CB], sw[CB] = { 0 }, sb[CB] = { 0 };
+
+	for (int64_t r = 0; r < a->rows; r++) {
+		double mean = nk_fp_loadd(a->mean, a->dtype, r), rstd = nk_fp_loadd(a->rstd, a->dtype, r);
+
+		load_f64(dy, a->dy, a->dtype, r * a->cols + c0, n);
+		if (a->dw) {
+			load_f64(x, a->x, a->dtype, r * a->cols + c0, n);
+			for (int64_t j = 0; j < n; j++)
+				sw[j] += dy[j] * ((x[j] - mean) * rstd);
+		}
+		for (int64_t j = 0; j < n; j++)
+			sb[j] += dy[j];
+	}
+	for (int64_t j = 0; j < n; j++) {
+		if (a->dw)
+			nk_fp_stored(a->dw, a->dtype, c0 + j, sw[j]);
+		if (a->db)
+			nk_fp_stored(a->db, a->dtype, c0 + j, sb[j]);
+	}
+}
+
+static void ln_dwdb_tasks(void *ctx, int64_t t0, int64_t t1)
+{
+	const ln_cols_t *lc = ctx;
+
+	for (int64_t t = t0; t < t1; t++) {
+		int64_t c0 = t * lc->cb;
+
+		ln_dwdb_block(lc->a, c0, min64(lc->cb, lc->a->cols - c0));
+	}
+}
+
+int nk_layernorm_bwd_run(void *args)
+{
+	const nk_layernorm_bwd_args_t *a = args;
+
+	if (ln_check(a->dtype, a->rows, a->cols, "layer_norm_backward"))
+		return -1;
+	if (nk_using_reference())
+		return nk_layernorm_bwd_ref(args);
+	if (a->dx && a->rows > 0 && a->cols > 0)
+		nrt_parallel_for(a->rows, row_grain(a->cols), ln_dx_rows, (void *)a);
+	if ((a->dw || a->db) && a->cols > 0) {
+		int nt = nrt_num_threads();
+		ln_cols_t lc = { .a = a };
+		int64_t ntasks;
+
+		/* about 4 tasks per thread, 16..CB columns each */
+		lc.cb = (a->cols + 4 * nt - 1) / (4 * nt);
+		lc.cb = lc.cb < 16 ? 16 : lc.cb > CB ? CB : lc.cb;
+		ntasks = (a->cols + lc.cb - 1) / lc.cb;
+		nrt_parallel_for(ntasks, a->rows * a->cols >= NK_PARALLEL_GRAIN ? 1 : ntasks, ln_dwdb_tasks, &lc);
+	}
+	return 0;
+}
+
+/* ---- reference: element at a time in f64 ------------------------------------------------------ */
+
+int nk_layernorm_ref(void *args)
+{
+	const nk_layernorm_args_t *a = args;
+
+	if (ln_check(a->dtype, a->rows, a->cols, "layer_norm"))
+		return -1;
+	for (int64_t r = 0; r < a->rows; r++) {
+		int64_t o = r * a->cols;
+		double s = 0, q = 0, mean, rstd;
+
+		for (int64_t j = 0; j < a->cols; j++)
+			s += nk_fp_loadd(a->x, a->dtype, o + j);
+		mean = a->cols ? s / (double)a->cols : 0;
+		for (int64_t j = 0; j < a->cols; j++) {
+			double d = nk_fp_loadd(a->x, a->dtype, o + j) - mean;
+
+			q += d * d;
+		}
+		rstd = 1.0 / sqrt((a->cols ? q / (double)a->cols : 0) + a->eps);
+		for (int64_t j = 0; j < a->cols; j++) {
+			double v = (nk_fp_loadd(a->x, a->dtype, o + j) - mean) * rstd;
+
+			if (a->w)
+				v *= nk_fp_loadd(a->w, a->dtype, j);
+			if (a->b)
+				v += nk_fp_loadd(a->b, a->dtype, j);
+			nk_fp_stored(a->y, a->dtype, o + j, v);
+		}
+		if (a->mean)
+			nk_fp_stored(a->mean, a->dtype, r, mean);
+		if (a->rstd)
+			nk_fp_stored(a->rstd, a->dtype, r, rstd);
+	}
+	return 0;
+}
+
+int nk_layernorm_bwd_ref(void *args)
+{
+	const nk_layernorm_bwd_args_t *a = args;
+
+	if (ln_check(a->dtype, a->rows, a->cols, "layer_norm_backward"))
+		return -1;
+	for (int64_t r = 0; r < a->rows && a->dx; r++) {
+		int64_t o = r * a->cols;
+		double mean = nk_fp_loadd(a->mean, a->dtype, r), rstd = nk_fp_loadd(a->rstd, a->dtype, r);
+		double sg = 0, sgx = 0;
+
+		for (int64_t j = 0; j < a->cols; j++) {
+			double dy = nk_fp_loadd(a->dy, a->dtype, o + j);
+			double g = a->w ? dy * nk_fp_loadd(a->w, a->dtype, j) : dy;
+			double xhat = (nk_fp_loadd(a->x, a->dtype, o + j) - mean) * rstd;
+
+			sg += g;
+			sgx += g * xhat;
+		}
+		for (int64_t j = 0; j < a->cols; j++) {
+			double dy = nk_fp_loadd(a->dy, a->dtype, o + j);
+			double g = a->w ? dy * nk_fp_loadd(a->w, a->dtype, j) : dy;
+			double xhat = (nk_fp_loadd(a->x, a->dtype, o + j) - mean) * rstd;
+
+			nk_fp_stored(a->dx, a->dtype, o + j, rstd * (g - sg / (double)a->cols - xhat * sgx / (double)a->cols));
+		}
+	}
+	for (int64_t j = 0; j < a->cols && (a->dw || a->db); j++) {
+		double sw = 0, sb = 0;
+
+		for (int64_t r = 0; r < a->rows; r++) {
+			double dy = nk_fp_loadd(a->dy, a->dtype, r * a->cols + j);
+			double mean = nk_fp_loadd(a->mean, a->dtype, r), rstd = nk_fp_loadd(a->rstd, a->dtype, r);
+
+			sw += dy * (nk_fp_loadd(a->x, a->dtype, r * a->cols + j) - mean) * rstd;
+			sb += dy;
+		}
+		if (a->dw)
+			nk_fp_stored(a->dw, a->dtype, j, sw);
+		if (a->db)
+			nk_fp_stored(a->db, a->dtype, j, sb);
+	}
+	return 0;
+}

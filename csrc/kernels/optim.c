@@ -1,0 +1,235 @@
+/* optim.c - one fused Adam / AdamW step over n contiguous elements.
+ *
+ * Per element, in PyTorch's single-tensor order (torch/optim/adam.py, _single_tensor_adam) with every
+ * Python scalar cast to the compute type as ATen does (float for f32/bf16/f16, double for f64):
+ *   g = grad / grad_scale (when != 1); g = -g if maximize
+ *   AdamW: param *= 1 - lr*wd            Adam (wd != 0): g = g + wd*param
+ *   exp_avg.lerp_(g, 1 - beta1)          exp_avg_sq = exp_avg_sq*beta2 + (1 - beta2)*g*g
+ *   amsgrad: max_exp_avg_sq = maximum(max_exp_avg_sq, exp_avg_sq) (NaN propagates), used below
+ *   denom = sqrt(v) / sqrt(1 - beta2^step) + eps
+ *   param = param + (-lr / (1 - beta1^step)) * exp_avg / denom
+ * bf16/f16 tensors (param and states alike) are widened to float and rounded back once per step.
+ *
+ * nk_adam_ref: the formula, element by element, through the dtype's scalar casts.
+ * nk_adam_run: the same operations in the same order (so results match the reference bit for bit),
+ * in dense loops the compiler vectorizes, with flags hoisted out of the loop, split over the pool.
+ */
+#include "nk_impl.h"
+#include "nrt.h"
+
+NK_VECTORIZE_FILE
+
+#define ADAM_BLK 256
+
+/* The step's scalars, computed once in double (Python floats) and cast per compute type. */
+typedef struct {
+	const nk_adam_args_t *a;
+	double beta1_w, beta2, one_m_beta2, decay, wd, bc2_sqrt, eps, neg_step_size, grad_scale;
+	bool l2, amsgrad, maximize, scaled;
+} adam_ctx_t;
+
+static int adam_prepare(adam_ctx_t *c, const nk_adam_args_t *a)
+{
+	memset(c, 0, sizeof *c);
+	c->a = a;
+	if (a->dtype != NK_F32 && a->dtype != NK_F64 && a->dtype != NK_BF16 && a->dtype != NK_F16) {
+		nrt_kernel_fail("nk_adam: dtype %s is not supported (f32, f64, bf16, f16)",
+				nk_dtype_name(a->dtype));
+		return -1;
+	}
+	if (a->n < 0 || a->step < 1) {
+		nrt_kernel_fail("nk_adam: bad n=%lld or step=%lld (step counts from 1)", (long long)a->n,
+				(long long)a->step);
+		return -1;
+	}
+	if (a->n > 0 && (!a->param || !a->grad || !a->exp_avg || !a->exp_avg_sq ||
+			 (a->amsgrad && !a->max_exp_avg_sq))) {
+		nrt_kernel_fail("nk_adam: null tensor pointer");
+		return -1;
+	}
+	double step = (double)a->step;
+	c->beta1_w = 1.0 - a->beta1;
+	c->beta2 = a->beta2;
+	c->one_m_beta2 = 1.0 - a->beta2;
+	c->wd = a->weight_decay;
+	c->decay = 1.0 - a->lr * a->weight_decay;
+	c->bc2_sqrt = sqrt(1.0 - pow(a->beta2, step));
+	c->eps = a->eps;
+	c->neg_step_size = -(a->lr / (1.0 - pow(a->beta1, step)));
+	c->grad_scale = a->grad_scale;
+	c->l2 = !a->adamw && a->weight_decay != 0;
+	c->amsgrad = a->amsgrad;
+	c->maximize = a->maximize;
+	c->scaled = a->grad_scale != 1.0;
+	return 0;
+}
+
+/* PyTorch's lerp (exact at both ends: the weight picks the formula). */
+static inline float adam_lerpf(float s, float e, float w)
+{
+	return fabsf(w) < 0.5f ? s + w * (e - s) : e - (e - s) * (1 - w);
+}
+
+static inline double adam_lerpd(double s, double e, double w)
+{
+	return fabs(w) < 0.5 ? s + w * (e - s) : e - (e - s) * (1 - w);
+}
+
+/* One element in float; p, m, v, vmax updated in place. */
+static inline void adam_elem_f(const adam_ctx_t *c, float *p, float *m, float *v, float *vmax, float g)
+{
+	if (c->scaled) g = g / (float)c->grad_scale;
+	if (c->maximize) g = -g;
+	if (!c->a->adamw && c->wd != 0) g = g + (float)c->wd * *p;
+	if (c->a->adamw && c->wd != 0) *p = *p * (float)c->decay;
+	*m = adam_lerpf(*m, g, (float)c->beta1_w);
+	*v = *v * (float)c->beta2 + (float)c->one_m_beta2 * g * g;
+	float vv = *v;
+	if (c->amsgrad) {
+		*vmax = (*vmax != *vmax || vv != vv) ? NAN : (*vmax < vv ? vv : *vmax);
+		vv = *vmax;
+	}
+	float denom = sqrtf(vv) / (float)c->bc2_sqrt + (float)c->eps;
+	*p = *p + (float)c->neg_step_size * *m / denom;
+}
+
+static inline void adam_elem_d(const adam_ctx_t *c, double *p, double *m, double *v, double *vmax, double g)
+{
+	if (c->scaled) g = g / c->grad_scale;
+	if (c->maximize) g = -g;
+	if (!c->a->adamw && c->wd != 0) g = g + c->wd * *p;
+	if (c->a->adamw && c->wd != 0) *p = *p * c->decay;
+	*m = adam_lerpd(*m, g, c->beta1_w);
+	*v = *v * c->beta2 + c->one_m_beta2 * g * g;
+	double vv = *v;
+	if (c->amsgrad) {
+		*vmax = (*vmax != *vmax || vv != vv) ? NAN : (*vmax < vv ? vv : *vmax);
+		vv = *vmax;
+	}
+	double denom = sqrt(vv) / c->bc2_sqrt + c->eps;
+	*p = *p + c->neg_step_size * *m / denom;
+}
+
+/* ---- reference ------------------------------------------------------------------------------------ */
+int nk_adam_ref(void *args)
+{
+	const nk_adam_args_t *a = args;
+	adam_ctx_t c;
+	if (adam_prepare(&c, a))
+		return -1;
+	int dt = a->dtype;
+	size_t es = nk_dtype_size(dt);
+	for (int64_t i = 0; i < a->n; i++) {
+		size_t off = (size_t)i * es;
+		char *pp = (char *)a->param + off, *mp = (char *)a->exp_avg + off;
+		char *vp = (char *)a->exp_avg_sq + off;
+		char *xp = a->amsgrad ? (char *)a->max_exp_avg_sq + off : NULL;
+		const char *gp = (const char *)a->grad + off;
+		if (dt == NK_F64) {
+			double vmax = xp ? *(double *)xp : 0;
+			adam_elem_d(&c, (double *)pp, (double *)mp, (double *)vp, &vmax, *(const double *)gp);
+			if (xp) *(double *)xp = vmax;
+			continue;
+		}
+		float p = nk_load_f32(pp, dt), m = nk_load_f32(mp, dt), v = nk_load_f32(vp, dt);
+		float vmax = xp ? nk_load_f32(xp, dt) : 0;
+		adam_elem_f(&c, &p, &m, &v, &vmax, nk_load_f32(gp, dt));
+		nk_store_f32(pp, dt, p);
+		nk_store_f32(mp, dt, m);
+		nk_store_f32(vp, dt, v);
+		if (xp) nk_store_f32(xp, dt, vmax);
+	}
+	return 0;
+}
+
+/* ---- optimized ------------------------------------------------------------------------------------ */
+/* Dense f32 loop: the flags are loop-invariant and the updates branch-free, so it vectorizes. */
+static void adam_f32(const adam_ctx_t *c, float *restrict p, float *restrict m, float *restrict v,
+		     float *restrict vmax, const float *restrict g, int64_t n)
+{
+	const float gs = (float)c->grad_scale, sign = c->maximize ? -1.0f : 1.0f;
+	const float wd = (float)c->wd, decay = (float)c->decay, w1 = (float)c->beta1_w;
+	const float b2 = (float)c->beta2, omb2 = (float)c->one_m_beta2, bc2 = (float)c->bc2_sqrt;
+	const float eps = (float)c->eps, nss = (float)c->neg_step_size;
+	const bool scaled = c->scaled, l2 = c->l2, decoupled = c->a->adamw && c->wd != 0;
+	if (!(fabsf(w1) < 0.5f) || c->amsgrad) { /* rare shapes of the formula: the scalar path */
+		for (int64_t i = 0; i < n; i++) {
+			float x = vmax ? vmax[i] : 0;
+			adam_elem_f(c, &p[i], &m[i], &v[i], &x, g[i]);
+			if (vmax) vmax[i] = x;
+		}
+		return;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		float gi = scaled ? g[i] / gs : g[i];
+		gi = gi * sign;
+		float pi = p[i];
+		gi = l2 ? gi + wd * pi : gi;
+		pi = decoupled ? pi * decay : pi;
+		float mi = m[i] + w1 * (gi - m[i]);
+		float vi = v[i] * b2 + omb2 * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		p[i] = pi + nss * mi / (sqrtf(vi) / bc2 + eps);
+	}
+}
+
+/* Elements [i0, i1) of any dtype: f32 in place, f64 through the scalar step, bf16/f16 widened to
+ * float blocks, stepped, and rounded back. */
+static void adam_range(const adam_ctx_t *c, int64_t i0, int64_t i1)
+{
+	const nk_adam_args_t *a = c->a;
+	int dt = a->dtype;
+	if (dt == NK_F32) {
+		adam_f32(c, (float *)a->param + i0, (float *)a->exp_avg + i0, (float *)a->exp_avg_sq + i0,
+			 a->amsgrad ? (float *)a->max_exp_avg_sq + i0 : NULL, (const float *)a->grad + i0, i1 - i0);
+		return;
+	}
+	if (dt == NK_F64) {
+		for (int64_t i = i0; i < i1; i++) {
+			double *vm = a->amsgrad ? (double *)a->max_exp_avg_sq + i : NULL;
+			double x = vm ? *vm : 0;
+			adam_elem_d(c, (double *)a->param + i, (double *)a->exp_avg + i,
+				    (double *)a->exp_avg_sq + i, &x, ((const double *)a->grad)[i]);
+			if (vm) *vm = x;
+		}
+		return;
+	}
+	float p[ADAM_BLK], m[ADAM_BLK], v[ADAM_BLK], x[ADAM_BLK], g[ADAM_BLK];
+	for (int64_t b = i0; b < i1; b += ADAM_BLK) {
+		int64_t n = i1 - b < ADAM_BLK ? i1 - b : ADAM_BLK;
+		int64_t off = b * 2;
+		nk_block_load_f32(p, (const char *)a->param + off, 2, dt, n);
+		nk_block_load_f32(m, (const char *)a->exp_avg + off, 2, dt, n);
+		nk_block_load_f32(v, (const char *)a->exp_avg_sq + off, 2, dt, n);
+		nk_block_load_f32(g, (const char *)a->grad + off, 2, dt, n);
+		if (a->amsgrad)
+			nk_block_load_f32(x, (const char *)a->max_exp_avg_sq + off, 2, dt, n);
+		adam_f32(c, p, m, v, a->amsgrad ? x : NULL, g, n);
+		nk_block_store_f32((char *)a->param + off, 2, dt, p, n);
+		nk_block_store_f32((char *)a->exp_avg + off, 2, dt, m, n);
+		nk_block_store_f32((char *)a->exp_avg_sq + off, 2, dt, v, n);
+		if (a->amsgrad)
+			nk_block_store_f32((char *)a->max_exp_avg_sq + off, 2, dt, x, n);
+	}
+}
+
+static void adam_task(void *ctx, int64_t begin, int64_t end)
+{
+	adam_range(ctx, begin, end);
+}
+
+int nk_adam_run(void *args)
+{
+	if (nk_using_reference())
+		return nk_adam_ref(args);
+	const nk_adam_args_t *a = args;
+	adam_ctx_t c;
+	if (adam_prepare(&c, a))
+		return -1;
+	if (a->n > NK_PARALLEL_GRAIN)
+		nrt_parallel_for(a->n, NK_PARALLEL_GRAIN, adam_task, &c);
+	else
+		adam_range(&c, 0, a->n);
+	return 0;
+}

@@ -1,0 +1,191 @@
+/* pointwise_avx512.c - AVX-512 f32 loops for the hot pointwise ops and the bf16 <-> f32 block
+ * conversions.  Built with the AVX-512 flags (Makefile: files named *_avx512*); callers check
+ * nk_cpu_avx512() first.  Tails use masked loads/stores, so any n works and nothing is read or written
+ * past n.
+ *
+ * Transcendentals: exp is Cephes' expf (range reduction by ln2, degree-6 polynomial, scalef), < 2 ulp;
+ * tanh is Cephes' tanhf (odd polynomial below 0.625, else 1 - 2/(exp(2|x|)+1)); erf for GELU is the
+ * Abramowitz-Stegun 7.1.26 form (|error| < 1.5e-7) that PyTorch's own Vectorized<float>::erf uses for
+ * GELU, so results track PyTorch's CPU GELU.  Everything else is exactly the scalar formula of
+ * pointwise_ops.h (same operation order, IEEE ops).
+ */
+#include <immintrin.h>
+
+#include "nk_impl.h"
+
+static inline __mmask16 tail_mask(int64_t n)
+{
+	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+static inline __m512 v_exp(__m512 x)
+{
+	const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(89.0f);
+	x = _mm512_min_ps(hi, _mm512_max_ps(lo, x)); /* NaN passes through (second operand) */
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+					_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+	__m512 p = _mm512_set1_ps(1.9875691500E-4f);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+	p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+	return _mm512_scalef_ps(p, n);
+}
+
+static inline __m512 v_tanh(__m512 x)
+{
+	const __m512 one = _mm512_set1_ps(1.0f);
+	__m512 ax = _mm512_abs_ps(x);
+	__m512 s = _mm512_mul_ps(x, x);
+	__m512 p = _mm512_set1_ps(-5.70498872745E-3f);
+	p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(2.06390887954E-2f));
+	p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-5.37397155531E-2f));
+	p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.33314422036E-1f));
+	p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-3.33332819422E-1f));
+	__m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, s), x, x);
+	__m512 e = v_exp(_mm512_add_ps(ax, ax));
+	__m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
+	big = _mm512_or_ps(big, _mm512_and_ps(x, _mm512_set1_ps(-0.0f))); /* copy the sign */
+	__mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
+	return _mm512_mask_blend_ps(is_small, big, small);
+}
+
+/* PyTorch's Vectorized<float>::erf (Abramowitz-Stegun 7.1.26). */
+static inline __m512 v_erf_as(__m512 x)
+{
+	const __m512 one = _mm512_set1_ps(1.0f), neg0 = _mm512_set1_ps(-0.0f);
+	__m512 sign = _mm512_and_ps(neg0, x);
+	__m512 ax = _mm512_abs_ps(x);
+	__m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), ax, one));
+	__m512 r = _mm512_fmadd_ps(_mm512_set1_ps(1.061405429f), t, _mm512_set1_ps(-1.453152027f));
+	r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(1.421413741f));
+	r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(-0.284496736f));
+	r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(0.254829592f));
+	__m512 e = _mm512_xor_ps(neg0, v_exp(_mm512_xor_ps(neg0, _mm512_mul_ps(x, x))));
+	__m512 y = _mm512_fmadd_ps(_mm512_mul_ps(e, t), r, one);
+	return _mm512_xor_ps(sign, y);
+}
+
+static inline __m512 v_sigmoid(__m512 x)
+{
+	const __m512 one = _mm512_set1_ps(1.0f);
+	return _mm512_div_ps(one, _mm512_add_ps(one, v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
+}
+
+static inline __m512 v_gelu(__m512 x, int64_t approx)
+{
+	const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+	if (approx) {
+		const __m512 beta = _mm512_set1_ps((float)(M_SQRT2 * M_2_SQRTPI * 0.5));
+		__m512 cube = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+		__m512 inner = _mm512_mul_ps(beta, _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), cube, x));
+		return _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, v_tanh(inner)));
+	}
+	__m512 e = v_erf_as(_mm512_mul_ps(x, _mm512_set1_ps((float)M_SQRT1_2)));
+	return _mm512_mul_ps(_mm512_mul_ps(x, half), _mm512_add_ps(one, e));
+}
+
+static inline __m512 v_gelu_backward(__m512 dy, __m512 x, int64_t approx)
+{
+	const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+	if (approx) {
+		const __m512 beta = _mm512_set1_ps((float)(M_SQRT2 * M_2_SQRTPI * 0.5));
+		const __m512 kappa = _mm512_set1_ps(0.044715f);
+		__m512 xsq = _mm512_mul_ps(x, x), xcube = _mm512_mul_ps(xsq, x);
+		__m512 t = v_tanh(_mm512_mul_ps(beta, _mm512_fmadd_ps(kappa, xcube, x)));
+		__m512 dleft = _mm512_mul_ps(half, _mm512_add_ps(one, t));
+		__m512 dright = _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_fnmadd_ps(t, t, one));
+		dright = _mm512_mul_ps(_mm512_mul_ps(dright, beta),
+				       _mm512_fmadd_ps(_mm512_set1_ps(3.0f * 0.044715f), xsq, one));
+		return _mm512_mul_ps(dy, _mm512_add_ps(dleft, dright));
+	}
+	const __m512 alpha = _mm512_set1_ps((float)(M_2_SQRTPI * M_SQRT1_2 * 0.5));
+	__m512 cdf = _mm512_mul_ps(half, _mm512_add_ps(one, v_erf_as(_mm512_mul_ps(x, _mm512_set1_ps((float)M_SQRT1_2)))));
+	__m512 pdf = _mm512_mul_ps(alpha, v_exp(_mm512_mul_ps(_mm512_mul_ps(x, x), _mm512_set1_ps(-0.5f))));
+	return _mm512_mul_ps(dy, _mm512_fmadd_ps(x, pdf, cdf));
+}
+
+/* One 16-lane step of op; x, y, z hold the inputs (unused ones are zero). */
+static inline __m512 v_op(int op, __m512 x, __m512 y, __m512 a, int64_t ia)
+{
+	const __m512 one = _mm512_set1_ps(1.0f);
+	switch (op) {
+	case NK_OP_ADD: return _mm512_add_ps(x, _mm512_mul_ps(a, y));
+	case NK_OP_SUB: return _mm512_sub_ps(x, _mm512_mul_ps(a, y));
+	case NK_OP_MUL: return _mm512_mul_ps(x, y);
+	case NK_OP_DIV: return _mm512_div_ps(x, y);
+	case NK_OP_EXP: return v_exp(x);
+	case NK_OP_TANH: return v_tanh(x);
+	case NK_OP_SIGMOID: return v_sigmoid(x);
+	case NK_OP_SILU:
+		return _mm512_div_ps(x, _mm512_add_ps(one, v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
+	case NK_OP_GELU: return v_gelu(x, ia);
+	case NK_OP_GELU_BACKWARD: return v_gelu_backward(x, y, ia);
+	case NK_OP_SILU_BACKWARD: {
+		__m512 s = v_sigmoid(y);
+		__m512 t = _mm512_fmadd_ps(y, _mm512_sub_ps(one, s), one);
+		return _mm512_mul_ps(_mm512_mul_ps(x, s), t);
+	}
+	default: return x;
+	}
+}
+
+static bool v_supported(int op)
+{
+	switch (op) {
+	case NK_OP_ADD: case NK_OP_SUB: case NK_OP_MUL: case NK_OP_DIV: case NK_OP_EXP: case NK_OP_TANH:
+	case NK_OP_SIGMOID: case NK_OP_SILU: case NK_OP_GELU: case NK_OP_GELU_BACKWARD:
+	case NK_OP_SILU_BACKWARD:
+		return true;
+	default:
+		return false;
+	}
+}
+
+bool nk_pointwise_f32_avx512(int op, float a, float b, int64_t ia, float *o, const float *x,
+			     const float *y, const float *z, int64_t n)
+{
+	(void)b;
+	(void)z;
+	if (!v_supported(op))
+		return false;
+	const __m512 va = _mm512_set1_ps(a), zero = _mm512_setzero_ps();
+	for (int64_t i = 0; i < n; i += 16) {
+		__mmask16 m = tail_mask(n - i);
+		__m512 vx = _mm512_maskz_loadu_ps(m, x + i);
+		__m512 vy = y ? _mm512_maskz_loadu_ps(m, y + i) : zero;
+		_mm512_mask_storeu_ps(o + i, m, v_op(op, vx, vy, va, ia));
+	}
+	return true;
+}
+
+/* ---- bf16 <-> f32 blocks ----------------------------------------------------------------------- */
+void nk_bf16_to_f32_avx512(float *dst, const uint16_t *src, int64_t n)
+{
+	for (int64_t i = 0; i < n; i += 16) {
+		__mmask16 m = tail_mask(n - i);
+		__m256i h = _mm256_maskz_loadu_epi16(m, src + i);
+		__m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+		_mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(w));
+	}
+}
+
+/* Round to nearest even; NaN -> 0x7fc0 (as nk_f32_to_bf16). */
+void nk_f32_to_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
+{
+	const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+	const __m512i qnan = _mm512_set1_epi32(0x7fc0);
+	for (int64_t i = 0; i < n; i += 16) {
+		__mmask16 m = tail_mask(n - i);
+		__m512 f = _mm512_maskz_loadu_ps(m, src + i);
+		__m512i u = _mm512_castps_si512(f);
+		__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+		__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
+		r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), qnan);
+		_mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(r));
+	}
+}

@@ -1,0 +1,302 @@
+/* softmax.c - softmax / log_softmax over the last dim of a contiguous [rows, cols], and backward.
+ *
+ * Numerically stable: y = exp(x - max) / sum exp(x - max), log: y = x - max - log(sum).  f32, bf16 and
+ * f16 rows are computed in f32 (read and written in chunks through an f32 buffer), f64 in f64.
+ * Threading: rows over the pool (grain ~32k elements).  The reference computes everything in f64.
+ */
+#include <math.h>
+
+#include "nk.h"
+#include "nk_fp.h"
+#include "nrt.h"
+
+NK_VECTORIZE_FILE
+
+#define CH 512 /* elements per chunk of a row */
+#define LANES 16
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+static int softmax_check(int dtype, int64_t rows, int64_t cols, const void *a, const void *b, const void *c,
+			 const char *who)
+{
+	if (!nk_fp_is_float(dtype)) {
+		nrt_kernel_fail("%s: unsupported dtype %s", who, nk_dtype_name(dtype));
+		return -1;
+	}
+	if (rows < 0 || cols < 0) {
+		nrt_kernel_fail("%s: negative size", who);
+		return -1;
+	}
+	if (rows * cols > 0 && (!a || !b || !c)) {
+		nrt_kernel_fail("%s: null data pointer", who);
+		return -1;
+	}
+	return 0;
+}
+
+static int64_t row_grain(int64_t cols)
+{
+	return cols >= NK_PARALLEL_GRAIN ? 1 : NK_PARALLEL_GRAIN / (cols + 1) + 1;
+}
+
+/* n elements of a row (dtype) from element off into buf as f32. */
+static void load_f32(float *buf, const void *p, int dtype, int64_t off, int64_t n)
+{
+	size_t es = nk_fp_elem_size(dtype);
+
+	nk_block_load_f32(buf, (const char *)p + off * (int64_t)es, (int64_t)es, dtype, n);
+}
+
+static void store_f32(void *p, int dtype, int64_t off, const float *buf, int64_t n)
+{
+	size_t es = nk_fp_elem_size(dtype);
+
+	nk_block_store_f32((char *)p + off * (int64_t)es, (int64_t)es, dtype, buf, n);
+}
+
+/* max over buf[0..n) folded into 16 lanes (NaN is skipped here and shows up through the sums). */
+static void lanes_max(float *m, const float *buf, int64_t n)
+{
+	int64_t j = 0;
+
+	for (; j + LANES <= n; j += LANES)
+		for (int l = 0; l < LANES; l++)
+			m[l] = buf[j + l] > m[l] ? buf[j + l] : m[l];
+	for (; j < n; j++)
+		m[0] = buf[j] > m[0] ? buf[j] : m[0];
+}
+
+static float lanes_fold_max(const float *m)
+{
+	float r = m[0];
+
+	for (int l = 1; l < LANES; l++)
+		r = m[l] > r ? m[l] : r;
+	return r;
+}
+
+/* s[l] += exp(buf - mx) lane-wise. */
+static void lanes_sum_exp(float *s, const float *buf, int64_t n, float mx)
+{
+	int64_t j = 0;
+
+	for (; j + LANES <= n; j += LANES)
+		for (int l = 0; l < LANES; l++)
+			s[l] += nk_fp_expf(buf[j + l] - mx);
+	for (; j < n; j++)
+		s[0] += nk_fp_expf(buf[j] - mx);
+}
+
+static float lanes_fold_sum(const float *s)
+{
+	float r = 0;
+
+	for (int l = 0; l < LANES; l++)
+		r += s[l];
+	return r;
+}
+
+/* One f32-computed row (f32, bf16, f16 storage): three passes over the row in chunks. */
+static void softmax_row_f32(const nk_softmax_args_t *a, int64_t r)
+{
+	float buf[CH], m[LANES], s[LANES] = { 0 }, mx, sum, lse, inv;
+	int64_t base = r * a->cols;
+
+	for (int l = 0; l < LANES; l++)
+		m[l] = -INFINITY;
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c);
+
+		load_f32(buf, a->x, a->dtype, base + c, n);
+		lanes_max(m, buf, n);
+	}
+	mx = lanes_fold_max(m);
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c);
+
+		load_f32(buf, a->x, a->dtype, base + c, n);
+		lanes_sum_exp(s, buf, n, mx);
+	}
+	sum = lanes_fold_sum(s);
+	lse = logf(sum);
+	inv = 1.0f / sum;
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c);
+
+		load_f32(buf, a->x, a->dtype, base + c, n);
+		if (a->log)
+			for (int64_t j = 0; j < n; j++)
+				buf[j] = (buf[j] - mx) - lse;
+		else
+			for (int64_t j = 0; j < n; j++)
+				buf[j] = nk_fp_expf(buf[j] - mx) * inv;
+		store_f32(a->y, a->dtype, base + c, buf, n);
+	}
+}
+
+static void softmax_row_f64(const nk_softmax_args_t *a, int64_t r)
+{
+	const double *x = (const double *)a->x + r * a->cols;
+	double *y = (double *)a->y + r * a->cols;
+	double mx = -INFINITY, sum = 0;
+
+	for (int64_t j = 0; j < a->cols; j++)
+		mx = x[j] > mx ? x[j] : mx;
+	for (int64_t j = 0; j < a->cols; j++)
+		sum += exp(x[j] - mx);
+	for (int64_t j = 0; j < a->cols; j++)
+		y[j] = a->log ? x[j] - mx - log(sum) : exp(x[j] - mx) / sum;
+}
+
+static void softmax_rows(void *ctx, int64_t r0, int64_t r1)
+{
+	const nk_softmax_args_t *a = ctx;
+
+	for (int64_t r = r0; r < r1; r++) {
+		if (a->dtype == NK_F64)
+			softmax_row_f64(a, r);
+		else
+			softmax_row_f32(a, r);
+	}
+}
+
+int nk_softmax_run(void *args)
+{
+	const nk_softmax_args_t *a = args;
+
+	if (softmax_check(a->dtype, a->rows, a->cols, a->x, a->y, a->y, "softmax"))
+		return -1;
+	if (nk_using_reference())
+		return nk_softmax_ref(args);
+	if (a->rows * a->cols > 0)
+		nrt_parallel_for(a->rows, row_grain(a->cols), softmax_rows, (void *)a);
+	return 0;
+}
+
+/* ---- backward ----------------------------------------------------------------------------------- */
+
+/* softmax: dx = y * (dy - sum(dy * y));  log: dx = dy - exp(y) * sum(dy). */
+static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, int64_t r)
+{
+	float dy[CH], y[CH], s[LANES] = { 0 }, dot;
+	int64_t base = r * a->cols;
+
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c), j = 0;
+
+		load_f32(dy, a->dy, a->dtype, base + c, n);
+		if (!a->log)
+			load_f32(y, a->y, a->dtype, base + c, n);
+		for (; j + LANES <= n; j += LANES)
+			for (int l = 0; l < LANES; l++)
+				s[l] += a->log ? dy[j + l] : dy[j + l] * y[j + l];
+		for (; j < n; j++)
+			s[0] += a->log ? dy[j] : dy[j] * y[j];
+	}
+	dot = lanes_fold_sum(s);
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c);
+
+		load_f32(dy, a->dy, a->dtype, base + c, n);
+		load_f32(y, a->y, a->dtype, base + c, n);
+		if (a->log)
+			for (int64_t j = 0; j < n; j++)
+				dy[j] = dy[j] - nk_fp_expf(y[j]) * dot;
+		else
+			for (int64_t j = 0; j < n; j++)
+				dy[j] = y[j] * (dy[j] - dot);
+		store_f32(a->dx, a->dtype, base + c, dy, n);
+	}
+}
+
+static void softmax_bwd_row_f64(const nk_softmax_bwd_args_t *a, int64_t r)
+{
+	const double *dy = (const double *)a->dy + r * a->cols, *y = (const double *)a->y + r * a->cols;
+	double *dx = (double *)a->dx + r * a->cols, dot = 0;
+
+	for (int64_t j = 0; j < a->cols; j++)
+		dot += a->log ? dy[j] : dy[j] * y[j];
+	for (int64_t j = 0; j < a->cols; j++)
+		dx[j] = a->log ? dy[j] - exp(y[j]) * dot : y[j] * (dy[j] - dot);
+}
+
+static void softmax_bwd_rows(void *ctx, int64_t r0, int64_t r1)
+{
+	const nk_softmax_bwd_args_t *a = ctx;
+
+	for (int64_t r = r0; r < r1; r++) {
+		if (a->dtype == NK_F64)
+			softmax_bwd_row_f64(a, r);
+		else
+			softmax_bwd_row_f32(a, r);
+	}
+}
+
+int nk_softmax_bwd_run(void *args)
+{
+	const nk_softmax_bwd_args_t *a = args;
+
+	if (softmax_check(a->dtype, a->rows, a->cols, a->dy, a->y, a->dx, "softmax_backward"))
+		return -1;
+	if (nk_using_reference())
+		return nk_softmax_bwd_ref(args);
+	if (a->rows * a->cols > 0)
+		nrt_parallel_for(a->rows, row_grain(a->cols), softmax_bwd_rows, (void *)a);
+	return 0;
+}
+
+/* ---- reference: one element at a time, f64 arithmetic ---------------------------------------- */
+
+int nk_softmax_ref(void *args)
+{
+	const nk_softmax_args_t *a = args;
+
+	if (softmax_check(a->dtype, a->rows, a->cols, a->x, a->y, a->y, "softmax"))
+		return -1;
+	for (int64_t r = 0; r < a->rows; r++) {
+		int64_t o = r * a->cols;
+		double mx = -INFINITY, sum = 0;
+
+		for (int64_t j = 0; j < a->cols; j++) {
+			double v = nk_fp_loadd(a->x, a->dtype, o + j);
+
+			mx = v > mx ? v : mx;
+		}
+		for (int64_t j = 0; j < a->cols; j++)
+			sum += exp(nk_fp_loadd(a->x, a->dtype, o + j) - mx);
+		for (int64_t j = 0; j < a->cols; j++) {
+			double v = nk_fp_loadd(a->x, a->dtype, o + j) - mx;
+
+			nk_fp_stored(a->y, a->dtype, o + j, a->log ? v - log(sum) : exp(v) / sum);
+		}
+	}
+	return 0;
+}
+
+int nk_softmax_bwd_ref(void *args)
+{
+	const nk_softmax_bwd_args_t *a = args;
+
+	if (softmax_check(a->dtype, a->rows, a->cols, a->dy, a->y, a->dx, "softmax_backward"))
+		return -1;
+	for (int64_t r = 0; r < a->rows; r++) {
+		int64_t o = r * a->cols;
+		double dot = 0;
+
+		for (int64_t j = 0; j < a->cols; j++) {
+			double dy = nk_fp_loadd(a->dy, a->dtype, o + j), y = nk_fp_loadd(a->y, a->dtype, o + j);
+
+			dot += a->log ? dy : dy * y;
+		}
+		for (int64_t j = 0; j < a->cols; j++) {
+			double dy = nk_fp_loadd(a->dy, a->dtype, o + j), y = nk_fp_loadd(a->y, a->dtype, o + j);
+
+			nk_fp_stored(a->dx, a->dtype, o + j, a->log ? dy - exp(y) * dot : y * (dy - dot));
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,154 @@
+/* test_layernorm.c - layer norm forward (y, mean, rstd) and backward (dx, dw, db) against the reference
+ * for every float dtype, odd sizes, with and without weight/bias; the backward against central
+ * differences in f64; dw/db bitwise deterministic across runs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctest.h"
+#include "nk_test.h"
+#include "nrt.h"
+
+static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 33 }, { 4, 100 }, { 2, 513 }, { 200, 64 }, { 7, 1100 } };
+static const int dtypes[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
+
+static double fwd_atol(int dtype)
+{
+	return dtype == NK_F64 ? 1e-12 : dtype == NK_F32 ? 1e-4 : dtype == NK_BF16 ? 2e-2 : 4e-3;
+}
+
+static double rtol_of(int dtype)
+{
+	return dtype == NK_F64 ? 1e-12 : dtype == NK_F32 ? 1e-5 : dtype == NK_BF16 ? 1.0 / 64 : 1.0 / 512;
+}
+
+static void check_case(int dtype, int64_t rows, int64_t cols, bool affine)
+{
+	int64_t n = rows * cols;
+	void *x = nkt_alloc(dtype, n), *w = nkt_alloc(dtype, cols), *bb = nkt_alloc(dtype, cols);
+	void *y0 = nkt_alloc(dtype, n), *y1 = nkt_alloc(dtype, n);
+	void *m0 = nkt_alloc(dtype, rows), *m1 = nkt_alloc(dtype, rows), *r0 = nkt_alloc(dtype, rows),
+	     *r1 = nkt_alloc(dtype, rows);
+	void *dy = nkt_alloc(dtype, n), *dx0 = nkt_alloc(dtype, n), *dx1 = nkt_alloc(dtype, n);
+	void *dw0 = nkt_alloc(dtype, cols), *dw1 = nkt_alloc(dtype, cols), *db0 = nkt_alloc(dtype, cols),
+	     *db1 = nkt_alloc(dtype, cols);
+	nk_layernorm_args_t f = { .dtype = dtype, .rows = rows, .cols = cols, .eps = 1e-5, .x = x,
+				  .w = affine ? w : NULL, .b = affine ? bb : NULL, .y = y0, .mean = m0, .rstd = r0 };
+	nk_layernorm_bwd_args_t b = { .dtype = dtype, .rows = rows, .cols = cols, .dy = dy, .x = x, .mean = m0,
+				      .rstd = r0, .w = affine ? w : NULL, .dx = dx0, .dw = dw0, .db = db0 };
+	double atol = fwd_atol(dtype), rtol = rtol_of(dtype), e;
+
+	nkt_fill(x, dtype, n, -3, 5);
+	nkt_fill(w, dtype, cols, 0.5, 1.5);
+	nkt_fill(bb, dtype, cols, -1, 1);
+	nkt_fill(dy, dtype, n, -1, 1);
+	CHECK(nk_layernorm_ref(&f) == 0, "ref");
+	f.y = y1, f.mean = m1, f.rstd = r1;
+	CHECK(nk_layernorm_run(&f) == 0, "run");
+	e = nkt_err(y1, y0, dtype, n, atol, rtol);
+	CHECK(e <= 1, "layernorm y %s %lldx%lld affine=%d: err %g", nkt_dtype_name(dtype), (long long)rows,
+	      (long long)cols, affine, e);
+	e = nkt_err(m1, m0, dtype, rows, atol, rtol) + nkt_err(r1, r0, dtype, rows, atol, rtol);
+	CHECK(e <= 1, "layernorm mean/rstd %s %lldx%lld: err %g", nkt_dtype_name(dtype), (long long)rows,
+	      (long long)cols, e);
+
+	CHECK(nk_layernorm_bwd_ref(&b) == 0, "bwd ref");
+	b.dx = dx1, b.dw = dw1, b.db = db1;
+	CHECK(nk_layernorm_bwd_run(&b) == 0, "bwd run");
+	e = nkt_err(dx1, dx0, dtype, n, dtype == NK_F32 ? 1e-4 : atol, rtol);
+	CHECK(e <= 1, "layernorm dx %s %lldx%lld affine=%d: err %g", nkt_dtype_name(dtype), (long long)rows,
+	      (long long)cols, affine, e);
+	e = nkt_err(dw1, dw0, dtype, cols, atol * sqrt((double)rows), rtol) +
+	    nkt_err(db1, db0, dtype, cols, atol * sqrt((double)rows), rtol);
+	CHECK(e <= 1, "layernorm dw/db %s %lldx%lld: err %g", nkt_dtype_name(dtype), (long long)rows,
+	      (long long)cols, e);
+
+	/* determinism, and the optional outputs */
+	memcpy(dw0, dw1, (size_t)cols * nk_fp_elem_size(dtype));
+	b.dx = NULL, b.db = NULL;
+	CHECK(nk_layernorm_bwd_run(&b) == 0, "bwd run dw only");
+	CHECK(!memcmp(dw0, dw1, (size_t)cols * nk_fp_elem_size(dtype)), "dw is deterministic");
+	free(x), free(w), free(bb), free(y0), free(y1), free(m0), free(m1), free(r0), free(r1);
+	free(dy), free(dx0), free(dx1), free(dw0), free(dw1), free(db0), free(db1);
+}
+
+static void test_layernorm_vs_ref(void)
+{
+	for (int d = 0; d < 4; d++)
+		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+			for (int affine = 0; affine < 2; affine++)
+				check_case(dtypes[d], shapes[s][0], shapes[s][1], affine);
+}
+
+/* L = sum(dy * layer_norm(x, w, b)); gradients by central differences in f64. */
+static double loss(const double *x, const double *w, const double *b, const double *dy, int64_t rows, int64_t cols)
+{
+	double y[3 * 5], m[3], r[3], s = 0;
+	nk_layernorm_args_t f = { .dtype = NK_F64, .rows = rows, .cols = cols, .eps = 1e-5, .x = x, .w = w, .b = b,
+				  .y = y, .mean = m, .rstd = r };
+
+	nk_layernorm_run(&f);
+	for (int64_t i = 0; i < rows * cols; i++)
+		s += dy[i] * y[i];
+	return s;
+}
+
+static void test_layernorm_bwd_numerical(void)
+{
+	enum { R = 3, C = 5 };
+	double x[R * C], w[C], b[C], dy[R * C], y[R * C], m[R], r[R], dx[R * C], dw[C], db[C];
+	nk_layernorm_args_t f = { .dtype = NK_F64, .rows = R, .cols = C, .eps = 1e-5, .x = x, .w = w, .b = b,
+				  .y = y, .mean = m, .rstd = r };
+	nk_layernorm_bwd_args_t g = { .dtype = NK_F64, .rows = R, .cols = C, .dy = dy, .x = x, .mean = m, .rstd = r,
+				      .w = w, .dx = dx, .dw = dw, .db = db };
+	double h = 1e-6;
+
+	nkt_fill(x, NK_F64, R * C, -2, 2);
+	nkt_fill(w, NK_F64, C, 0.5, 1.5);
+	nkt_fill(b, NK_F64, C, -1, 1);
+	nkt_fill(dy, NK_F64, R * C, -1, 1);
+	nk_layernorm_run(&f);
+	nk_layernorm_bwd_run(&g);
+	for (int i = 0; i < R * C; i++) {
+		double s = x[i], num;
+
+		x[i] = s + h;
+		num = loss(x, w, b, dy, R, C);
+		x[i] = s - h;
+		num = (num - loss(x, w, b, dy, R, C)) / (2 * h);
+		x[i] = s;
+		CHECK(fabs(num - dx[i]) < 1e-6, "dx[%d]: %g vs %g", i, num, dx[i]);
+	}
+	for (int j = 0; j < C; j++) {
+		double s = w[j], num;
+
+		w[j] = s + h;
+		num = loss(x, w, b, dy, R, C);
+		w[j] = s - h;
+		num = (num - loss(x, w, b, dy, R, C)) / (2 * h);
+		w[j] = s;
+		CHECK(fabs(num - dw[j]) < 1e-6, "dw[%d]: %g vs %g", j, num, dw[j]);
+		s = b[j];
+		b[j] = s + h;
+		num = loss(x, w, b, dy, R, C);
+		b[j] = s - h;
+		num = (num - loss(x, w, b, dy, R, C)) / (2 * h);
+		b[j] = s;
+		CHECK(fabs(num - db[j]) < 1e-6, "db[%d]: %g vs %g", j, num, db[j]);
+	}
+}
+
+static void test_layernorm_errors(void)
+{
+	nk_layernorm_args_t f = { .dtype = NK_I64, .rows = 1, .cols = 1 };
+
+	CHECK(nk_layernorm_run(&f) != 0, "int64 is refused");
+}
+
+int main(void)
+{
+	nkt_seed(3);
+	RUN(test_layernorm_vs_ref);
+	RUN(test_layernorm_bwd_numerical);
+	RUN(test_layernorm_errors);
+	return ctest_finish();
+}

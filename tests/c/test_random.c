@@ -1,0 +1,269 @@
+/* test_random.c - counter-based random kernels: Philox4x32-10 known answers, run == reference,
+ * results independent of thread count (the test re-runs itself with NEURON_NUM_THREADS=1 and 3),
+ * of layout and of how a fill is split into launches, distribution sanity (range, mean, std, rates),
+ * and dropout (mask rate ~ 1-p, scaling, p = 0 and p = 1). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctest.h"
+#include "nk.h"
+#include "nk_impl.h"
+#include "nrt.h"
+
+/* A 1-D iterator over n elements of dt at p with byte stride st. */
+static nk_random_args_t rargs(void *p, int dt, int64_t n, int64_t st, int kind, double a, double b)
+{
+	nk_random_args_t A;
+	memset(&A, 0, sizeof A);
+	A.it.ndim = 1;
+	A.it.nops = 1;
+	A.it.shape[0] = n;
+	A.it.data[0] = p;
+	A.it.dtype[0] = (int8_t)dt;
+	A.it.strides[0][0] = st;
+	A.kind = kind;
+	A.a = a;
+	A.b = b;
+	A.seed = 1234;
+	A.offset = 40;
+	return A;
+}
+
+static void test_philox_kat(void)
+{
+	nk_philox_out_t o = nk_philox4x32_10(0, 0, 0);
+	CHECK(o.v[0] == 0x6627e8d5u && o.v[1] == 0xe169c58du && o.v[2] == 0xbc57ac4cu && o.v[3] == 0x9b00dbd8u,
+	      "%08x %08x %08x %08x", o.v[0], o.v[1], o.v[2], o.v[3]);
+	o = nk_philox4x32_10(~0ull, ~0ull, ~0ull);
+	CHECK(o.v[0] == 0x408f276du && o.v[1] == 0x41c83b0eu && o.v[2] == 0xa20bc7c6u && o.v[3] == 0x6d5451fdu,
+	      "%08x %08x %08x %08x", o.v[0], o.v[1], o.v[2], o.v[3]);
+	o = nk_philox4x32_10(0x299f31d0a4093822ull, 0x85a308d3243f6a88ull, 0x0370734413198a2eull);
+	CHECK(o.v[0] == 0xd16cfe09u && o.v[1] == 0x94fdccebu && o.v[2] == 0x5001e420u && o.v[3] == 0x24126ea1u,
+	      "%08x %08x %08x %08x", o.v[0], o.v[1], o.v[2], o.v[3]);
+	CHECK(nk_random_offset_increment(0) == 0 && nk_random_offset_increment(1) == 4 &&
+	      nk_random_offset_increment(8) == 8 && nk_random_offset_increment(9) == 12, " ");
+}
+
+/* FNV-1a over bytes. */
+static uint64_t hash(const void *p, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+	return h;
+}
+
+/* A hash of large fills of every kind and dtype plus dropout: identical for every thread count. */
+static uint64_t big_hash(void)
+{
+	enum { N = 300000 };
+	char *buf = malloc((size_t)N * 8);
+	uint64_t h = 0;
+	static const int dts[] = {NK_F32, NK_F64, NK_BF16, NK_I64};
+	for (int kind = 0; kind < 4; kind++)
+		for (int t = 0; t < 4; t++) {
+			int dt = dts[t];
+			if (kind <= NK_RNG_NORMAL && !nk_is_float(dt))
+				continue;
+			memset(buf, 0, (size_t)N * 8);
+			nk_random_args_t A = rargs(buf, dt, N, (int64_t)nk_dtype_size(dt), kind, 0.3, 2);
+			A.ia = -5, A.ib = 1000;
+			CHECK(nk_random_run(&A) == 0, " ");
+			h = h * 31 + hash(buf, (size_t)N * nk_dtype_size(dt));
+		}
+	float *x = malloc((size_t)N * 4), *y = malloc((size_t)N * 4);
+	uint8_t *m = malloc(N);
+	for (int i = 0; i < N; i++) x[i] = (float)i;
+	nk_dropout_args_t D = {NK_F32, N, 0.3, 77, 8, x, y, m};
+	CHECK(nk_dropout_run(&D) == 0, " ");
+	h = h * 31 + hash(y, (size_t)N * 4) + hash(m, N);
+	free(buf), free(x), free(y), free(m);
+	return h;
+}
+
+static uint64_t child_hash(const char *self, int threads)
+{
+	char cmd[4200];
+	snprintf(cmd, sizeof cmd, "NEURON_NUM_THREADS=%d '%s' --hash", threads, self);
+	FILE *f = popen(cmd, "r");
+	unsigned long long h = 0;
+	if (!f || fscanf(f, "%llx", &h) != 1)
+		h = 0;
+	if (f)
+		pclose(f);
+	return h;
+}
+
+static const char *self_path;
+
+static void test_thread_independence(void)
+{
+	uint64_t here = big_hash();
+	uint64_t h1 = child_hash(self_path, 1), h3 = child_hash(self_path, 3);
+	CHECK(h1 != 0 && h1 == here && h3 == here, "hashes %llx (here), %llx (1 thread), %llx (3 threads)",
+	      (unsigned long long)here, (unsigned long long)h1, (unsigned long long)h3);
+}
+
+/* run == ref; a strided fill equals the dense fill; two launches with advanced offsets equal one. */
+static void test_counter_semantics(void)
+{
+	enum { N = 50001 };
+	for (int kind = 0; kind < 4; kind++) {
+		for (int dt = 0; dt < NK_NDTYPES; dt++) {
+			size_t e = nk_dtype_size(dt);
+			char *a = calloc(N, e), *b = calloc(N, e), *s = calloc(2 * N, e), *c = calloc(N, e);
+			nk_random_args_t A = rargs(a, dt, N, (int64_t)e, kind, kind == NK_RNG_BERNOULLI ? 0.4 : -1, 3);
+			A.ia = -100, A.ib = 100;
+			int rc = nk_random_run(&A);
+			nk_random_args_t B = A;
+			B.it.data[0] = b;
+			CHECK((nk_random_ref(&B) != 0) == (rc != 0), "kind %d dtype %s", kind, nk_dtype_name(dt));
+			if (rc == 0) {
+				CHECK(memcmp(a, b, N * e) == 0, "run != ref: kind %d dtype %s", kind, nk_dtype_name(dt));
+				/* negative stride over every other element of s, walking backwards */
+				nk_random_args_t S = A;
+				S.it.data[0] = s + (2 * N - 2) * e;
+				S.it.strides[0][0] = -2 * (int64_t)e;
+				CHECK(nk_random_run(&S) == 0, " ");
+				int bad = 0;
+				for (int i = 0; i < N; i++)
+					bad += memcmp(s + (2 * N - 2 - 2 * (size_t)i) * e, a + (size_t)i * e, e) != 0;
+				CHECK(bad == 0, "strided fill differs: kind %d dtype %s", kind, nk_dtype_name(dt));
+				/* split in two launches: the second starts at offset + first length */
+				nk_random_args_t C1 = A, C2 = A;
+				C1.it.data[0] = c, C1.it.shape[0] = 1000;
+				C2.it.data[0] = c + 1000 * e, C2.it.shape[0] = N - 1000, C2.offset = A.offset + 1000;
+				CHECK(nk_random_run(&C1) == 0 && nk_random_run(&C2) == 0 && memcmp(a, c, N * e) == 0,
+				      "split launches differ: kind %d dtype %s", kind, nk_dtype_name(dt));
+				/* another seed gives other numbers */
+				B.seed = 99;
+				CHECK(nk_random_run(&B) == 0 && memcmp(a, b, N * e) != 0, " ");
+			}
+			free(a), free(b), free(s), free(c);
+		}
+	}
+	/* 2-D transposed output: values follow the iterator's linear order */
+	float d[6 * 7], t[6 * 7];
+	nk_random_args_t A = rargs(d, NK_F32, 42, 4, NK_RNG_NORMAL, 0, 1);
+	CHECK(nk_random_run(&A) == 0, " ");
+	A.it.ndim = 2, A.it.shape[0] = 6, A.it.shape[1] = 7, A.it.data[0] = (char *)t;
+	A.it.strides[0][0] = 7 * 4, A.it.strides[0][1] = 4;
+	CHECK(nk_random_run(&A) == 0, " ");
+	int bad = 0;
+	for (int i1 = 0; i1 < 7; i1++)
+		for (int i0 = 0; i0 < 6; i0++) bad += t[i0 * 7 + i1] != d[i1 * 6 + i0];
+	CHECK(bad == 0, "2-D order");
+}
+
+static void test_distributions(void)
+{
+	enum { N = 200000 };
+	double *x = malloc(N * 8);
+	nk_random_args_t A = rargs(x, NK_F64, N, 8, NK_RNG_UNIFORM, -2, 3);
+	CHECK(nk_random_run(&A) == 0, " ");
+	double s = 0, s2 = 0, lo = 1e9, hi = -1e9;
+	for (int i = 0; i < N; i++) { s += x[i]; lo = fmin(lo, x[i]); hi = fmax(hi, x[i]); }
+	CHECK(lo >= -2 && hi < 3 && fabs(s / N - 0.5) < 0.02, "uniform: min %g max %g mean %g", lo, hi, s / N);
+	A.kind = NK_RNG_NORMAL, A.a = 1, A.b = 2;
+	CHECK(nk_random_run(&A) == 0, " ");
+	s = s2 = 0;
+	for (int i = 0; i < N; i++) { s += x[i]; s2 += x[i] * x[i]; }
+	double mean = s / N, sd = sqrt(s2 / N - mean * mean);
+	CHECK(fabs(mean - 1) < 0.02 && fabs(sd - 2) < 0.02, "normal: mean %g std %g", mean, sd);
+	A.kind = NK_RNG_BERNOULLI, A.a = 0.3;
+	CHECK(nk_random_run(&A) == 0, " ");
+	s = 0;
+	for (int i = 0; i < N; i++) s += x[i];
+	CHECK(fabs(s / N - 0.3) < 0.005, "bernoulli rate %g", s / N);
+	int64_t *k = (int64_t *)x;
+	A.kind = NK_RNG_RANDINT, A.it.dtype[0] = NK_I64, A.ia = -3, A.ib = 4;
+	CHECK(nk_random_run(&A) == 0, " ");
+	int hist[7] = {0}, out = 0;
+	for (int i = 0; i < N; i++) { if (k[i] < -3 || k[i] >= 4) out++; else hist[k[i] + 3]++; }
+	CHECK(out == 0 && hist[0] > N / 8 && hist[6] > N / 8, "randint range");
+	A.ia = INT64_MIN, A.ib = INT64_MAX; /* a range wider than 32 bits */
+	CHECK(nk_random_run(&A) == 0, " ");
+	int neg = 0;
+	for (int i = 0; i < N; i++) neg += k[i] < 0;
+	CHECK(neg > N / 3 && neg < 2 * N / 3, "wide randint sign balance %d", neg);
+	/* bf16 uniform in [0, 1) never rounds up to 1 */
+	uint16_t *h = (uint16_t *)x;
+	nk_random_args_t H = rargs(h, NK_BF16, N, 2, NK_RNG_UNIFORM, 0, 1);
+	CHECK(nk_random_run(&H) == 0, " ");
+	int ones = 0;
+	for (int i = 0; i < N; i++) ones += nk_bf16_to_f32(h[i]) >= 1.0f;
+	CHECK(ones == 0, "%d bf16 uniforms reached 1", ones);
+	/* invalid arguments */
+	nk_random_args_t E = rargs(k, NK_I64, 10, 8, NK_RNG_UNIFORM, 0, 1);
+	CHECK(nk_random_run(&E) != 0, "uniform into int64");
+	E = rargs(x, NK_F64, 10, 8, NK_RNG_UNIFORM, 2, 1);
+	CHECK(nk_random_run(&E) != 0, "from > to");
+	E.kind = NK_RNG_BERNOULLI, E.a = 1.5;
+	CHECK(nk_random_run(&E) != 0, "p > 1");
+	E.kind = NK_RNG_RANDINT, E.ia = 3, E.ib = 3;
+	CHECK(nk_random_run(&E) != 0, "empty randint range");
+	E.kind = 9;
+	CHECK(nk_random_run(&E) != 0, "unknown kind");
+	free(x);
+}
+
+static void test_dropout(void)
+{
+	enum { N = 100000 };
+	float *x = malloc(N * 4), *y = malloc(N * 4), *y2 = malloc(N * 4);
+	uint8_t *m = malloc(N), *m2 = malloc(N);
+	for (int i = 0; i < N; i++) x[i] = 1.0f + (float)(i % 10);
+	nk_dropout_args_t D = {NK_F32, N, 0.25, 5, 0, x, y, m};
+	CHECK(nk_dropout_run(&D) == 0, " ");
+	int kept = 0, bad = 0;
+	for (int i = 0; i < N; i++) {
+		kept += m[i];
+		float want = m[i] ? x[i] * (float)(1.0 / 0.75) : 0.0f;
+		bad += y[i] != want;
+	}
+	CHECK(fabs((double)kept / N - 0.75) < 0.01, "keep rate %g", (double)kept / N);
+	CHECK(bad == 0, "%d outputs not x*mask/(1-p)", bad);
+	nk_dropout_args_t R = {NK_F32, N, 0.25, 5, 0, x, y2, m2};
+	CHECK(nk_dropout_ref(&R) == 0 && memcmp(y, y2, N * 4) == 0 && memcmp(m, m2, N) == 0, "run != ref");
+	D.p = 1;
+	CHECK(nk_dropout_run(&D) == 0, " ");
+	kept = 0, bad = 0;
+	for (int i = 0; i < N; i++) { kept += m[i]; bad += y[i] != 0; }
+	CHECK(kept == 0 && bad == 0, "p = 1 drops everything");
+	D.p = 0;
+	CHECK(nk_dropout_run(&D) == 0 && memcmp(x, y, N * 4) == 0, "p = 0 keeps everything");
+	/* bf16, in place, no mask */
+	uint16_t *h = malloc(N * 2);
+	for (int i = 0; i < N; i++) h[i] = nk_f32_to_bf16(2.0f);
+	nk_dropout_args_t Hd = {NK_BF16, N, 0.5, 5, 0, h, h, NULL};
+	CHECK(nk_dropout_run(&Hd) == 0, " ");
+	kept = 0, bad = 0;
+	for (int i = 0; i < N; i++) {
+		float v = nk_bf16_to_f32(h[i]);
+		kept += v != 0;
+		bad += v != 0 && v != 4.0f;
+	}
+	CHECK(bad == 0 && fabs((double)kept / N - 0.5) < 0.01, "bf16 dropout: kept %d bad %d", kept, bad);
+	nk_dropout_args_t E = {NK_I64, 10, 0.5, 5, 0, x, y, m};
+	CHECK(nk_dropout_run(&E) != 0, "integer dropout");
+	E.dtype = NK_F32, E.p = -0.1;
+	CHECK(nk_dropout_run(&E) != 0, "p < 0");
+	free(x), free(y), free(y2), free(m), free(m2), free(h);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "--hash") == 0) {
+		printf("%llx\n", (unsigned long long)big_hash());
+		return 0;
+	}
+	self_path = argv[0];
+	RUN(test_philox_kat);
+	RUN(test_counter_semantics);
+	RUN(test_distributions);
+	RUN(test_dropout);
+	RUN(test_thread_independence);
+	return ctest_finish();
+}

@@ -1,0 +1,133 @@
+/* test_softmax.c - softmax / log_softmax forward and backward: nk_softmax_run against nk_softmax_ref
+ * for every float dtype over odd sizes, masked (-inf) entries, large magnitudes, all -inf and NaN rows;
+ * the backward formula against central differences in f64. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctest.h"
+#include "nk_test.h"
+#include "nrt.h"
+
+static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 33 }, { 4, 100 }, { 2, 513 }, { 3, 1500 }, { 64, 1000 } };
+static const int dtypes[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
+
+static void tolerances(int dtype, double *atol, double *rtol)
+{
+	switch (dtype) {
+	case NK_F64: *atol = 1e-14, *rtol = 1e-12; break;
+	case NK_F32: *atol = 1e-6, *rtol = 1e-5; break;
+	case NK_BF16: *atol = 1e-6, *rtol = 1.0 / 128; break;
+	default: *atol = 1e-7, *rtol = 1.0 / 1024; break;
+	}
+}
+
+/* Random rows; row 1 has a masked (-inf) half, row 2 large magnitudes. */
+static void fill_input(void *x, int dtype, int64_t rows, int64_t cols)
+{
+	nkt_fill(x, dtype, rows * cols, -5, 5);
+	for (int64_t j = 0; rows > 1 && j < cols; j += 2)
+		nk_fp_stored(x, dtype, cols + j, cols > 1 ? -INFINITY : 0);
+	for (int64_t j = 0; rows > 2 && j < cols; j++)
+		nk_fp_stored(x, dtype, 2 * cols + j, nkt_uniform(-3e4, 3e4));
+}
+
+static void check_case(int dtype, int64_t rows, int64_t cols, bool log)
+{
+	int64_t n = rows * cols;
+	void *x = nkt_alloc(dtype, n), *y0 = nkt_alloc(dtype, n), *y1 = nkt_alloc(dtype, n);
+	void *dy = nkt_alloc(dtype, n), *dx0 = nkt_alloc(dtype, n), *dx1 = nkt_alloc(dtype, n);
+	nk_softmax_args_t f = { .dtype = dtype, .log = log, .rows = rows, .cols = cols, .x = x, .y = y0 };
+	nk_softmax_bwd_args_t b = { .dtype = dtype, .log = log, .rows = rows, .cols = cols, .dy = dy, .y = y0 };
+	double atol, rtol, e;
+
+	tolerances(dtype, &atol, &rtol);
+	fill_input(x, dtype, rows, cols);
+	CHECK(nk_softmax_ref(&f) == 0, "softmax ref");
+	f.y = y1;
+	CHECK(nk_softmax_run(&f) == 0, "softmax run");
+	e = nkt_err(y1, y0, dtype, n, atol, log ? rtol : rtol);
+	CHECK(e <= 1, "softmax %s log=%d rows=%lld cols=%lld: err %g", nkt_dtype_name(dtype), log, (long long)rows,
+	      (long long)cols, e);
+
+	/* backward from the reference forward output; -inf log-probabilities are excluded (their y is -inf) */
+	nkt_fill(dy, dtype, n, -1, 1);
+	if (log)
+		for (int64_t i = 0; i < n; i++)
+			if (isinf(nkt_get(y0, dtype, i)))
+				nk_fp_stored(dy, dtype, i, 0);
+	b.dx = dx0;
+	CHECK(nk_softmax_bwd_ref(&b) == 0, "softmax bwd ref");
+	b.dx = dx1;
+	CHECK(nk_softmax_bwd_run(&b) == 0, "softmax bwd run");
+	e = nkt_err(dx1, dx0, dtype, n, dtype == NK_F32 ? 1e-5 : dtype == NK_F64 ? 1e-12 : 1e-2, rtol);
+	CHECK(e <= 1, "softmax_bwd %s log=%d rows=%lld cols=%lld: err %g", nkt_dtype_name(dtype), log,
+	      (long long)rows, (long long)cols, e);
+	free(x), free(y0), free(y1), free(dy), free(dx0), free(dx1);
+}
+
+static void test_softmax_vs_ref(void)
+{
+	for (int d = 0; d < 4; d++)
+		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+			for (int log = 0; log < 2; log++)
+				check_case(dtypes[d], shapes[s][0], shapes[s][1], log);
+}
+
+static void test_softmax_special_rows(void)
+{
+	float x[8] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY, 1, NAN, 2, 3 }, y[8];
+	nk_softmax_args_t f = { .dtype = NK_F32, .rows = 2, .cols = 4, .x = x, .y = y };
+
+	for (int log = 0; log < 2; log++) {
+		f.log = log;
+		CHECK(nk_softmax_run(&f) == 0, "run");
+		for (int j = 0; j < 8; j++)
+			CHECK(isnan(y[j]), "all -inf and NaN rows give NaN (log=%d, y[%d]=%g)", log, j, y[j]);
+	}
+	f.dtype = NK_I32;
+	CHECK(nk_softmax_run(&f) != 0, "int32 is refused");
+}
+
+/* d/dx of L = sum(dy * softmax(x)) by central differences, against the backward kernel (f64). */
+static void test_softmax_bwd_numerical(void)
+{
+	enum { C = 7 };
+	double x[C], y[C], dy[C], dx[C], xp[C], yp[C];
+
+	for (int log = 0; log < 2; log++) {
+		nk_softmax_args_t f = { .dtype = NK_F64, .log = log, .rows = 1, .cols = C, .x = x, .y = y };
+		nk_softmax_bwd_args_t b = { .dtype = NK_F64, .log = log, .rows = 1, .cols = C, .dy = dy, .y = y,
+					    .dx = dx };
+
+		nkt_fill(x, NK_F64, C, -2, 2);
+		nkt_fill(dy, NK_F64, C, -1, 1);
+		nk_softmax_run(&f);
+		nk_softmax_bwd_run(&b);
+		for (int j = 0; j < C; j++) {
+			double h = 1e-6, lp = 0, lm = 0;
+			nk_softmax_args_t g = f;
+
+			memcpy(xp, x, sizeof x);
+			g.x = xp, g.y = yp;
+			xp[j] = x[j] + h;
+			nk_softmax_run(&g);
+			for (int i = 0; i < C; i++)
+				lp += dy[i] * yp[i];
+			xp[j] = x[j] - h;
+			nk_softmax_run(&g);
+			for (int i = 0; i < C; i++)
+				lm += dy[i] * yp[i];
+			CHECK(fabs((lp - lm) / (2 * h) - dx[j]) < 1e-7, "numerical grad log=%d j=%d: %g vs %g", log, j,
+			      (lp - lm) / (2 * h), dx[j]);
+		}
+	}
+}
+
+int main(void)
+{
+	nkt_seed(2);
+	RUN(test_softmax_vs_ref);
+	RUN(test_softmax_special_rows);
+	RUN(test_softmax_bwd_numerical);
+	return ctest_finish();
+}

@@ -1,0 +1,182 @@
+"""Bad input gives a clear Python exception, never a crash or a hang, and the device keeps working.
+
+The NEURON_RT_* variables are read once per process, so those cases run in subprocesses.
+"""
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+# A script for the environment-variable cases: importing torch must work whatever the variable
+# says; the first use of the device must raise RuntimeError naming the variable.
+FIRST_USE = """
+import sys
+import torch                      # autoloads the backend: must not raise
+print("IMPORTED", flush=True)
+try:
+    torch.ones(1, device="neuron")
+except RuntimeError as e:
+    print("RUNTIMEERROR", e)
+    sys.exit(0)
+except Exception as e:
+    print("OTHER", type(e).__name__, e)
+    sys.exit(2)
+print("NO ERROR")
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("value", ["banana", "0-x", "1-0-2", "-1", "0,,z"])
+def test_bad_visible_cores(run_py, value):
+    proc = run_py(FIRST_USE, env={"NEURON_RT_VISIBLE_CORES": value})
+    assert "IMPORTED" in proc.stdout, proc.report
+    assert proc.returncode == 0 and "RUNTIMEERROR" in proc.stdout, proc.report
+    assert "NEURON_RT_VISIBLE_CORES" in proc.stdout, proc.report
+
+
+@pytest.mark.parametrize("value", ["lots", "12XB", "-5", "4GiBs"])
+def test_bad_memory_limit(run_py, value):
+    proc = run_py(FIRST_USE, env={"NEURON_RT_MEMORY_LIMIT": value})
+    assert "IMPORTED" in proc.stdout, proc.report
+    assert proc.returncode == 0 and "RUNTIMEERROR" in proc.stdout, proc.report
+    assert "NEURON_RT_MEMORY_LIMIT" in proc.stdout, proc.report
+
+
+GOOD_ENV = """
+import torch
+x = torch.ones(1000, device="neuron")
+assert x.sum().item() == 1000.0
+print("COUNT", torch.neuron.device_count())
+print("TOTAL", torch.neuron.get_device_properties(0).total_memory)
+"""
+
+
+@pytest.mark.parametrize("env,count,total", [
+    ({"NEURON_RT_VISIBLE_CORES": "0"}, 1, None),
+    ({"NEURON_RT_MEMORY_LIMIT": "1GiB"}, 1, 1 << 30),
+    ({"NEURON_RT_MEMORY_LIMIT": str(512 << 20)}, 1, 512 << 20),
+])
+def test_good_env_values(run_py, env, count, total):
+    proc = run_py(GOOD_ENV, env=env)
+    assert proc.returncode == 0, proc.report
+    assert f"COUNT {count}" in proc.stdout, proc.report
+    if total is not None:
+        # the memory limit is the device's memory
+        assert f"TOTAL {total}" in proc.stdout, proc.report
+
+
+OOM = """
+import torch
+MiB = 1 << 20
+try:
+    x = torch.empty(512 * MiB, dtype=torch.uint8, device="neuron")
+except torch.OutOfMemoryError as e:
+    print("OOM", e)
+else:
+    print("NO OOM")
+    raise SystemExit(3)
+assert issubclass(torch.OutOfMemoryError, RuntimeError)
+stats = torch.neuron.memory_stats()
+print("NUM_OOMS", stats["num_ooms"])
+# the device keeps working, and memory under the limit can still be had
+y = torch.ones(4 * MiB, device="neuron")      # 16 MiB
+assert y.sum().item() == 4 * MiB
+z = torch.empty(128 * MiB, dtype=torch.uint8, device="neuron")
+z.fill_(7)
+assert z[-1].item() == 7
+print("OK")
+"""
+
+
+def test_out_of_memory(run_py):
+    proc = run_py(OOM, env={"NEURON_RT_MEMORY_LIMIT": "256MiB"})
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.report
+    oom_line = next(l for l in proc.stdout.splitlines() if l.startswith("OOM"))
+    assert re.search(r"\d", oom_line), f"no sizes in the OOM message: {oom_line!r}"
+    assert re.search(r"NUM_OOMS [1-9]", proc.stdout), proc.report
+
+
+def test_device_index_out_of_range():
+    count = torch.neuron.device_count()
+    bad = max(7, count)
+    with pytest.raises(RuntimeError) as ei:
+        torch.ones(1, device=f"neuron:{bad}")
+    msg = str(ei.value)
+    assert str(bad) in msg or str(count) in msg, msg
+    # still usable
+    assert torch.ones(3, device="neuron").sum().item() == 3
+
+
+@pytest.mark.parametrize("op", [
+    lambda a, b: a + b,
+    lambda a, b: b * a,
+    lambda a, b: torch.mm(a, b),
+    lambda a, b: torch.cat([a, b]),
+], ids=["add", "mul", "mm", "cat"])
+def test_cpu_and_neuron_tensor_in_one_op(op):
+    a = torch.ones(3, 3)
+    b = torch.ones(3, 3, device="neuron")
+    with pytest.raises(RuntimeError) as ei:
+        op(a, b)
+    msg = str(ei.value)
+    assert "cpu" in msg and "neuron:0" in msg, msg
+    assert (b + b).sum().item() == 18
+
+
+def test_cpu_scalar_tensor_is_allowed():
+    # as on CUDA, a 0-dim CPU tensor mixes with device tensors
+    b = torch.arange(4.0, device="neuron")
+    out = b * torch.tensor(2.0) + torch.tensor(1.0)
+    assert out.device.type == "neuron"
+    torch.testing.assert_close(out.cpu(), torch.arange(4.0) * 2 + 1)
+
+
+def _bad_embedding():
+    idx = torch.tensor([5], device="neuron")
+    weight = torch.randn(3, 2, device="neuron")
+    return F.embedding(idx, weight)
+
+
+@pytest.mark.parametrize("sync", ["synchronize", "cpu", "item"])
+def test_async_kernel_error_surfaces_at_sync(sync):
+    torch.neuron.synchronize()
+    out = _bad_embedding()              # queued: must not raise here
+    with pytest.raises(RuntimeError, match="(?i)embedding"):
+        if sync == "synchronize":
+            torch.neuron.synchronize()
+        elif sync == "cpu":
+            out.cpu()
+        else:
+            out.sum().item()
+    # the error was reported once and cleared: the device works again
+    torch.neuron.synchronize()
+    x = torch.arange(10.0, device="neuron")
+    assert (x * 2).sum().item() == 90.0
+    torch.neuron.synchronize()
+
+
+LAUNCH_BLOCKING = """
+import torch, torch.nn.functional as F
+idx = torch.tensor([5], device="neuron")
+weight = torch.randn(3, 2, device="neuron")
+torch.neuron.synchronize()
+try:
+    F.embedding(idx, weight)
+except RuntimeError as e:
+    print("RAISED_AT_OP", e)
+else:
+    print("NOT RAISED AT OP")
+    raise SystemExit(3)
+torch.neuron.synchronize()        # nothing left pending
+assert (torch.arange(10.0, device="neuron") * 2).sum().item() == 90.0
+print("OK")
+"""
+
+
+def test_launch_blocking_raises_at_the_op(run_py):
+    proc = run_py(LAUNCH_BLOCKING, env={"NEURON_LAUNCH_BLOCKING": "1"})
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.report
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("RAISED_AT_OP"))
+    assert "embedding" in line.lower(), line
