@@ -196,9 +196,12 @@ class Stream(torch.Stream):
 
 
 class Event(torch.Event):
+    """A torch.Event on the current neuron device (a plain torch.Event, so that torch.Event's own
+    type checks in elapsed_time/wait accept it)."""
+
     def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
-        return super().__new__(cls, device="neuron", enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
+        return torch.Event(device="neuron", enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
 
 
 def _wrap(s: torch.Stream) -> Stream:

@@ -27,6 +27,7 @@
 #include "nk.h"
 #include "nk_fp.h"
 #include "nk_gemm_impl.h"
+#include "nk_softmax_impl.h"
 #include "nrt.h"
 
 NK_VECTORIZE_FILE
@@ -108,6 +109,7 @@ typedef struct {
 	const nk_attention_args_t *a;
 	const nk_attention_bwd_args_t *g; /* backward only */
 	nk_gemm_isa_t isa;
+	const nk_rowops_t *ops;
 	int64_t bq, bk, nqb, nkb, group;
 	float scale;
 } att_plan_t;
@@ -152,11 +154,31 @@ static void scores(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, int64_
 	const nk_attention_args_t *a = p->a;
 
 	mm(p, mq, nk, a->D, p->scale, Qt, a->D, 1, Kt, 1, a->D, 0, S, p->bk);
-	if (!a->mask && !(a->causal && j0 + nk - 1 > i0))
-		return;
-	for (int64_t r = 0; r < mq; r++)
-		for (int64_t c = 0; c < nk; c++)
-			S[r * p->bk + c] += (float)att_bias(a, b, h, i0 + r, j0 + c);
+	if (a->mask) {
+		int64_t es = a->mask_dtype == NK_BOOL ? 1 : (int64_t)nk_fp_elem_size(a->mask_dtype);
+
+		for (int64_t r = 0; r < mq; r++) {
+			int64_t o = b * a->smask[0] + h * a->smask[1] + (i0 + r) * a->smask[2] + j0 * a->smask[3];
+			float *s = S + r * p->bk;
+
+			if (a->mask_dtype == NK_BOOL) {
+				const uint8_t *mk = (const uint8_t *)a->mask + o;
+
+				for (int64_t c = 0; c < nk; c++)
+					s[c] = mk[c * a->smask[3]] ? s[c] : -INFINITY;
+			} else {
+				float bias[ATT_BLOCK];
+
+				nk_block_load_f32(bias, (const char *)a->mask + o * es, a->smask[3] * es, a->mask_dtype, nk);
+				for (int64_t c = 0; c < nk; c++)
+					s[c] += bias[c];
+			}
+		}
+	}
+	if (a->causal && j0 + nk - 1 > i0) /* keys after the query: j > i */
+		for (int64_t r = 0; r < mq; r++)
+			for (int64_t c = i0 + r - j0 + 1 < 0 ? 0 : i0 + r - j0 + 1; c < nk; c++)
+				S[r * p->bk + c] = -INFINITY;
 }
 
 /* P (in S) *= dropout factor. */
@@ -183,6 +205,7 @@ static int att_plan(att_plan_t *p, const nk_attention_args_t *a, const char *who
 	}
 	p->a = a;
 	p->isa = nk_gemm_isa_select();
+	p->ops = nk_rowops();
 	p->bq = p->bk = blk;
 	p->nqb = cdiv(a->Tq, blk);
 	p->nkb = cdiv(a->Tk, blk);
@@ -205,22 +228,15 @@ static void online_softmax(const att_plan_t *p, int64_t mq, int64_t nk, float *S
 	int64_t Dv = p->a->Dv;
 
 	for (int64_t r = 0; r < mq; r++) {
-		float *s = S + r * p->bk, mx = -INFINITY, mnew, corr, sum = 0;
+		float *s = S + r * p->bk, mx = p->ops->max(s, nk), mnew, corr;
 
-		for (int64_t c = 0; c < nk; c++)
-			mx = s[c] > mx ? s[c] : mx;
 		mnew = mx > m[r] ? mx : m[r];
 		if (mnew == -INFINITY) { /* nothing visible yet */
-			for (int64_t c = 0; c < nk; c++)
-				s[c] = 0;
+			memset(s, 0, (size_t)nk * sizeof(float));
 			continue;
 		}
 		corr = nk_fp_expf(m[r] - mnew);
-		for (int64_t c = 0; c < nk; c++) {
-			s[c] = nk_fp_expf(s[c] - mnew);
-			sum += s[c];
-		}
-		l[r] = l[r] * corr + sum;
+		l[r] = l[r] * corr + p->ops->exp_sum(s, nk, mnew);
 		m[r] = mnew;
 		if (corr != 1.0f)
 			for (int64_t d = 0; d < Dv; d++)

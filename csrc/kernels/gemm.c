@@ -18,6 +18,8 @@
 #include "nk_gemm_impl.h"
 #include "nrt.h"
 
+NK_VECTORIZE_FILE
+
 #define MR NK_GEMM_MR
 #define NR NK_GEMM_NR
 #define KC NK_GEMM_KC
@@ -540,59 +542,16 @@ typedef struct {
 	double alpha, beta;
 } gemv_t;
 
-#define GEMV_JB 256 /* columns per task when rows of B are contiguous */
-#define GEMV_JD 16  /* columns per task for the dot-product form */
+#define GEMV_JB 4096 /* columns per task when rows of B are contiguous (one f32 accumulator row) */
+#define GEMV_JD 16   /* columns per task for the dot-product form */
+#define GEMV_KC 512  /* k per chunk converted to f32 */
 
-/* acc[0..n) += xk * row[0..n) for a contiguous row of dtype (f32 accumulation). */
-static void axpy_row(float *restrict acc, const void *row, int dtype, float xk, int64_t n)
+/* n elements at p + off*es, stride st (elements), as f32 (f64 narrowed is not used here). */
+static void gemv_load(float *dst, const void *p, int dtype, int64_t off, int64_t st, int64_t n)
 {
-	if (dtype == NK_F32) {
-		const float *restrict r = row;
+	int64_t es = (int64_t)nk_fp_elem_size(dtype);
 
-		for (int64_t j = 0; j < n; j++)
-			acc[j] += xk * r[j];
-	} else if (dtype == NK_BF16) {
-		const uint16_t *restrict r = row;
-
-		for (int64_t j = 0; j < n; j++)
-			acc[j] += xk * nk_bf16_to_f32(r[j]);
-	} else {
-		const uint16_t *restrict r = row;
-
-		for (int64_t j = 0; j < n; j++)
-			acc[j] += xk * nk_f16_to_f32(r[j]);
-	}
-}
-
-/* Sum over k of x[k*incx] * b[k*incb] in f32 (f64 for f64), 16 partial sums on the contiguous path. */
-static double dot_any(const gemv_t *v, const void *x, const void *b, int64_t incb)
-{
-	if (v->dtype == NK_F64) {
-		double s = 0;
-
-		for (int64_t k = 0; k < v->K; k++)
-			s += ((const double *)x)[k * v->incx] * ((const double *)b)[k * incb];
-		return s;
-	}
-	if (v->dtype == NK_F32 && v->incx == 1 && incb == 1) {
-		const float *restrict xs = x, *restrict bs = b;
-		float part[16] = { 0 }, s = 0;
-		int64_t k = 0;
-
-		for (; k + 16 <= v->K; k += 16)
-			for (int l = 0; l < 16; l++)
-				part[l] += xs[k + l] * bs[k + l];
-		for (; k < v->K; k++)
-			s += xs[k] * bs[k];
-		for (int l = 0; l < 16; l++)
-			s += part[l];
-		return s;
-	}
-	float s = 0;
-
-	for (int64_t k = 0; k < v->K; k++)
-		s += nk_fp_loadf(x, v->dtype, k * v->incx) * nk_fp_loadf(b, v->dtype, k * incb);
-	return s;
+	nk_block_load_f32(dst, (const char *)p + off * es, st * es, dtype, n);
 }
 
 static void gemv_store(const gemv_t *v, void *y, int64_t j, double acc)
@@ -614,35 +573,122 @@ static void gemv_store(const gemv_t *v, void *y, int64_t j, double acc)
 	}
 }
 
-/* Columns [j0, j0+n) of batch entry b with contiguous rows of B: stream the rows once. */
+/* Row segments of B are short and far apart (a page each), which the hardware prefetcher does not
+ * follow: fetch the segment GEMV_PF rows ahead by hand. */
+#define GEMV_PF 4
+
+static void gemv_prefetch_row(const gemv_t *v, int64_t ob, int64_t k, int64_t n, int64_t es)
+{
+	const char *r;
+
+	if (k + GEMV_PF >= v->K)
+		return;
+	r = (const char *)v->B + (ob + (k + GEMV_PF) * v->rs) * es;
+	for (int64_t o = 0; o < n * es; o += 64)
+		__builtin_prefetch(r + o, 0, 3);
+}
+
+/* Columns [j0, j0+n) of batch entry b when rows of B are contiguous: stream the rows once, each row
+ * segment converted to f32 and added into one f32 (f64 for f64) accumulator row. */
 static void gemv_rows(const gemv_t *v, int64_t b, int64_t j0, int64_t n)
 {
-	size_t es = nk_dtype_size(v->dtype);
-	const void *x = at(v->x, b * v->bs_x, es);
-	const void *B = at(v->B, b * v->bs_b + j0, es);
-	void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)es;
-	float acc[GEMV_JB] = { 0 };
+	const void *x = at(v->x, b * v->bs_x, nk_fp_elem_size(v->dtype));
+	void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)nk_fp_elem_size(v->dtype);
+	int64_t ob = b * v->bs_b + j0;
 
-	for (int64_t k = 0; k < v->K; k++)
-		axpy_row(acc, at(B, k * v->rs, es), v->dtype, nk_fp_loadf(x, v->dtype, k * v->incx), n);
+	if (v->dtype == NK_F64) {
+		double acc[GEMV_JB] = { 0 };
+
+		for (int64_t k = 0; k < v->K; k++) {
+			const double *restrict r = (const double *)v->B + ob + k * v->rs;
+
+			gemv_prefetch_row(v, ob, k, n, 8);
+			double xk = ((const double *)x)[k * v->incx];
+
+			for (int64_t j = 0; j < n; j++)
+				acc[j] += xk * r[j];
+		}
+		for (int64_t j = 0; j < n; j++)
+			gemv_store(v, y, j, acc[j]);
+		return;
+	}
+	float acc[GEMV_JB] = { 0 }, row[GEMV_JB];
+	int64_t es = (int64_t)nk_fp_elem_size(v->dtype);
+
+	for (int64_t k = 0; k < v->K; k++) {
+		float xk = nk_fp_loadf(x, v->dtype, k * v->incx);
+
+		gemv_prefetch_row(v, ob, k, n, es);
+
+		if (v->dtype == NK_F32) {
+			const float *restrict r = (const float *)v->B + ob + k * v->rs;
+
+			for (int64_t j = 0; j < n; j++)
+				acc[j] += xk * r[j];
+		} else {
+			gemv_load(row, v->B, v->dtype, ob + k * v->rs, 1, n);
+			for (int64_t j = 0; j < n; j++)
+				acc[j] += xk * row[j];
+		}
+	}
 	for (int64_t j = 0; j < n; j++)
 		gemv_store(v, y, j, acc[j]);
 }
 
-/* Columns [j0, j0+n): one dot product per column. */
+/* sum x[k]*b[k] over n f32 values with 16 partial sums (vectorizable). */
+static float dot_f32(const float *restrict x, const float *restrict b, int64_t n)
+{
+	float part[16] = { 0 }, s = 0;
+	int64_t k = 0;
+
+	for (; k + 16 <= n; k += 16)
+		for (int l = 0; l < 16; l++)
+			part[l] += x[k + l] * b[k + l];
+	for (; k < n; k++)
+		s += x[k] * b[k];
+	for (int l = 0; l < 16; l++)
+		s += part[l];
+	return s;
+}
+
+/* Columns [j0, j0+n): one dot product per column, K in chunks converted to f32 (f64: in f64). */
 static void gemv_dots(const gemv_t *v, int64_t b, int64_t j0, int64_t n)
 {
-	size_t es = nk_dtype_size(v->dtype);
-	const void *x = at(v->x, b * v->bs_x, es);
+	size_t es = nk_fp_elem_size(v->dtype);
 	void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)es;
+	int64_t ox = b * v->bs_x, ob = b * v->bs_b + j0 * v->cs;
 
+	if (v->dtype == NK_F64) {
+		const double *x = (const double *)v->x + ox;
+
+		for (int64_t j = 0; j < n; j++) {
+			const double *col = (const double *)v->B + ob + j * v->cs;
+			double s = 0;
+
+			for (int64_t k = 0; k < v->K; k++)
+				s += x[k * v->incx] * col[k * v->rs];
+			gemv_store(v, y, j, s);
+		}
+		return;
+	}
+	float acc[GEMV_JD] = { 0 }, xf[GEMV_KC], bf[GEMV_KC];
+
+	for (int64_t k0 = 0; k0 < v->K; k0 += GEMV_KC) {
+		int64_t kn = min64(GEMV_KC, v->K - k0);
+
+		gemv_load(xf, v->x, v->dtype, ox + k0 * v->incx, v->incx, kn);
+		for (int64_t j = 0; j < n; j++) {
+			gemv_load(bf, v->B, v->dtype, ob + j * v->cs + k0 * v->rs, v->rs, kn);
+			acc[j] += dot_f32(xf, bf, kn);
+		}
+	}
 	for (int64_t j = 0; j < n; j++)
-		gemv_store(v, y, j, dot_any(v, x, at(v->B, b * v->bs_b + (j0 + j) * v->cs, es), v->rs));
+		gemv_store(v, y, j, acc[j]);
 }
 
 static bool gemv_uses_rows(const gemv_t *v)
 {
-	return v->cs == 1 && v->dtype != NK_F64;
+	return v->cs == 1;
 }
 
 static void gemv_tasks(void *ctx, int64_t t0, int64_t t1)
@@ -677,6 +723,8 @@ static int gemm_gemv(const nk_gemm_args_t *g)
 		v.B = g->A, v.rs = g->cs_a, v.cs = g->rs_a, v.bs_b = g->bs_a;
 		v.y = g->C, v.incy = g->rs_c, v.bs_y = g->bs_c;
 	}
+	if (v.N == 1)
+		v.cs = 0; /* a single column: the dot-product form (its stride is unused) */
 	jb = gemv_uses_rows(&v) ? GEMV_JB : GEMV_JD;
 	ntasks = g->batch * cdiv(v.N, jb);
 	nrt_parallel_for(ntasks, cdiv(1 << 16, jb * (v.K + 1)), gemv_tasks, &v);

@@ -91,7 +91,8 @@ void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, 
 	for (int64_t p = 0; p < k; p++) {
 		__m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 
-		_mm_prefetch((const char *)(b + 8 * NR), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
 		ROWS(FMA_ROW)
 		a += MR;
 		b += NR;
@@ -116,7 +117,8 @@ void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, fl
 	for (int64_t p = 0; p < kp; p++) {
 		__m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
 
-		_mm_prefetch((const char *)(b + 8 * NR), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
 		ROWS(DP_ROW)
 		a += MR;
 		b += NR;

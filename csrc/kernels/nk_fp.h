@@ -64,7 +64,8 @@ static inline void nk_fp_stored(void *p, int dtype, int64_t i, double v)
  * exactly 0), NaN gives NaN. */
 static inline float nk_fp_expf(float x)
 {
-	float xc = x < -87.33654f ? -87.33654f : x > 88.37626f ? 88.37626f : x;
+	float lo = x < -87.33654f ? -87.33654f : x;
+	float xc = lo > 88.37626f ? 88.37626f : lo;
 	float t = xc * 1.44269504f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer in the low bits */
 	float n = t - 12582912.0f;
 	float r = xc - n * 0.693359375f + n * 2.12194440e-4f;

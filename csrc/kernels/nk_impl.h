@@ -151,6 +151,21 @@ void nk_f32_to_bf16_avx512(uint16_t *dst, const float *src, int64_t n);
 bool nk_pointwise_f32_avx512(int op, float a, float b, int64_t ia, float *o, const float *x,
 			     const float *y, const float *z, int64_t n);
 
+/* reduce_avx512.c: dense-row helpers of reduce.c (sums accumulate in double). */
+double nk_rd_sum_f32_avx512(const float *x, int64_t n);
+double nk_rd_sum_bf16_avx512(const uint16_t *x, int64_t n);
+double nk_rd_sum_f64_avx512(const double *x, int64_t n);
+double nk_rd_sumsq_f32_avx512(const float *x, int64_t n, double shift); /* sum (x - shift)^2 */
+float nk_rd_extremum_f32_avx512(const float *x, int64_t n, bool is_max); /* NaN-propagating, n > 0 */
+int64_t nk_rd_argext_f32_avx512(const float *x, int64_t n, bool is_max, float *val); /* first; NaN wins */
+void nk_rd_colsum_avx512(double *acc, const void *row, bool bf16, int64_t w); /* acc[i] += row[i] */
+
+/* random_avx512.c: w[j][l] = word j of the Philox block for counter (ctr + l, 0), l < 16 (bit-identical
+ * to nk_philox4x32_10), and dropout of dense f32 [i0, i1) (keep iff (w1:w0) >> 11 >= thresh). */
+void nk_philox16_avx512(uint64_t key, uint64_t ctr, uint32_t w[4][16]);
+void nk_dropout_f32_avx512(uint64_t seed, uint64_t offset, uint64_t thresh, float scale, const float *x,
+			   float *out, uint8_t *mask, int64_t i0, int64_t i1);
+
 /* ---- references without a public declaration (same signatures as the nk.h entry points) ------- */
 int nk_copy_ref(void *args);
 int nk_random_ref(void *args);

@@ -4,13 +4,17 @@
  * block with key = seed and 128-bit counter = (offset + k, 0), and uses its four words:
  *   uniform f64:   u = 53 bits of (w0, w1) in [0, 1), out = a + (b - a) * u;
  *   uniform other: u = 24 bits of w0; a result that rounds up to b is stepped one ulp below b;
- *   normal:        Box-Muller, u1 = 1 - 53 bits of (w0, w1) in (0, 1], u2 = 53 bits of (w2, w3),
- *                  out = a + b * sqrt(-2 log u1) cos(2 pi u2);
+ *   normal f64:    Box-Muller, u1 = 1 - 53 bits of (w0, w1) in (0, 1], u2 = 53 bits of (w2, w3),
+ *                  out = a + b * sqrt(-2 log u1) cos(2 pi u2) in double;
+ *   normal other:  the same in float with 24-bit u1 = 1 - w0, u2 = w1 (as PyTorch's float normal_);
  *   bernoulli:     out = (53 bits of (w0, w1) < a);
  *   randint:       out = ia + (w0 | w1 << 32) mod (ib - ia)  (w0 alone when the range fits 32 bits);
  *   dropout:       keep = (53 bits of (w0, w1) >= p), out = keep ? x * (1 / (1 - p)) : 0.
  * Every element depends only on (seed, offset, k), so results do not depend on threads or blocking.
  * A launch consumes nk_random_offset_increment(n) counter values: callers advance their offset by it.
+ * The run generates the words of 16 consecutive counters at once (AVX-512 Philox when the CPU has
+ * it, random_avx512.c, bit-identical to the scalar one) and dropout on dense f32 is fully vectorized;
+ * the references call the scalar generator per element.
  */
 #include "nk_impl.h"
 #include "nrt.h"
@@ -28,6 +32,7 @@ typedef struct {
 	int64_t ia;
 	uint64_t range;
 	uint64_t seed, offset;
+	bool avx512;
 } rng_ctx_t;
 
 static const char *const rng_names[] = {"uniform", "normal", "bernoulli", "randint"};
@@ -68,21 +73,26 @@ static void rng_store_uniform(const rng_ctx_t *c, char *dst, const nk_philox_out
 	*(uint16_t *)dst = h;
 }
 
-/* Writes element k's value to dst. */
-static void rng_element(const rng_ctx_t *c, char *dst, uint64_t k)
+/* Writes the value drawn from the words w to dst. */
+static void rng_transform(const rng_ctx_t *c, char *dst, nk_philox_out_t w)
 {
-	nk_philox_out_t w = nk_philox4x32_10(c->seed, c->offset + k, 0);
 	switch (c->kind) {
 	case NK_RNG_UNIFORM:
 		rng_store_uniform(c, dst, &w);
 		return;
-	case NK_RNG_NORMAL: {
-		double u1 = 1.0 - nk_u64_to_unit_f64(w.v[0], w.v[1]);
-		double u2 = nk_u64_to_unit_f64(w.v[2], w.v[3]);
-		double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-		nk_store_f64(dst, c->dt, c->a + c->b * z);
+	case NK_RNG_NORMAL:
+		if (c->dt == NK_F64) {
+			double u1 = 1.0 - nk_u64_to_unit_f64(w.v[0], w.v[1]);
+			double u2 = nk_u64_to_unit_f64(w.v[2], w.v[3]);
+			double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+			*(double *)dst = c->a + c->b * z;
+		} else {
+			float u1 = 1.0f - nk_u32_to_unit_f32(w.v[0]);
+			float u2 = nk_u32_to_unit_f32(w.v[1]);
+			float z = sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795865f * u2);
+			nk_store_f32(dst, c->dt, (float)c->a + (float)c->b * z);
+		}
 		return;
-	}
 	case NK_RNG_BERNOULLI:
 		nk_store_i64(dst, c->dt, nk_u64_to_unit_f64(w.v[0], w.v[1]) < c->a);
 		return;
@@ -105,6 +115,7 @@ static int rng_prepare(rng_ctx_t *c, const nk_random_args_t *a)
 	c->ia = a->ia;
 	c->seed = a->seed;
 	c->offset = a->offset;
+	c->avx512 = nk_cpu_avx512();
 	if (a->kind < NK_RNG_UNIFORM || a->kind > NK_RNG_RANDINT) {
 		nrt_kernel_fail("nk_random: unknown kind %d", a->kind);
 		return -1;
@@ -137,11 +148,37 @@ static int rng_prepare(rng_ctx_t *c, const nk_random_args_t *a)
 	return 0;
 }
 
+static void rng_element(const rng_ctx_t *c, char *dst, uint64_t k)
+{
+	rng_transform(c, dst, nk_philox4x32_10(c->seed, c->offset + k, 0));
+}
+
+/* Words of the blocks for counters ctr .. ctr + n - 1, n <= 16. */
+static void rng_words(uint64_t seed, uint64_t ctr, int64_t n, bool avx512, uint32_t w[4][16])
+{
+	if (avx512) {
+		nk_philox16_avx512(seed, ctr, w);
+		return;
+	}
+	for (int64_t j = 0; j < n; j++) {
+		nk_philox_out_t o = nk_philox4x32_10(seed, ctr + (uint64_t)j, 0);
+		for (int q = 0; q < 4; q++)
+			w[q][j] = o.v[q];
+	}
+}
+
 static void rng_row(void *ctx, char *const *data, const int64_t *st, int64_t n, int64_t lin)
 {
 	const rng_ctx_t *c = ctx;
-	for (int64_t i = 0; i < n; i++)
-		rng_element(c, data[0] + i * st[0], (uint64_t)(lin + i));
+	uint32_t w[4][16];
+	for (int64_t i0 = 0; i0 < n; i0 += 16) {
+		int64_t m = n - i0 < 16 ? n - i0 : 16;
+		rng_words(c->seed, c->offset + (uint64_t)(lin + i0), m, c->avx512, w);
+		for (int64_t j = 0; j < m; j++) {
+			nk_philox_out_t o = {{w[0][j], w[1][j], w[2][j], w[3][j]}};
+			rng_transform(c, data[0] + (i0 + j) * st[0], o);
+		}
+	}
 }
 
 int nk_random_run(void *args)
@@ -189,29 +226,38 @@ static int dropout_check(const nk_dropout_args_t *a)
 	return 0;
 }
 
-static inline bool dropout_keep(const nk_dropout_args_t *a, int64_t i)
+/* Element i given its words: mask and scaled output.  f32/bf16/f16 scale in float, f64 in double. */
+static inline void dropout_elem(const nk_dropout_args_t *a, int64_t i, uint32_t w0, uint32_t w1)
 {
-	nk_philox_out_t w = nk_philox4x32_10(a->seed, a->offset + (uint64_t)i, 0);
-	return nk_u64_to_unit_f64(w.v[0], w.v[1]) >= a->p;
+	bool keep = nk_u64_to_unit_f64(w0, w1) >= a->p;
+	double scale_d = a->p < 1 ? 1.0 / (1.0 - a->p) : 0.0;
+	size_t es = nk_dtype_size(a->dtype);
+	if (a->mask)
+		((uint8_t *)a->mask)[i] = keep;
+	const char *xp = (const char *)a->x + i * (int64_t)es;
+	char *op = (char *)a->out + i * (int64_t)es;
+	if (a->dtype == NK_F64)
+		*(double *)op = keep ? *(const double *)xp * scale_d : 0.0;
+	else
+		nk_store_f32(op, a->dtype, keep ? nk_load_f32(xp, a->dtype) * (float)scale_d : 0.0f);
 }
 
-/* Elements [i0, i1): mask and scaled output.  f32/bf16/f16 scale in float, f64 in double. */
+/* Elements [i0, i1) of the run: vectorized for f32, else 16 counters' words at a time. */
 static void dropout_range(const nk_dropout_args_t *a, int64_t i0, int64_t i1)
 {
-	uint8_t *mask = a->mask;
-	double scale_d = a->p < 1 ? 1.0 / (1.0 - a->p) : 0.0;
-	float scale_f = (float)scale_d;
-	size_t es = nk_dtype_size(a->dtype);
-	for (int64_t i = i0; i < i1; i++) {
-		bool keep = dropout_keep(a, i);
-		if (mask)
-			mask[i] = keep;
-		const char *xp = (const char *)a->x + i * (int64_t)es;
-		char *op = (char *)a->out + i * (int64_t)es;
-		if (a->dtype == NK_F64)
-			*(double *)op = keep ? *(const double *)xp * scale_d : 0.0;
-		else
-			nk_store_f32(op, a->dtype, keep ? nk_load_f32(xp, a->dtype) * scale_f : 0.0f);
+	bool avx512 = nk_cpu_avx512();
+	if (avx512 && a->dtype == NK_F32) {
+		uint64_t thresh = (uint64_t)ceil(a->p * 0x1p53);
+		float scale = (float)(a->p < 1 ? 1.0 / (1.0 - a->p) : 0.0);
+		nk_dropout_f32_avx512(a->seed, a->offset, thresh, scale, a->x, a->out, a->mask, i0, i1);
+		return;
+	}
+	uint32_t w[4][16];
+	for (int64_t b = i0; b < i1; b += 16) {
+		int64_t m = i1 - b < 16 ? i1 - b : 16;
+		rng_words(a->seed, a->offset + (uint64_t)b, m, avx512, w);
+		for (int64_t j = 0; j < m; j++)
+			dropout_elem(a, b + j, w[0][j], w[1][j]);
 	}
 }
 
@@ -234,11 +280,15 @@ int nk_dropout_run(void *args)
 	return 0;
 }
 
+/* Reference: the scalar generator per element. */
 int nk_dropout_ref(void *args)
 {
 	const nk_dropout_args_t *a = args;
 	if (dropout_check(a))
 		return -1;
-	dropout_range(a, 0, a->n);
+	for (int64_t i = 0; i < a->n; i++) {
+		nk_philox_out_t w = nk_philox4x32_10(a->seed, a->offset + (uint64_t)i, 0);
+		dropout_elem(a, i, w.v[0], w.v[1]);
+	}
 	return 0;
 }

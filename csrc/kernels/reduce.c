@@ -17,6 +17,9 @@
  *  - few outputs and a long R: R is cut into chunks (the chunk count depends only on the shape, so
  *    results do not depend on the thread count), chunks reduce in parallel into partial states that
  *    are combined in order.  Otherwise outputs/tiles are split over the pool.
+ * On AVX-512 CPUs dense f32 rows (sum, mean, var/std, 2-norm, extrema, arg-extrema), bf16/f64 row
+ * sums and f32/bf16 column sums use the loops of reduce_avx512.c (four accumulators for sums, so the
+ * rounding differs slightly from the sequential reference).
  * nk_reduce_ref: one output at a time, one element at a time, same formulas.
  */
 #include <stdatomic.h>
@@ -39,6 +42,7 @@ typedef struct {
 	int64_t O, R, I;
 	int64_t esz;
 	double p;        /* norm order */
+	bool avx512;     /* dense f32/bf16 helpers of reduce_avx512.c may be used */
 } rd_ctx_t;
 
 /* Partial state of one output (a column of a tile, or one chunk's share of an output). */
@@ -297,6 +301,7 @@ static int rd_prepare(rd_ctx_t *c, const nk_reduce_args_t *a)
 	}
 	c->kind = rd_kind(a->op, a->dtype_in);
 	c->esz = (int64_t)nk_dtype_size(a->dtype_in);
+	c->avx512 = nk_cpu_avx512();
 	if (a->O * a->I == 0)
 		return 0;
 	bool no_identity = (a->op >= NK_RED_AMAX && a->op <= NK_RED_ARGMIN) ||
@@ -377,6 +382,49 @@ static double rd_sumsq_blk(const double *b, int64_t m, double shift)
 	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+/* AVX-512 row: the common float cases in one pass over the dense row; false if not handled. */
+static bool rd_row_avx512(const rd_ctx_t *c, rd_acc_t *s, const char *x, int64_t r0, int64_t r1)
+{
+	int dt = c->a->dtype_in, op = c->op;
+	int64_t n = r1 - r0;
+	const char *p = x + r0 * c->esz;
+	if (!c->avx512 || n <= 0)
+		return false;
+	bool f32 = dt == NK_F32;
+	if (op == NK_RED_SUM || op == NK_RED_MEAN) {
+		if (f32) s->d = nk_rd_sum_f32_avx512((const float *)p, n);
+		else if (dt == NK_BF16) s->d = nk_rd_sum_bf16_avx512((const uint16_t *)p, n);
+		else if (dt == NK_F64) s->d = nk_rd_sum_f64_avx512((const double *)p, n);
+		else return false;
+		return true;
+	}
+	if (!f32)
+		return false;
+	switch (op) {
+	case NK_RED_NORM:
+		if (c->p != 2)
+			return false;
+		s->d = nk_rd_sumsq_f32_avx512((const float *)p, n, 0);
+		return true;
+	case NK_RED_VAR: case NK_RED_STD:
+		s->d = nk_rd_sum_f32_avx512((const float *)p, n) / (double)n;
+		s->d2 = nk_rd_sumsq_f32_avx512((const float *)p, n, s->d);
+		s->iv = n;
+		return true;
+	case NK_RED_AMAX: case NK_RED_AMIN:
+		s->d = nk_rd_extremum_f32_avx512((const float *)p, n, op == NK_RED_AMAX);
+		return true;
+	case NK_RED_MAX: case NK_RED_MIN: case NK_RED_ARGMAX: case NK_RED_ARGMIN: {
+		float v;
+		s->idx = r0 + nk_rd_argext_f32_avx512((const float *)p, n, rd_is_maxlike(op), &v);
+		s->d = v;
+		return true;
+	}
+	default:
+		return false;
+	}
+}
+
 /* Reduces the dense elements x[r0..r1) of one row into s, r = element index. */
 static void rd_row(const rd_ctx_t *c, rd_acc_t *s, const char *x, int64_t r0, int64_t r1)
 {
@@ -386,6 +434,8 @@ static void rd_row(const rd_ctx_t *c, rd_acc_t *s, const char *x, int64_t r0, in
 	int dt = c->a->dtype_in;
 	int op = c->op;
 	rd_init(c, s);
+	if (rd_row_avx512(c, s, x, r0, r1))
+		return;
 	if (op == NK_RED_VAR || op == NK_RED_STD || op == NK_RED_LOGSUMEXP) {
 		double sum = 0, m = -INFINITY, acc = 0;
 		for (int64_t r = r0; r < r1; r += RD_BLK) { /* pass 1: sum or max */
@@ -504,6 +554,13 @@ static void rd_cols(const rd_ctx_t *c, rd_tile_t *t, int64_t o, int64_t r0, int6
 		t->idx[i] = s0.idx;
 	}
 	bool two_pass = c->op == NK_RED_VAR || c->op == NK_RED_STD || c->op == NK_RED_LOGSUMEXP;
+	bool colsum = c->avx512 && (c->op == NK_RED_SUM || c->op == NK_RED_MEAN) &&
+		      (dt == NK_F32 || dt == NK_BF16);
+	if (colsum) {
+		for (int64_t r = r0; r < r1; r++)
+			nk_rd_colsum_avx512(t->d, base + r * rs, dt == NK_BF16, w);
+		return;
+	}
 	if (!two_pass) {
 		for (int64_t r = r0; r < r1; r++) {
 			if (c->kind == RK_I)

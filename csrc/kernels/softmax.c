@@ -5,9 +5,11 @@
  * Threading: rows over the pool (grain ~32k elements).  The reference computes everything in f64.
  */
 #include <math.h>
+#include <string.h>
 
 #include "nk.h"
 #include "nk_fp.h"
+#include "nk_softmax_impl.h"
 #include "nrt.h"
 
 NK_VECTORIZE_FILE
@@ -58,82 +60,113 @@ static void store_f32(void *p, int dtype, int64_t off, const float *buf, int64_t
 	nk_block_store_f32((char *)p + off * (int64_t)es, (int64_t)es, dtype, buf, n);
 }
 
-/* max over buf[0..n) folded into 16 lanes (NaN is skipped here and shows up through the sums). */
-static void lanes_max(float *m, const float *buf, int64_t n)
+/* ---- row primitives (nk_softmax_impl.h) ------------------------------------------------------- */
+
+float nk_row_max_ref(const float *x, int64_t n)
 {
+	float m[LANES], r;
 	int64_t j = 0;
 
+	for (int l = 0; l < LANES; l++)
+		m[l] = -INFINITY;
 	for (; j + LANES <= n; j += LANES)
 		for (int l = 0; l < LANES; l++)
-			m[l] = buf[j + l] > m[l] ? buf[j + l] : m[l];
+			m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
 	for (; j < n; j++)
-		m[0] = buf[j] > m[0] ? buf[j] : m[0];
-}
-
-static float lanes_fold_max(const float *m)
-{
-	float r = m[0];
-
+		m[0] = x[j] > m[0] ? x[j] : m[0];
+	r = m[0];
 	for (int l = 1; l < LANES; l++)
 		r = m[l] > r ? m[l] : r;
 	return r;
 }
 
-/* s[l] += exp(buf - mx) lane-wise. */
-static void lanes_sum_exp(float *s, const float *buf, int64_t n, float mx)
+static float lanes_sum(const float *x, int64_t n)
 {
+	float s[LANES] = { 0 }, r = 0;
 	int64_t j = 0;
 
 	for (; j + LANES <= n; j += LANES)
 		for (int l = 0; l < LANES; l++)
-			s[l] += nk_fp_expf(buf[j + l] - mx);
+			s[l] += x[j + l];
 	for (; j < n; j++)
-		s[0] += nk_fp_expf(buf[j] - mx);
-}
-
-static float lanes_fold_sum(const float *s)
-{
-	float r = 0;
-
+		r += x[j];
 	for (int l = 0; l < LANES; l++)
 		r += s[l];
 	return r;
 }
 
-/* One f32-computed row (f32, bf16, f16 storage): three passes over the row in chunks. */
-static void softmax_row_f32(const nk_softmax_args_t *a, int64_t r)
+float nk_row_exp_sum_ref(float *x, int64_t n, float sub)
 {
-	float buf[CH], m[LANES], s[LANES] = { 0 }, mx, sum, lse, inv;
+	for (int64_t j = 0; j < n; j++)
+		x[j] = nk_fp_expf(x[j] - sub);
+	return lanes_sum(x, n);
+}
+
+const nk_rowops_t nk_rowops_ref = {
+	.max = nk_row_max_ref,
+	.exp_sum = nk_row_exp_sum_ref,
+};
+
+const nk_rowops_t *nk_rowops(void)
+{
+	return nk_cpu_avx512() ? &nk_rowops_avx512 : &nk_rowops_ref;
+}
+
+/* ---- forward ------------------------------------------------------------------------------------ */
+
+/* One f32-computed row (f32, bf16, f16 storage).  A row that fits one chunk is read once; longer rows
+ * take three passes (max, sum, output). */
+static void softmax_row_f32(const nk_softmax_args_t *a, const nk_rowops_t *ops, int64_t r)
+{
+	float buf[CH], mx = -INFINITY, sum = 0, lse, inv;
 	int64_t base = r * a->cols;
 
-	for (int l = 0; l < LANES; l++)
-		m[l] = -INFINITY;
+	if (a->cols <= CH) {
+		load_f32(buf, a->x, a->dtype, base, a->cols);
+		mx = ops->max(buf, a->cols);
+		if (a->log) {
+			float t[CH];
+
+			memcpy(t, buf, (size_t)a->cols * sizeof(float));
+			lse = logf(ops->exp_sum(t, a->cols, mx));
+			for (int64_t j = 0; j < a->cols; j++)
+				buf[j] = (buf[j] - mx) - lse;
+		} else {
+			inv = 1.0f / ops->exp_sum(buf, a->cols, mx);
+			for (int64_t j = 0; j < a->cols; j++)
+				buf[j] *= inv;
+		}
+		store_f32(a->y, a->dtype, base, buf, a->cols);
+		return;
+	}
+	for (int64_t c = 0; c < a->cols; c += CH) {
+		int64_t n = min64(CH, a->cols - c);
+		float m;
+
+		load_f32(buf, a->x, a->dtype, base + c, n);
+		m = ops->max(buf, n);
+		mx = m > mx ? m : mx;
+	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
 		int64_t n = min64(CH, a->cols - c);
 
 		load_f32(buf, a->x, a->dtype, base + c, n);
-		lanes_max(m, buf, n);
+		sum += ops->exp_sum(buf, n, mx);
 	}
-	mx = lanes_fold_max(m);
-	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
-
-		load_f32(buf, a->x, a->dtype, base + c, n);
-		lanes_sum_exp(s, buf, n, mx);
-	}
-	sum = lanes_fold_sum(s);
 	lse = logf(sum);
 	inv = 1.0f / sum;
 	for (int64_t c = 0; c < a->cols; c += CH) {
 		int64_t n = min64(CH, a->cols - c);
 
 		load_f32(buf, a->x, a->dtype, base + c, n);
-		if (a->log)
+		if (a->log) {
 			for (int64_t j = 0; j < n; j++)
 				buf[j] = (buf[j] - mx) - lse;
-		else
+		} else {
+			ops->exp_sum(buf, n, mx);
 			for (int64_t j = 0; j < n; j++)
-				buf[j] = nk_fp_expf(buf[j] - mx) * inv;
+				buf[j] *= inv;
+		}
 		store_f32(a->y, a->dtype, base + c, buf, n);
 	}
 }
@@ -155,12 +188,13 @@ static void softmax_row_f64(const nk_softmax_args_t *a, int64_t r)
 static void softmax_rows(void *ctx, int64_t r0, int64_t r1)
 {
 	const nk_softmax_args_t *a = ctx;
+	const nk_rowops_t *ops = nk_rowops();
 
 	for (int64_t r = r0; r < r1; r++) {
 		if (a->dtype == NK_F64)
 			softmax_row_f64(a, r);
 		else
-			softmax_row_f32(a, r);
+			softmax_row_f32(a, ops, r);
 	}
 }
 
@@ -197,7 +231,9 @@ static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, int64_t r)
 		for (; j < n; j++)
 			s[0] += a->log ? dy[j] : dy[j] * y[j];
 	}
-	dot = lanes_fold_sum(s);
+	dot = 0;
+	for (int l = 0; l < LANES; l++)
+		dot += s[l];
 	for (int64_t c = 0; c < a->cols; c += CH) {
 		int64_t n = min64(CH, a->cols - c);
 

@@ -3,6 +3,8 @@
 #include "neuron.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -322,6 +324,56 @@ static std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor &x, do
 	return {out, mask};
 }
 
+static at::Tensor &bernoulli_tensor(at::Tensor &self, const at::Tensor &p, std::optional<at::Generator> gen)
+{
+	NEURON_TRACK("aten::bernoulli_.Tensor");
+	at::Tensor u = at::empty_like(self, self.options().dtype(p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
+	random_kernel(u, NK_RNG_UNIFORM, 0, 1, 0, 0, gen, "aten::bernoulli_");
+	self.copy_(u.lt(p.to(self.device())));
+	return self;
+}
+
+static void record_stream(at::Tensor &self, c10::Stream s)
+{
+	NEURON_TRACK("aten::record_stream");
+	TORCH_CHECK(s.device_type() == kDev, "record_stream: expected a neuron stream, got one for ", s.device());
+	void *p = self.storage().mutable_data();
+	if (p)
+		NEURON_CHECK(nrt_record_queue(p, queue_of(s)), "aten::record_stream");
+}
+
+// Module.to("neuron") keeps tied parameters tied only if `param.data = moved` is allowed.
+static bool compatible_shallow_copy_type(const at::Tensor &, const at::Tensor &)
+{
+	return true;
+}
+
+// Compaction: the output size depends on the data, so the queue is drained and the selected
+// elements are gathered on the calling thread (device memory is host-addressable).
+static at::Tensor masked_select(const at::Tensor &self, const at::Tensor &mask)
+{
+	NEURON_TRACK("aten::masked_select");
+	TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
+	TORCH_CHECK(self.device() == mask.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
+		    self.device(), " and ", mask.device(), "!");
+	c10::DeviceGuard g(self.device());
+	auto shape = at::infer_size(self.sizes(), mask.sizes());
+	at::Tensor x = self.expand(shape).contiguous(), m = mask.expand(shape).contiguous();
+	sync_device(self.device().index(), "aten::masked_select");
+	const bool *mp = m.const_data_ptr<bool>();
+	int64_t n = x.numel(), k = 0;
+	for (int64_t i = 0; i < n; i++)
+		k += mp[i];
+	at::Tensor out = at::empty({k}, self.options());
+	size_t es = x.itemsize();
+	const char *src = (const char *)x.const_data_ptr();
+	char *dst = (char *)out.data_ptr();
+	for (int64_t i = 0, j = 0; i < n; i++)
+		if (mp[i])
+			std::memcpy(dst + es * j++, src + es * i, es);
+	return out;
+}
+
 // ---- CPU fallback ----------------------------------------------------------------------------------
 
 static std::string op_name(const c10::OperatorHandle &op)
@@ -388,4 +440,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("random_.to", random_to);
 	m.impl("random_", random_);
 	m.impl("native_dropout", native_dropout);
+	m.impl("bernoulli_.Tensor", bernoulli_tensor);
+	m.impl("record_stream", record_stream);
+	m.impl("_has_compatible_shallow_copy_type", compatible_shallow_copy_type);
+	m.impl("masked_select", masked_select);
 }

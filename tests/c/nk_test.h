@@ -12,10 +12,12 @@
 #include "nk.h"
 #include "nk_fp.h"
 
+#ifndef NK_TEST_SMALL
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define NK_TEST_SMALL 1
 #else
 #define NK_TEST_SMALL 0
+#endif
 #endif
 
 static uint64_t nkt_state = 0x9e3779b97f4a7c15ull;

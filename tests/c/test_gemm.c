@@ -250,7 +250,7 @@ static void test_gemm_layouts(void)
 		for (size_t s = 0; s < nshapes; s++) {
 			gcase_t c = shapes[s];
 
-			if (NK_TEST_SMALL && c.M * c.N * c.K > 200000)
+			if (NK_TEST_SMALL && c.M * c.N * c.K > 3000000)
 				continue;
 			for (int t = 0; t < 8; t++) {
 				c.ta = t & 1, c.tb = (t >> 1) & 1, c.tc = (t >> 2) & 1;
@@ -269,7 +269,7 @@ static void test_gemm_portable_driver(void)
 		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
 			gcase_t c = shapes[s];
 
-			if (c.M * c.N * c.K > (NK_TEST_SMALL ? 20000 : 2000000))
+			if (c.M * c.N * c.K > (NK_TEST_SMALL ? 300000 : 2000000))
 				continue;
 			c.tb = s & 1;
 			c.beta = s & 2 ? 1.0 : 0.0;

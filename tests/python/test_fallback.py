@@ -32,7 +32,8 @@ def test_functional_fallback(neuron_ops):
     assert y.dtype == x.dtype and y.shape == x.shape
     torch.testing.assert_close(y.cpu(), torch.special.bessel_j0(x))
     fallback = neuron_ops.get_fallback_ops()
-    assert FALLBACK_OP in fallback, sorted(fallback)
+    # structured ops reach the backend as their out= overload (the functional form is composite)
+    assert any(op.startswith(FALLBACK_OP) for op in fallback), sorted(fallback)
     assert fallback <= neuron_ops.get_executed_ops()
 
 
@@ -44,7 +45,7 @@ def test_fallback_on_noncontiguous_view_input(neuron_ops):
     torch.testing.assert_close(torch.special.bessel_j0(view_d).cpu(),
                                torch.special.bessel_j0(view_c))
     torch.testing.assert_close(d.cpu(), base, rtol=0, atol=0)   # input unchanged
-    assert FALLBACK_OP in neuron_ops.get_fallback_ops()
+    assert any(op.startswith(FALLBACK_OP) for op in neuron_ops.get_fallback_ops())
 
 
 def test_fallback_result_is_usable_on_device():
@@ -68,7 +69,7 @@ def test_inplace_fallback_mutates_device_tensor(neuron_ops):
     assert r is d                              # returns self
     assert d.data_ptr() == ptr                 # same device memory, updated in place
     torch.testing.assert_close(d.cpu(), ref)
-    assert any(op.startswith("aten::polygamma_") for op in neuron_ops.get_fallback_ops()), \
+    assert any(op.startswith("aten::polygamma") for op in neuron_ops.get_fallback_ops()), \
         sorted(neuron_ops.get_fallback_ops())
 
 
@@ -125,7 +126,8 @@ def test_fallback_autograd(neuron_ops):
     yc.mul(w).sum().backward()
     assert xd.grad.device.type == "neuron"
     torch.testing.assert_close(xd.grad.cpu(), xc.grad)
-    assert "aten::polygamma" in neuron_ops.get_fallback_ops(), sorted(neuron_ops.get_fallback_ops())
+    assert any(op.startswith("aten::polygamma") for op in neuron_ops.get_fallback_ops()), \
+        sorted(neuron_ops.get_fallback_ops())
 
 
 def test_fallback_error_mode(monkeypatch, neuron_ops):

@@ -1,0 +1,193 @@
+/* reduce_avx512.c - AVX-512 inner loops of reduce.c for dense f32 (and bf16/f64 sums): row sums and
+ * sums of squared deviations accumulated in double, NaN-propagating extrema, first-occurrence
+ * arg-extrema, and column sums of one row into a double accumulator.  Built with the AVX-512 flags;
+ * reduce.c calls these only when nk_cpu_avx512().  Tails use masked loads.
+ *
+ * Sums use four independent accumulators of 8 doubles, so their order differs from the sequential
+ * reference by rounding only (both accumulate in double).  Extrema and arg-extrema are exact.
+ */
+#include <immintrin.h>
+
+#include "nk_impl.h"
+
+static inline __mmask16 m16(int64_t n)
+{
+	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+static inline __mmask8 m8(int64_t n)
+{
+	return n >= 8 ? (__mmask8)0xff : (__mmask8)((1u << n) - 1u);
+}
+
+/* 16 floats as two vectors of 8 doubles, minus shift. */
+static inline void f32x16_to_f64(__m512 v, __m512d shift, __m512d *lo, __m512d *hi)
+{
+	*lo = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), shift);
+	*hi = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))), shift);
+}
+
+static inline __m512 bf16x16_load(const uint16_t *p, __mmask16 m)
+{
+	__m256i h = _mm256_maskz_loadu_epi16(m, p);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* sum (x - shift)^p for p = 1 or 2 over dense f32 or bf16. */
+static double sum_f32ish(const void *x, bool bf16, int64_t n, double shift, int power)
+{
+	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+	const __m512d s = _mm512_set1_pd(shift);
+	int64_t i = 0;
+	for (; i < n; i += 32) {
+		__mmask16 k0 = m16(n - i), k1 = m16(n - i - 16 > 0 ? n - i - 16 : 0);
+		__m512 v0 = bf16 ? bf16x16_load((const uint16_t *)x + i, k0) : _mm512_maskz_loadu_ps(k0, (const float *)x + i);
+		__m512 v1 = bf16 ? bf16x16_load((const uint16_t *)x + i + 16, k1)
+				 : _mm512_maskz_loadu_ps(k1, (const float *)x + i + 16);
+		__m512d d0, d1, d2, d3;
+		f32x16_to_f64(v0, s, &d0, &d1);
+		f32x16_to_f64(v1, s, &d2, &d3);
+		/* masked-off lanes loaded 0 and became -shift: zero them */
+		d0 = _mm512_maskz_mov_pd((__mmask8)k0, d0);
+		d1 = _mm512_maskz_mov_pd((__mmask8)(k0 >> 8), d1);
+		d2 = _mm512_maskz_mov_pd((__mmask8)k1, d2);
+		d3 = _mm512_maskz_mov_pd((__mmask8)(k1 >> 8), d3);
+		if (power == 2) {
+			a0 = _mm512_fmadd_pd(d0, d0, a0);
+			a1 = _mm512_fmadd_pd(d1, d1, a1);
+			a2 = _mm512_fmadd_pd(d2, d2, a2);
+			a3 = _mm512_fmadd_pd(d3, d3, a3);
+		} else {
+			a0 = _mm512_add_pd(a0, d0);
+			a1 = _mm512_add_pd(a1, d1);
+			a2 = _mm512_add_pd(a2, d2);
+			a3 = _mm512_add_pd(a3, d3);
+		}
+	}
+	return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+}
+
+double nk_rd_sum_f32_avx512(const float *x, int64_t n)
+{
+	return sum_f32ish(x, false, n, 0, 1);
+}
+
+double nk_rd_sum_bf16_avx512(const uint16_t *x, int64_t n)
+{
+	return sum_f32ish(x, true, n, 0, 1);
+}
+
+double nk_rd_sumsq_f32_avx512(const float *x, int64_t n, double shift)
+{
+	return sum_f32ish(x, false, n, shift, 2);
+}
+
+double nk_rd_sum_f64_avx512(const double *x, int64_t n)
+{
+	__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+	for (int64_t i = 0; i < n; i += 32) {
+		a0 = _mm512_add_pd(a0, _mm512_maskz_loadu_pd(m8(n - i), x + i));
+		a1 = _mm512_add_pd(a1, _mm512_maskz_loadu_pd(m8(n - i - 8 > 0 ? n - i - 8 : 0), x + i + 8));
+		a2 = _mm512_add_pd(a2, _mm512_maskz_loadu_pd(m8(n - i - 16 > 0 ? n - i - 16 : 0), x + i + 16));
+		a3 = _mm512_add_pd(a3, _mm512_maskz_loadu_pd(m8(n - i - 24 > 0 ? n - i - 24 : 0), x + i + 24));
+	}
+	return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+}
+
+/* NaN-propagating max (is_max) or min of n > 0 dense floats. */
+float nk_rd_extremum_f32_avx512(const float *x, int64_t n, bool is_max)
+{
+	__m512 best = _mm512_set1_ps(is_max ? -INFINITY : INFINITY);
+	__mmask16 nan = 0;
+	for (int64_t i = 0; i < n; i += 16) {
+		__mmask16 k = m16(n - i);
+		__m512 v = _mm512_mask_loadu_ps(best, k, x + i); /* masked-off lanes keep best */
+		nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+		best = is_max ? _mm512_max_ps(best, v) : _mm512_min_ps(best, v);
+	}
+	if (nan)
+		return NAN;
+	return is_max ? _mm512_reduce_max_ps(best) : _mm512_reduce_min_ps(best);
+}
+
+/* Index of the first maximum (is_max) or minimum of n > 0 dense floats, a NaN counting as the extreme
+ * (the first NaN wins); *val gets the value. */
+int64_t nk_rd_argext_f32_avx512(const float *x, int64_t n, bool is_max, float *val)
+{
+	const float init = is_max ? -INFINITY : INFINITY;
+	__m512 best = _mm512_set1_ps(init);
+	__m512i bidx = _mm512_set1_epi32(-1);
+	__m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+	const __m512i step = _mm512_set1_epi32(16);
+	int64_t i = 0;
+	/* lanes track int32 positions within a window; windows of 2^30 keep them exact */
+	int64_t base = 0, best_base = 0;
+	int64_t found = -1;
+	float found_val = init;
+	while (base < n) {
+		int64_t end = n - base > (1 << 30) ? base + (1 << 30) : n;
+		best = _mm512_set1_ps(init);
+		bidx = _mm512_set1_epi32(-1);
+		idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+		for (i = base; i < end; i += 16) {
+			__mmask16 k = m16(end - i);
+			__m512 v = _mm512_maskz_loadu_ps(k, x + i);
+			__mmask16 vnan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+			__mmask16 bnan = _mm512_cmp_ps_mask(best, best, _CMP_UNORD_Q);
+			__mmask16 better = is_max ? _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) : _mm512_cmp_ps_mask(v, best, _CMP_LT_OQ);
+			__mmask16 unset = _mm512_cmpeq_epi32_mask(bidx, _mm512_set1_epi32(-1));
+			__mmask16 take = k & ((better & ~bnan) | (vnan & ~bnan) | (unset & ~bnan));
+			best = _mm512_mask_mov_ps(best, take, v);
+			bidx = _mm512_mask_mov_epi32(bidx, take, idx);
+			idx = _mm512_add_epi32(idx, step);
+		}
+		/* across lanes: a NaN lane with the smallest index, else the extreme with the smallest index */
+		float bv[16];
+		int32_t bi[16];
+		_mm512_storeu_ps(bv, best);
+		_mm512_storeu_si512(bi, bidx);
+		int64_t wi = -1;
+		float wv = init;
+		for (int l = 0; l < 16; l++) {
+			if (bi[l] < 0)
+				continue;
+			bool lnan = bv[l] != bv[l], wnan = wv != wv;
+			bool take = wi < 0 || (lnan && !wnan) || (lnan && wnan && bi[l] < wi) ||
+				    (!lnan && !wnan && (is_max ? bv[l] > wv : bv[l] < wv)) ||
+				    (!lnan && !wnan && bv[l] == wv && bi[l] < wi);
+			if (take) {
+				wi = bi[l];
+				wv = bv[l];
+			}
+		}
+		/* combine windows: later windows win only when strictly better */
+		if (wi >= 0) {
+			bool fnan = found_val != found_val, wnan = wv != wv;
+			bool take = found < 0 || (wnan && !fnan) ||
+				    (!wnan && !fnan && (is_max ? wv > found_val : wv < found_val));
+			if (take) {
+				found = wi;
+				found_val = wv;
+				best_base = base;
+			}
+		}
+		base = end;
+	}
+	*val = found_val;
+	return found < 0 ? -1 : best_base + found;
+}
+
+/* acc[i] += row[i] (f32 or bf16 widened to double) for i < w. */
+void nk_rd_colsum_avx512(double *acc, const void *row, bool bf16, int64_t w)
+{
+	const __m512d zero = _mm512_setzero_pd();
+	for (int64_t i = 0; i < w; i += 16) {
+		__mmask16 k = m16(w - i);
+		__m512 v = bf16 ? bf16x16_load((const uint16_t *)row + i, k) : _mm512_maskz_loadu_ps(k, (const float *)row + i);
+		__m512d lo, hi;
+		f32x16_to_f64(v, zero, &lo, &hi);
+		__mmask8 k0 = (__mmask8)k, k1 = (__mmask8)(k >> 8);
+		_mm512_mask_storeu_pd(acc + i, k0, _mm512_add_pd(_mm512_maskz_loadu_pd(k0, acc + i), lo));
+		_mm512_mask_storeu_pd(acc + i + 8, k1, _mm512_add_pd(_mm512_maskz_loadu_pd(k1, acc + i + 8), hi));
+	}
+}
