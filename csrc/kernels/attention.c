@@ -20,6 +20,11 @@
  * the f64 reference (one query row at a time: memory-efficient but serial and slower).
  * Rows with no visible key give 0 output and lse = -inf (PyTorch's math path gives NaN there).
  */
+/* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
+ * headers so that their inline helpers get the same options and stay inlinable. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +35,6 @@
 #include "nk_softmax_impl.h"
 #include "nrt.h"
 
-NK_VECTORIZE_FILE
 
 #define ATT_BLOCK 64          /* preferred query and key block */
 #define ATT_WS_FLOATS (1 << 18) /* per-thread f32 workspace (1 MiB) */
@@ -319,15 +323,27 @@ static void bwd_tile(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, int6
 
 	scores(p, b, h, i0, mq, j0, nk, Qt, Kt, S);
 	mm(p, mq, nk, a->Dv, 1, dOt, a->Dv, 1, Vt, 1, a->Dv, 0, dS, bk); /* dP*Z = dO V^T */
-	for (int64_t r = 0; r < mq; r++)
-		for (int64_t c = 0; c < nk; c++) {
-			float *s = S + r * bk + c, *ds = dS + r * bk + c;
-			float pr = lse[r] == -INFINITY ? 0.0f : nk_fp_expf(*s - lse[r]);
-			float z = a->dropout_p > 0 ? (float)att_drop(a, b, h, i0 + r, j0 + c) : 1.0f;
+	for (int64_t r = 0; r < mq; r++) {
+		float *s = S + r * bk, *ds = dS + r * bk, d = Dr[r];
 
-			*ds = pr * (*ds * z - Dr[r]);
-			*s = pr * z;
+		if (lse[r] == -INFINITY) { /* no visible key: P = 0 */
+			memset(s, 0, (size_t)nk * sizeof(float));
+			memset(ds, 0, (size_t)nk * sizeof(float));
+			continue;
 		}
+		p->ops->exp_sum(s, nk, lse[r]); /* P = exp(S - lse) */
+		if (a->dropout_p > 0) {
+			for (int64_t c = 0; c < nk; c++) {
+				float z = (float)att_drop(a, b, h, i0 + r, j0 + c);
+
+				ds[c] = s[c] * (ds[c] * z - d);
+				s[c] *= z;
+			}
+			continue;
+		}
+		for (int64_t c = 0; c < nk; c++)
+			ds[c] = s[c] * (ds[c] - d);
+	}
 }
 
 /* Loads Q, dO, O rows of (b, h) and computes lse and D = rowsum(dO * O). */

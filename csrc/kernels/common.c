@@ -46,15 +46,19 @@ bool nk_using_reference(void)
 	return m == 2;
 }
 
+/* AVX-512 paths: when the CPU has F/BW/VL/DQ, unless NEURON_KERNELS=portable (optimized portable C
+ * only, to test those paths on any machine) or the reference is forced. */
 bool nk_cpu_avx512(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 	static atomic_int have = -1;
 	int h = atomic_load_explicit(&have, memory_order_relaxed);
 	if (h < 0) {
+		const char *e = getenv("NEURON_KERNELS");
 		__builtin_cpu_init();
 		h = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+		    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+		    !(e && strcmp(e, "portable") == 0);
 		atomic_store_explicit(&have, h, memory_order_relaxed);
 	}
 	return h && !nk_using_reference();
@@ -152,6 +156,11 @@ void nk_store_i64(void *p, int dt, int64_t v)
 
 void nk_block_load_f32(float *dst, const char *src, int64_t st, int dt, int64_t n)
 {
+	if (st == 0 && n > 1) { /* broadcast */
+		float v = nk_load_f32(src, dt);
+		for (int64_t i = 0; i < n; i++) dst[i] = v;
+		return;
+	}
 	switch (dt) {
 	case NK_F32:
 		if (st == 4) {
@@ -198,6 +207,11 @@ void nk_block_load_f32(float *dst, const char *src, int64_t st, int dt, int64_t 
 
 void nk_block_load_f64(double *dst, const char *src, int64_t st, int dt, int64_t n)
 {
+	if (st == 0 && n > 1) {
+		double v = nk_load_f64(src, dt);
+		for (int64_t i = 0; i < n; i++) dst[i] = v;
+		return;
+	}
 	switch (dt) {
 	case NK_F64:
 		if (st == 8) {
@@ -226,6 +240,11 @@ void nk_block_load_f64(double *dst, const char *src, int64_t st, int dt, int64_t
 
 void nk_block_load_i64(int64_t *dst, const char *src, int64_t st, int dt, int64_t n)
 {
+	if (st == 0 && n > 1) {
+		int64_t v = nk_load_i64(src, dt);
+		for (int64_t i = 0; i < n; i++) dst[i] = v;
+		return;
+	}
 	switch (dt) {
 	case NK_I64:
 		if (st == 8) {

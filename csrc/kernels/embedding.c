@@ -9,13 +9,17 @@
  * Additions are done in f32 (f64 for f64) and stored in the dtype after each row (bf16/f16 round per
  * add, as PyTorch's CPU index_add does).
  */
+/* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
+ * headers so that their inline helpers get the same options and stay inlinable. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
 #include <string.h>
 
 #include "nk.h"
 #include "nk_fp.h"
 #include "nrt.h"
 
-NK_VECTORIZE_FILE
 
 static int64_t idx_at(const void *idx, int idx_dtype, int64_t i)
 {

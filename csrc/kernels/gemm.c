@@ -10,6 +10,11 @@
  * Threading: tasks are rectangles of C (and batch entries) run through nrt_parallel_for; no task
  * writes another's C, so results do not depend on the thread count.
  */
+/* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
+ * headers so that their inline helpers get the same options and stay inlinable. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +23,6 @@
 #include "nk_gemm_impl.h"
 #include "nrt.h"
 
-NK_VECTORIZE_FILE
 
 #define MR NK_GEMM_MR
 #define NR NK_GEMM_NR
@@ -30,6 +34,8 @@ NK_VECTORIZE_FILE
 
 /* Below this many multiply-adds a call runs on the calling thread only. */
 #define GEMM_PAR_MIN_FMA (1 << 18)
+/* Above this many multiply-adds per matrix, one task per thread. */
+#define GEMM_BIG_FMA (1 << 28)
 
 static int64_t min64(int64_t a, int64_t b)
 {
@@ -367,20 +373,28 @@ static void gemm_rect_f32(const gemm_plan_t *pl, int64_t b, int64_t i0, int64_t 
 	}
 }
 
-/* C (bf16/f16, strided) = alpha * acc + beta * C for an mc x nc block accumulated in gemm_ws.c. */
+/* C (bf16/f16, strided) = alpha * acc + beta * C for an mc x nc block accumulated in gemm_ws.c, a row
+ * at a time through the block conversions. */
 static void acc_store(const gemm_plan_t *pl, void *C, int64_t mc, int64_t nc)
 {
 	const nk_gemm_args_t *g = pl->g;
+	int64_t es = (int64_t)pl->es;
+	float row[NCA];
 
-	for (int64_t i = 0; i < mc; i++)
-		for (int64_t j = 0; j < nc; j++) {
-			int64_t o = i * g->rs_c + j * g->cs_c;
-			float v = pl->alpha * gemm_ws.c[i * NCA + j];
+	for (int64_t i = 0; i < mc; i++) {
+		char *c = (char *)C + i * g->rs_c * es;
+		const float *acc = gemm_ws.c + i * NCA;
 
-			if (pl->beta != 0)
-				v += pl->beta * nk_fp_loadf(C, g->dtype, o);
-			nk_fp_storef(C, g->dtype, o, v);
+		if (pl->beta != 0) {
+			nk_block_load_f32(row, c, g->cs_c * es, g->dtype, nc);
+			for (int64_t j = 0; j < nc; j++)
+				row[j] = pl->alpha * acc[j] + pl->beta * row[j];
+		} else {
+			for (int64_t j = 0; j < nc; j++)
+				row[j] = pl->alpha * acc[j];
 		}
+		nk_block_store_f32(c, g->cs_c * es, g->dtype, row, nc);
+	}
 }
 
 /* One MC x NCA block's KC slice: pack A panels and run the micro-kernels into gemm_ws.c against the
@@ -507,8 +521,10 @@ int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 	int nt = nrt_num_threads();
 	int64_t want = 1, ntasks;
 
+	/* one task per thread for big matrices (each task packs all of its B), two for load balance
+	 * otherwise */
 	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt)
-		want = cdiv(2 * nt, g->batch);
+		want = cdiv((fma / g->batch >= GEMM_BIG_FMA ? 1 : 2) * nt, g->batch);
 	gemm_partition(&pl, want);
 	ntasks = g->batch * pl.tiles_m * pl.tiles_n;
 	nrt_parallel_for(ntasks, fma >= GEMM_PAR_MIN_FMA ? 1 : ntasks, gemm_tasks, &pl);
@@ -542,7 +558,7 @@ typedef struct {
 	double alpha, beta;
 } gemv_t;
 
-#define GEMV_JB 4096 /* columns per task when rows of B are contiguous (one f32 accumulator row) */
+#define GEMV_JB 4096 /* columns per task when rows of B are contiguous (one accumulator row) */
 #define GEMV_JD 16   /* columns per task for the dot-product form */
 #define GEMV_KC 512  /* k per chunk converted to f32 */
 
@@ -588,51 +604,51 @@ static void gemv_prefetch_row(const gemv_t *v, int64_t ob, int64_t k, int64_t n,
 		__builtin_prefetch(r + o, 0, 3);
 }
 
-/* Columns [j0, j0+n) of batch entry b when rows of B are contiguous: stream the rows once, each row
- * segment converted to f32 and added into one f32 (f64 for f64) accumulator row. */
-static void gemv_rows(const gemv_t *v, int64_t b, int64_t j0, int64_t n)
+/* acc[0..n) += sum over rows k in [k0, k1) of x[k] * B[k, j0..j0+n) for batch entry b, when rows of B
+ * are contiguous: each row segment is converted to f32 and added (f64 into dacc for f64). */
+static void gemv_rows_range(const gemv_t *v, int64_t b, int64_t j0, int64_t n, int64_t k0, int64_t k1, float *acc,
+			    double *dacc)
 {
 	const void *x = at(v->x, b * v->bs_x, nk_fp_elem_size(v->dtype));
-	void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)nk_fp_elem_size(v->dtype);
-	int64_t ob = b * v->bs_b + j0;
+	int64_t ob = b * v->bs_b + j0, es = (int64_t)nk_fp_elem_size(v->dtype);
+	float row[GEMV_JB];
 
-	if (v->dtype == NK_F64) {
-		double acc[GEMV_JB] = { 0 };
-
-		for (int64_t k = 0; k < v->K; k++) {
+	for (int64_t k = k0; k < k1; k++) {
+		gemv_prefetch_row(v, ob, k, n, es);
+		if (v->dtype == NK_F64) {
 			const double *restrict r = (const double *)v->B + ob + k * v->rs;
-
-			gemv_prefetch_row(v, ob, k, n, 8);
 			double xk = ((const double *)x)[k * v->incx];
 
 			for (int64_t j = 0; j < n; j++)
-				acc[j] += xk * r[j];
-		}
-		for (int64_t j = 0; j < n; j++)
-			gemv_store(v, y, j, acc[j]);
-		return;
-	}
-	float acc[GEMV_JB] = { 0 }, row[GEMV_JB];
-	int64_t es = (int64_t)nk_fp_elem_size(v->dtype);
-
-	for (int64_t k = 0; k < v->K; k++) {
-		float xk = nk_fp_loadf(x, v->dtype, k * v->incx);
-
-		gemv_prefetch_row(v, ob, k, n, es);
-
-		if (v->dtype == NK_F32) {
+				dacc[j] += xk * r[j];
+		} else if (v->dtype == NK_F32) {
 			const float *restrict r = (const float *)v->B + ob + k * v->rs;
+			float xk = ((const float *)x)[k * v->incx];
 
 			for (int64_t j = 0; j < n; j++)
 				acc[j] += xk * r[j];
 		} else {
+			float xk = nk_fp_loadf(x, v->dtype, k * v->incx);
+
 			gemv_load(row, v->B, v->dtype, ob + k * v->rs, 1, n);
 			for (int64_t j = 0; j < n; j++)
 				acc[j] += xk * row[j];
 		}
 	}
+}
+
+/* Columns [j0, j0+n) of batch entry b, all of K, on one thread. */
+static void gemv_rows(const gemv_t *v, int64_t b, int64_t j0, int64_t n)
+{
+	static _Thread_local double dacc[GEMV_JB];
+	void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)nk_fp_elem_size(v->dtype);
+	float acc[GEMV_JB] = { 0 };
+
+	if (v->dtype == NK_F64)
+		memset(dacc, 0, (size_t)n * sizeof(double));
+	gemv_rows_range(v, b, j0, n, 0, v->K, acc, dacc);
 	for (int64_t j = 0; j < n; j++)
-		gemv_store(v, y, j, acc[j]);
+		gemv_store(v, y, j, v->dtype == NK_F64 ? dacc[j] : acc[j]);
 }
 
 /* sum x[k]*b[k] over n f32 values with 16 partial sums (vectorizable). */
@@ -651,39 +667,40 @@ static float dot_f32(const float *restrict x, const float *restrict b, int64_t n
 	return s;
 }
 
-/* Columns [j0, j0+n): one dot product per column, K in chunks converted to f32 (f64: in f64). */
+/* Columns [j0, j0+n): one dot product per column; each column is read contiguously along K, in
+ * chunks converted to f32 (f64 in f64). */
 static void gemv_dots(const gemv_t *v, int64_t b, int64_t j0, int64_t n)
 {
 	size_t es = nk_fp_elem_size(v->dtype);
 	void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)es;
 	int64_t ox = b * v->bs_x, ob = b * v->bs_b + j0 * v->cs;
+	float xf[GEMV_KC], bf[GEMV_KC];
 
-	if (v->dtype == NK_F64) {
-		const double *x = (const double *)v->x + ox;
+	for (int64_t j = 0; j < n; j++) {
+		int64_t oc = ob + j * v->cs;
 
-		for (int64_t j = 0; j < n; j++) {
-			const double *col = (const double *)v->B + ob + j * v->cs;
+		if (v->dtype == NK_F64) {
+			const double *x = (const double *)v->x + ox, *col = (const double *)v->B + oc;
 			double s = 0;
 
 			for (int64_t k = 0; k < v->K; k++)
 				s += x[k * v->incx] * col[k * v->rs];
 			gemv_store(v, y, j, s);
-		}
-		return;
-	}
-	float acc[GEMV_JD] = { 0 }, xf[GEMV_KC], bf[GEMV_KC];
+		} else if (v->dtype == NK_F32 && v->incx == 1 && v->rs == 1) {
+			gemv_store(v, y, j, dot_f32((const float *)v->x + ox, (const float *)v->B + oc, v->K));
+		} else {
+			float s = 0;
 
-	for (int64_t k0 = 0; k0 < v->K; k0 += GEMV_KC) {
-		int64_t kn = min64(GEMV_KC, v->K - k0);
+			for (int64_t k0 = 0; k0 < v->K; k0 += GEMV_KC) {
+				int64_t kn = min64(GEMV_KC, v->K - k0);
 
-		gemv_load(xf, v->x, v->dtype, ox + k0 * v->incx, v->incx, kn);
-		for (int64_t j = 0; j < n; j++) {
-			gemv_load(bf, v->B, v->dtype, ob + j * v->cs + k0 * v->rs, v->rs, kn);
-			acc[j] += dot_f32(xf, bf, kn);
+				gemv_load(xf, v->x, v->dtype, ox + k0 * v->incx, v->incx, kn);
+				gemv_load(bf, v->B, v->dtype, oc + k0 * v->rs, v->rs, kn);
+				s += dot_f32(xf, bf, kn);
+			}
+			gemv_store(v, y, j, s);
 		}
 	}
-	for (int64_t j = 0; j < n; j++)
-		gemv_store(v, y, j, acc[j]);
 }
 
 static bool gemv_uses_rows(const gemv_t *v)
@@ -704,6 +721,61 @@ static void gemv_tasks(void *ctx, int64_t t0, int64_t t1)
 		else
 			gemv_dots(v, b, j0, n);
 	}
+}
+
+/* K split of the rows form: task t sums its K range of one column block into its own partial row of
+ * the caller's scratch; the caller adds the partials in task order (deterministic). */
+#define GEMV_KSPLIT_MAX 8
+#define GEMV_KSPLIT_MIN_ROWS 256
+
+typedef struct {
+	const gemv_t *v;
+	int64_t b, j0, n, kchunk;
+	float *part;   /* [GEMV_KSPLIT_MAX][GEMV_JB] */
+	double *dpart; /* f64: [GEMV_KSPLIT_MAX][GEMV_JB] */
+} gemv_ksplit_t;
+
+static void gemv_ksplit_tasks(void *ctx, int64_t t0, int64_t t1)
+{
+	const gemv_ksplit_t *s = ctx;
+
+	for (int64_t t = t0; t < t1; t++) {
+		int64_t k0 = t * s->kchunk, k1 = min64(s->v->K, k0 + s->kchunk);
+		float *acc = s->part + t * GEMV_JB;
+		double *dacc = s->dpart + t * GEMV_JB;
+
+		memset(acc, 0, (size_t)s->n * sizeof(float));
+		if (s->v->dtype == NK_F64)
+			memset(dacc, 0, (size_t)s->n * sizeof(double));
+		gemv_rows_range(s->v, s->b, s->j0, s->n, k0, k1, acc, dacc);
+	}
+}
+
+/* Rows form with few column blocks: each block's K is split over the pool (the chunk count depends
+ * on K only, never on the thread count, so results are reproducible). */
+static void gemv_rows_ksplit(const gemv_t *v)
+{
+	static _Thread_local float part[GEMV_KSPLIT_MAX * GEMV_JB];
+	static _Thread_local double dpart[GEMV_KSPLIT_MAX * GEMV_JB];
+	int64_t nsplit = min64(GEMV_KSPLIT_MAX, cdiv(v->K, GEMV_KSPLIT_MIN_ROWS));
+	gemv_ksplit_t s = { .v = v, .kchunk = cdiv(v->K, nsplit), .part = part, .dpart = dpart };
+	size_t es = nk_fp_elem_size(v->dtype);
+
+	nsplit = cdiv(v->K, s.kchunk);
+	for (int64_t b = 0; b < v->batch; b++)
+		for (int64_t j0 = 0; j0 < v->N; j0 += GEMV_JB) {
+			void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)es;
+
+			s.b = b, s.j0 = j0, s.n = min64(GEMV_JB, v->N - j0);
+			nrt_parallel_for(nsplit, 1, gemv_ksplit_tasks, &s);
+			for (int64_t j = 0; j < s.n; j++) {
+				double t = 0;
+
+				for (int64_t q = 0; q < nsplit; q++)
+					t += v->dtype == NK_F64 ? dpart[q * GEMV_JB + j] : (double)part[q * GEMV_JB + j];
+				gemv_store(v, y, j, t);
+			}
+		}
 }
 
 /* M == 1 (x = row 0 of A) or N == 1 (the transposed problem: x = column 0 of B, B' = A^T). */
@@ -727,6 +799,11 @@ static int gemm_gemv(const nk_gemm_args_t *g)
 		v.cs = 0; /* a single column: the dot-product form (its stride is unused) */
 	jb = gemv_uses_rows(&v) ? GEMV_JB : GEMV_JD;
 	ntasks = g->batch * cdiv(v.N, jb);
+	if (gemv_uses_rows(&v) && ntasks < 2 * nrt_num_threads() && v.K >= 2 * GEMV_KSPLIT_MIN_ROWS &&
+	    v.N * v.K >= (1 << 18)) {
+		gemv_rows_ksplit(&v);
+		return 0;
+	}
 	nrt_parallel_for(ntasks, cdiv(1 << 16, jb * (v.K + 1)), gemv_tasks, &v);
 	return 0;
 }

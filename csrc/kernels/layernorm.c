@@ -9,13 +9,17 @@
  * Threading: rows over the pool for y and dx; dw/db over blocks of columns, each summing all rows in
  * order (deterministic, no per-thread partials).
  */
+/* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
+ * headers so that their inline helpers get the same options and stay inlinable. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
 #include <math.h>
 
 #include "nk.h"
 #include "nk_fp.h"
 #include "nrt.h"
 
-NK_VECTORIZE_FILE
 
 #define CH 512 /* elements per chunk of a row */
 #define CB 256 /* columns per dw/db task (at most) */
@@ -107,32 +111,139 @@ static void row_moments(const nk_layernorm_args_t *a, int64_t r, double *mean, d
 	*var = a->cols ? q / (double)a->cols : 0;
 }
 
-static void ln_row_f32(const nk_layernorm_args_t *a, int64_t r)
+/* Sums over 16 f32 lanes (vectorizable), returned in f64: x, (x - m)^2 and x*y. */
+static double lanes_sum(const float *x, int64_t n)
 {
-	float x[CH], w[CH], b[CH];
-	double mean, var, rstd;
-	float scale, bias;
-	int64_t base = r * a->cols;
+	float p[16] = { 0 };
+	double s = 0;
+	int64_t j = 0;
 
-	row_moments(a, r, &mean, &var);
-	rstd = 1.0 / sqrt(var + a->eps);
-	scale = (float)rstd;
-	bias = (float)(-mean * rstd);
-	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
+	for (; j + 16 <= n; j += 16)
+		for (int l = 0; l < 16; l++)
+			p[l] += x[j + l];
+	for (; j < n; j++)
+		s += x[j];
+	for (int l = 0; l < 16; l++)
+		s += p[l];
+	return s;
+}
 
-		load_f32(x, a->x, a->dtype, base + c, n);
-		if (a->w)
-			load_f32(w, a->w, a->dtype, c, n);
-		if (a->b)
-			load_f32(b, a->b, a->dtype, c, n);
-		for (int64_t j = 0; j < n; j++) {
-			float v = x[j] * scale + bias;
+static double lanes_sqdev(const float *x, int64_t n, float m)
+{
+	float p[16] = { 0 };
+	double s = 0;
+	int64_t j = 0;
 
-			v = a->w ? v * w[j] : v;
-			x[j] = a->b ? v + b[j] : v;
+	for (; j + 16 <= n; j += 16)
+		for (int l = 0; l < 16; l++)
+			p[l] += (x[j + l] - m) * (x[j + l] - m);
+	for (; j < n; j++)
+		s += (x[j] - m) * (x[j] - m);
+	for (int l = 0; l < 16; l++)
+		s += p[l];
+	return s;
+}
+
+static double lanes_dot(const float *x, const float *y, int64_t n)
+{
+	float p[16] = { 0 };
+	double s = 0;
+	int64_t j = 0;
+
+	for (; j + 16 <= n; j += 16)
+		for (int l = 0; l < 16; l++)
+			p[l] += x[j + l] * y[j + l];
+	for (; j < n; j++)
+		s += x[j] * y[j];
+	for (int l = 0; l < 16; l++)
+		s += p[l];
+	return s;
+}
+
+/* x = (x*scale + bias) [* w] [+ b] (PyTorch's order of operations). */
+static void affine(float *restrict x, int64_t n, float scale, float bias, const float *restrict w,
+		   const float *restrict b)
+{
+	if (w && b)
+		for (int64_t j = 0; j < n; j++)
+			x[j] = (x[j] * scale + bias) * w[j] + b[j];
+	else if (w)
+		for (int64_t j = 0; j < n; j++)
+			x[j] = (x[j] * scale + bias) * w[j];
+	else if (b)
+		for (int64_t j = 0; j < n; j++)
+			x[j] = x[j] * scale + bias + b[j];
+	else
+		for (int64_t j = 0; j < n; j++)
+			x[j] = x[j] * scale + bias;
+}
+
+/* Weight and bias of a short row, converted once per task (NULL when absent or the row is long). */
+typedef struct {
+	float w[CH], b[CH];
+	const float *pw, *pb;
+} ln_params_t;
+
+static void ln_params_load(ln_params_t *p, const void *w, const void *b, int dtype, int64_t cols)
+{
+	p->pw = p->pb = NULL;
+	if (cols > CH)
+		return;
+	if (w) {
+		load_f32(p->w, w, dtype, 0, cols);
+		p->pw = p->w;
+	}
+	if (b) {
+		load_f32(p->b, b, dtype, 0, cols);
+		p->pb = p->b;
+	}
+}
+
+/* One f32-computed row.  A row of up to CH columns is converted once; longer rows take three passes
+ * over chunks (sum, squared deviations, output). */
+static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int64_t r)
+{
+	float x[CH], w[CH], b[CH], m;
+	double mean, var = 0, rstd;
+	int64_t base = r * a->cols, C = a->cols;
+
+	if (C <= CH) {
+		load_f32(x, a->x, a->dtype, base, C);
+		mean = lanes_sum(x, C) / (double)C;
+		var = lanes_sqdev(x, C, (float)mean) / (double)C;
+		rstd = 1.0 / sqrt(var + a->eps);
+		affine(x, C, (float)rstd, (float)(-mean * rstd), prm->pw, prm->pb);
+		store_f32(a->y, a->dtype, base, x, C);
+	} else {
+		double s = 0;
+
+		for (int64_t c = 0; c < C; c += CH) {
+			int64_t n = min64(CH, C - c);
+
+			load_f32(x, a->x, a->dtype, base + c, n);
+			s += lanes_sum(x, n);
 		}
-		store_f32(a->y, a->dtype, base + c, x, n);
+		mean = s / (double)C;
+		m = (float)mean;
+		for (int64_t c = 0; c < C; c += CH) {
+			int64_t n = min64(CH, C - c);
+
+			load_f32(x, a->x, a->dtype, base + c, n);
+			var += lanes_sqdev(x, n, m);
+		}
+		var /= (double)C;
+		rstd = 1.0 / sqrt(var + a->eps);
+		for (int64_t c = 0; c < C; c += CH) {
+			int64_t n = min64(CH, C - c);
+
+			load_f32(x, a->x, a->dtype, base + c, n);
+			if (a->w)
+				load_f32(w, a->w, a->dtype, c, n);
+			if (a->b)
+				load_f32(b, a->b, a->dtype, c, n);
+			affine(x, n, (float)rstd, (float)(-mean * rstd), a->w ? w : NULL, a->b ? b : NULL);
+			store_f32(a->y, a->dtype, base + c, x, n);
+		}
 	}
 	if (a->mean)
 		nk_fp_stored(a->mean, a->dtype, r, mean);
@@ -164,12 +275,15 @@ static void ln_row_f64(const nk_layernorm_args_t *a, int64_t r)
 static void ln_rows(void *ctx, int64_t r0, int64_t r1)
 {
 	const nk_layernorm_args_t *a = ctx;
+	ln_params_t prm;
 
+	if (a->dtype != NK_F64)
+		ln_params_load(&prm, a->w, a->b, a->dtype, a->cols);
 	for (int64_t r = r0; r < r1; r++) {
 		if (a->dtype == NK_F64)
 			ln_row_f64(a, r);
 		else
-			ln_row_f32(a, r);
+			ln_row_f32(a, &prm, r);
 	}
 }
 
@@ -188,66 +302,58 @@ int nk_layernorm_run(void *args)
 
 /* ---- backward: dx by rows ----------------------------------------------------------------------- */
 
-/* Sums of g = dy*w and g*xhat over one chunk, in 16 f32 lanes. */
-static void chunk_sums(const float *dy, const float *x, const float *w, int64_t n, float mean, float rstd,
-		       double *sg, double *sgx)
+/* dy := g = dy*w, x := xhat = (x - mean)*rstd over n elements. */
+static void ln_g_xhat(float *restrict dy, float *restrict x, const float *restrict w, int64_t n, float mean,
+		      float rstd)
 {
-	float pg[16] = { 0 }, pgx[16] = { 0 }, tg = 0, tgx = 0;
-	int64_t j = 0;
-
-	for (; j + 16 <= n; j += 16)
-		for (int l = 0; l < 16; l++) {
-			float g = w ? dy[j + l] * w[j + l] : dy[j + l];
-
-			pg[l] += g;
-			pgx[l] += g * ((x[j + l] - mean) * rstd);
-		}
-	for (; j < n; j++) {
-		float g = w ? dy[j] * w[j] : dy[j];
-
-		tg += g;
-		tgx += g * ((x[j] - mean) * rstd);
-	}
-	for (int l = 0; l < 16; l++)
-		tg += pg[l], tgx += pgx[l];
-	*sg += tg;
-	*sgx += tgx;
+	if (w)
+		for (int64_t j = 0; j < n; j++)
+			dy[j] *= w[j];
+	for (int64_t j = 0; j < n; j++)
+		x[j] = (x[j] - mean) * rstd;
 }
 
-static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, int64_t r)
+/* dx = rstd*(g - mg - xhat*mgx), written into g. */
+static void ln_dx_from(float *restrict g, const float *restrict xhat, int64_t n, float rstd, float mg, float mgx)
+{
+	for (int64_t j = 0; j < n; j++)
+		g[j] = rstd * (g[j] - mg - xhat[j] * mgx);
+}
+
+static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, const ln_params_t *prm, int64_t r)
 {
 	float dy[CH], x[CH], w[CH];
 	float mean = nk_fp_loadf(a->mean, a->dtype, r), rstd = nk_fp_loadf(a->rstd, a->dtype, r);
 	double sg = 0, sgx = 0;
-	float mg, mgx;
-	int64_t base = r * a->cols;
+	int64_t base = r * a->cols, C = a->cols;
 
-	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
-
-		load_f32(dy, a->dy, a->dtype, base + c, n);
-		load_f32(x, a->x, a->dtype, base + c, n);
-		if (a->w)
-			load_f32(w, a->w, a->dtype, c, n);
-		chunk_sums(dy, x, a->w ? w : NULL, n, mean, rstd, &sg, &sgx);
+	if (C <= CH) {
+		load_f32(dy, a->dy, a->dtype, base, C);
+		load_f32(x, a->x, a->dtype, base, C);
+		ln_g_xhat(dy, x, prm->pw, C, mean, rstd);
+		sg = lanes_sum(dy, C);
+		sgx = lanes_dot(dy, x, C);
+		ln_dx_from(dy, x, C, rstd, (float)(sg / (double)C), (float)(sgx / (double)C));
+		store_f32(a->dx, a->dtype, base, dy, C);
+		return;
 	}
-	mg = (float)(sg / (double)a->cols);
-	mgx = (float)(sgx / (double)a->cols);
-	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
+	for (int pass = 0; pass < 2; pass++)
+		for (int64_t c = 0; c < C; c += CH) {
+			int64_t n = min64(CH, C - c);
 
-		load_f32(dy, a->dy, a->dtype, base + c, n);
-		load_f32(x, a->x, a->dtype, base + c, n);
-		if (a->w)
-			load_f32(w, a->w, a->dtype, c, n);
-		for (int64_t j = 0; j < n; j++) {
-			float g = a->w ? dy[j] * w[j] : dy[j];
-			float xhat = (x[j] - mean) * rstd;
-
-			dy[j] = rstd * (g - mg - xhat * mgx);
+			load_f32(dy, a->dy, a->dtype, base + c, n);
+			load_f32(x, a->x, a->dtype, base + c, n);
+			if (a->w)
+				load_f32(w, a->w, a->dtype, c, n);
+			ln_g_xhat(dy, x, a->w ? w : NULL, n, mean, rstd);
+			if (pass == 0) {
+				sg += lanes_sum(dy, n);
+				sgx += lanes_dot(dy, x, n);
+				continue;
+			}
+			ln_dx_from(dy, x, n, rstd, (float)(sg / (double)C), (float)(sgx / (double)C));
+			store_f32(a->dx, a->dtype, base + c, dy, n);
 		}
-		store_f32(a->dx, a->dtype, base + c, dy, n);
-	}
 }
 
 static void ln_dx_row_f64(const nk_layernorm_bwd_args_t *a, int64_t r)
@@ -276,12 +382,15 @@ static void ln_dx_row_f64(const nk_layernorm_bwd_args_t *a, int64_t r)
 static void ln_dx_rows(void *ctx, int64_t r0, int64_t r1)
 {
 	const nk_layernorm_bwd_args_t *a = ctx;
+	ln_params_t prm;
 
+	if (a->dtype != NK_F64)
+		ln_params_load(&prm, a->w, NULL, a->dtype, a->cols);
 	for (int64_t r = r0; r < r1; r++) {
 		if (a->dtype == NK_F64)
 			ln_dx_row_f64(a, r);
 		else
-			ln_dx_row_f32(a, r);
+			ln_dx_row_f32(a, &prm, r);
 	}
 }
 
@@ -292,17 +401,31 @@ typedef struct {
 	int64_t cb; /* columns per task */
 } ln_cols_t;
 
-/* Columns [c0, c0+n): sums over all rows, in row order, in f64. */
+/* Columns [c0, c0+n): sums over all rows, in row order, accumulated in f64 (products in f32, f64 for
+ * f64). */
 static void ln_dwdb_block(const nk_layernorm_bwd_args_t *a, int64_t c0, int64_t n)
 {
-	double dy[CB], x[CB], sw[CB] = { 0 }, sb[CB] = { 0 };
+	double sw[CB] = { 0 }, sb[CB] = { 0 };
 
 	for (int64_t r = 0; r < a->rows; r++) {
-		double mean = nk_fp_loadd(a->mean, a->dtype, r), rstd = nk_fp_loadd(a->rstd, a->dtype, r);
+		int64_t o = r * a->cols + c0;
 
-		load_f64(dy, a->dy, a->dtype, r * a->cols + c0, n);
+		if (a->dtype == NK_F64) {
+			const double *dy = (const double *)a->dy + o, *x = (const double *)a->x + o;
+			double mean = ((const double *)a->mean)[r], rstd = ((const double *)a->rstd)[r];
+
+			for (int64_t j = 0; j < n; j++) {
+				sw[j] += dy[j] * ((x[j] - mean) * rstd);
+				sb[j] += dy[j];
+			}
+			continue;
+		}
+		float dy[CB], x[CB];
+		float mean = nk_fp_loadf(a->mean, a->dtype, r), rstd = nk_fp_loadf(a->rstd, a->dtype, r);
+
+		load_f32(dy, a->dy, a->dtype, o, n);
 		if (a->dw) {
-			load_f64(x, a->x, a->dtype, r * a->cols + c0, n);
+			load_f32(x, a->x, a->dtype, o, n);
 			for (int64_t j = 0; j < n; j++)
 				sw[j] += dy[j] * ((x[j] - mean) * rstd);
 		}

@@ -19,7 +19,7 @@
 #define NK_GEMM_KC_BF16 512 /* k per block, bf16 pair panels (same bytes as f32) */
 #define NK_GEMM_NC 2048     /* columns of B per block (the packed B block, 2 MiB, lives in L3) */
 #define NK_GEMM_NC_ACC 512  /* columns per block when C is bf16/f16 (accumulated in f32) */
-#define NK_GEMM_MC 224      /* rows per f32 accumulation block when C is bf16/f16 (multiple of MR) */
+#define NK_GEMM_MC 448      /* rows per f32 accumulation block when C is bf16/f16 (multiple of MR) */
 
 /* f32 micro-kernel.  a: packed MR x k panel, a[p*MR + i]; b: packed k x NR panel, b[p*NR + j]; both
  * 64-byte aligned and zero-padded.  For i < m, j < n (m <= MR, n <= NR):

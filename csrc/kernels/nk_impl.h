@@ -20,9 +20,11 @@
 #define NK_PARALLEL_GRAIN 32768
 
 /* Enable the loop vectorizer's dynamic cost model in a kernel file (GCC's -O2 default model refuses
- * loops that need an alias check or an epilogue, i.e. nearly all of ours).  Clang vectorizes anyway. */
+ * loops that need an alias check or an epilogue, i.e. nearly all of ours), and let sqrt be inlined
+ * (kernels never read errno).  Clang vectorizes anyway. */
 #if defined(__GNUC__) && !defined(__clang__)
-#define NK_VECTORIZE_FILE _Pragma("GCC optimize(\"tree-vectorize\", \"vect-cost-model=dynamic\")")
+#define NK_VECTORIZE_FILE \
+	_Pragma("GCC optimize(\"tree-vectorize\", \"vect-cost-model=dynamic\", \"no-math-errno\")")
 #else
 #define NK_VECTORIZE_FILE
 #endif
@@ -143,7 +145,7 @@ void nk_block_store_f64(char *dst, int64_t st, int dt, const double *src, int64_
 void nk_block_store_i64(char *dst, int64_t st, int dt, const int64_t *src, int64_t n);
 
 /* ---- AVX-512 helpers (pointwise_avx512.c); call only when nk_cpu_avx512() ------------------- */
-bool nk_cpu_avx512(void); /* AVX-512 F/BW/VL/DQ present and not forced to the reference */
+bool nk_cpu_avx512(void); /* AVX-512 F/BW/VL/DQ present, reference not forced, NEURON_KERNELS != portable */
 void nk_bf16_to_f32_avx512(float *dst, const uint16_t *src, int64_t n);
 void nk_f32_to_bf16_avx512(uint16_t *dst, const float *src, int64_t n);
 /* o[i] = op(x[i], y[i], z[i]) on dense f32 buffers for the ops it vectorizes; returns false (and
@@ -165,6 +167,18 @@ void nk_rd_colsum_avx512(double *acc, const void *row, bool bf16, int64_t w); /*
 void nk_philox16_avx512(uint64_t key, uint64_t ctr, uint32_t w[4][16]);
 void nk_dropout_f32_avx512(uint64_t seed, uint64_t offset, uint64_t thresh, float scale, const float *x,
 			   float *out, uint8_t *mask, int64_t i0, int64_t i1);
+/* Float Box-Muller of 16 lanes (vector log/cos, within a few ulp of the scalar logf/cosf form), and the
+ * f32 uniform transform (bit-identical to the scalar one, before stepping results that reached b). */
+void nk_normal16_f32_avx512(const uint32_t w[4][16], float mean, float std, float out[16]);
+void nk_uniform16_f32_avx512(const uint32_t w[4][16], double a, double b, float out[16]);
+
+/* optim_avx512.c: the dense f32 Adam update (the common shapes: no amsgrad, |1 - beta1| < 0.5), with
+ * the step's scalars already cast to float; bit-identical to optim.c's scalar loop. */
+typedef struct {
+	float grad_scale, sign, wd, decay, w1, b2, omb2, bc2, eps, nss;
+	bool scaled, l2, decoupled;
+} nk_adam_f32_consts_t;
+void nk_adam_f32_avx512(const nk_adam_f32_consts_t *k, float *p, float *m, float *v, const float *g, int64_t n);
 
 /* ---- references without a public declaration (same signatures as the nk.h entry points) ------- */
 int nk_copy_ref(void *args);

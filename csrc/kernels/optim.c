@@ -12,7 +12,8 @@
  *
  * nk_adam_ref: the formula, element by element, through the dtype's scalar casts.
  * nk_adam_run: the same operations in the same order (so results match the reference bit for bit),
- * in dense loops the compiler vectorizes, with flags hoisted out of the loop, split over the pool.
+ * in dense loops with the flags hoisted out (AVX-512 in optim_avx512.c when the CPU has it), split
+ * over the pool; bf16/f16 go through float blocks.
  */
 #include "nk_impl.h"
 #include "nrt.h"
@@ -143,16 +144,37 @@ int nk_adam_ref(void *args)
 }
 
 /* ---- optimized ------------------------------------------------------------------------------------ */
-/* Dense f32 loop: the flags are loop-invariant and the updates branch-free, so it vectorizes. */
-static void adam_f32(const adam_ctx_t *c, float *restrict p, float *restrict m, float *restrict v,
-		     float *restrict vmax, const float *restrict g, int64_t n)
+/* The dense f32 update with the flags as compile-time constants (always inlined), so every variant
+ * is a branch-free loop the compiler vectorizes. */
+static inline __attribute__((always_inline)) void
+adam_f32_loop(const adam_ctx_t *c, float *restrict p, float *restrict m, float *restrict v,
+	      const float *restrict g, int64_t n, const bool scaled, const bool l2, const bool decoupled)
 {
 	const float gs = (float)c->grad_scale, sign = c->maximize ? -1.0f : 1.0f;
 	const float wd = (float)c->wd, decay = (float)c->decay, w1 = (float)c->beta1_w;
 	const float b2 = (float)c->beta2, omb2 = (float)c->one_m_beta2, bc2 = (float)c->bc2_sqrt;
 	const float eps = (float)c->eps, nss = (float)c->neg_step_size;
-	const bool scaled = c->scaled, l2 = c->l2, decoupled = c->a->adamw && c->wd != 0;
-	if (!(fabsf(w1) < 0.5f) || c->amsgrad) { /* rare shapes of the formula: the scalar path */
+	for (int64_t i = 0; i < n; i++) {
+		float gi = scaled ? g[i] / gs : g[i];
+		gi = gi * sign;
+		float pi = p[i];
+		if (l2)
+			gi = gi + wd * pi;
+		if (decoupled)
+			pi = pi * decay;
+		float mi = m[i] + w1 * (gi - m[i]);
+		float vi = v[i] * b2 + omb2 * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		p[i] = pi + nss * mi / (sqrtf(vi) / bc2 + eps);
+	}
+}
+
+/* Dense f32 step: specialized loops for the common shapes, the scalar step for the rest. */
+static void adam_f32(const adam_ctx_t *c, float *p, float *m, float *v, float *vmax, const float *g, int64_t n)
+{
+	bool decoupled = c->a->adamw && c->wd != 0;
+	if (!(fabsf((float)c->beta1_w) < 0.5f) || c->amsgrad) { /* rare shapes of the formula */
 		for (int64_t i = 0; i < n; i++) {
 			float x = vmax ? vmax[i] : 0;
 			adam_elem_f(c, &p[i], &m[i], &v[i], &x, g[i]);
@@ -160,17 +182,21 @@ static void adam_f32(const adam_ctx_t *c, float *restrict p, float *restrict m, 
 		}
 		return;
 	}
-	for (int64_t i = 0; i < n; i++) {
-		float gi = scaled ? g[i] / gs : g[i];
-		gi = gi * sign;
-		float pi = p[i];
-		gi = l2 ? gi + wd * pi : gi;
-		pi = decoupled ? pi * decay : pi;
-		float mi = m[i] + w1 * (gi - m[i]);
-		float vi = v[i] * b2 + omb2 * gi * gi;
-		m[i] = mi;
-		v[i] = vi;
-		p[i] = pi + nss * mi / (sqrtf(vi) / bc2 + eps);
+	if (nk_cpu_avx512()) {
+		nk_adam_f32_consts_t k = {(float)c->grad_scale, c->maximize ? -1.0f : 1.0f, (float)c->wd,
+					  (float)c->decay, (float)c->beta1_w, (float)c->beta2, (float)c->one_m_beta2,
+					  (float)c->bc2_sqrt, (float)c->eps, (float)c->neg_step_size, c->scaled, c->l2,
+					  decoupled};
+		nk_adam_f32_avx512(&k, p, m, v, g, n);
+		return;
+	}
+	switch ((c->scaled ? 4 : 0) | (c->l2 ? 2 : 0) | (decoupled ? 1 : 0)) {
+	case 0: adam_f32_loop(c, p, m, v, g, n, false, false, false); return;
+	case 1: adam_f32_loop(c, p, m, v, g, n, false, false, true); return;
+	case 2: adam_f32_loop(c, p, m, v, g, n, false, true, false); return;
+	case 4: adam_f32_loop(c, p, m, v, g, n, true, false, false); return;
+	case 5: adam_f32_loop(c, p, m, v, g, n, true, false, true); return;
+	default: adam_f32_loop(c, p, m, v, g, n, true, true, false); return;
 	}
 }
 

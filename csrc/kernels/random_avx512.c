@@ -75,3 +75,78 @@ void nk_dropout_f32_avx512(uint64_t seed, uint64_t offset, uint64_t thresh, floa
 			_mm_mask_storeu_epi8(mask + i, k, _mm_maskz_set1_epi8(keep, 1));
 	}
 }
+
+/* ---- transforms of 16 words ----------------------------------------------------------------------- */
+/* Cephes logf for x in (0, 1]: frexp by getmant/getexp, degree-8 polynomial; < 2 ulp. */
+static inline __m512 v_logf(__m512 x)
+{
+	__m512 m = _mm512_getmant_ps(x, _MM_MANT_NORM_p5_1, _MM_MANT_SIGN_src); /* [0.5, 1) */
+	__m512 e = _mm512_add_ps(_mm512_getexp_ps(x), _mm512_set1_ps(1.0f));
+	__mmask16 small = _mm512_cmp_ps_mask(m, _mm512_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
+	e = _mm512_mask_sub_ps(e, small, e, _mm512_set1_ps(1.0f));
+	m = _mm512_mask_add_ps(m, small, m, m);
+	m = _mm512_sub_ps(m, _mm512_set1_ps(1.0f));
+	__m512 z = _mm512_mul_ps(m, m);
+	__m512 p = _mm512_set1_ps(7.0376836292E-2f);
+	p = _mm512_fmadd_ps(p, m, _mm512_set1_ps(-1.1514610310E-1f));
+	p = _mm512_fmadd_ps(p, m, _mm512_set1_ps(1.1676998740E-1f));
+	p = _mm512_fmadd_ps(p, m, _mm512_set1_ps(-1.2420140846E-1f));
+	p = _mm512_fmadd_ps(p, m, _mm512_set1_ps(1.4249322787E-1f));
+	p = _mm512_fmadd_ps(p, m, _mm512_set1_ps(-1.6668057665E-1f));
+	p = _mm512_fmadd_ps(p, m, _mm512_set1_ps(2.0000714765E-1f));
+	p = _mm512_fmadd_ps(p, m, _mm512_set1_ps(-2.4999993993E-1f));
+	p = _mm512_fmadd_ps(p, m, _mm512_set1_ps(3.3333331174E-1f));
+	__m512 y = _mm512_mul_ps(_mm512_mul_ps(p, z), m);
+	y = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), y);
+	y = _mm512_fnmadd_ps(z, _mm512_set1_ps(0.5f), y);
+	return _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), _mm512_add_ps(m, y));
+}
+
+/* cos(2 pi t) for t in [0, 1): exact reduction to a quarter turn, Cephes sin/cos polynomials. */
+static inline __m512 v_cos2pi(__m512 t)
+{
+	const int rnd = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+	__m512 r = _mm512_sub_ps(t, _mm512_roundscale_ps(t, rnd));          /* [-0.5, 0.5] */
+	__m512 q = _mm512_roundscale_ps(_mm512_mul_ps(r, _mm512_set1_ps(4.0f)), rnd);
+	__m512 f = _mm512_fnmadd_ps(q, _mm512_set1_ps(0.25f), r);           /* [-1/8, 1/8], exact */
+	__m512 x = _mm512_mul_ps(f, _mm512_set1_ps(6.28318530717958648f));  /* [-pi/4, pi/4] */
+	__m512 x2 = _mm512_mul_ps(x, x);
+	__m512 s = _mm512_set1_ps(-1.9515295891E-4f);
+	s = _mm512_fmadd_ps(s, x2, _mm512_set1_ps(8.3321608736E-3f));
+	s = _mm512_fmadd_ps(s, x2, _mm512_set1_ps(-1.6666654611E-1f));
+	s = _mm512_fmadd_ps(_mm512_mul_ps(s, x2), x, x);
+	__m512 c = _mm512_set1_ps(2.443315711809948E-5f);
+	c = _mm512_fmadd_ps(c, x2, _mm512_set1_ps(-1.388731625493765E-3f));
+	c = _mm512_fmadd_ps(c, x2, _mm512_set1_ps(4.166664568298827E-2f));
+	c = _mm512_fmadd_ps(_mm512_mul_ps(c, x2), x2, _mm512_fnmadd_ps(x2, _mm512_set1_ps(0.5f), _mm512_set1_ps(1.0f)));
+	/* quarter turns q (mod 4): cos, -sin, -cos, sin */
+	__m512i qi = _mm512_and_si512(_mm512_cvtps_epi32(q), _mm512_set1_epi32(3));
+	__mmask16 use_sin = _mm512_test_epi32_mask(qi, _mm512_set1_epi32(1));
+	__mmask16 neg = _mm512_cmpeq_epi32_mask(qi, _mm512_set1_epi32(1)) | _mm512_cmpeq_epi32_mask(qi, _mm512_set1_epi32(2));
+	__m512 v = _mm512_mask_blend_ps(use_sin, c, s);
+	return _mm512_mask_sub_ps(v, neg, _mm512_setzero_ps(), v);
+}
+
+/* out[l] = mean + std * sqrt(-2 log(1 - u(w0))) cos(2 pi u(w1)) in float, u(w) = (w >> 8) 2^-24. */
+void nk_normal16_f32_avx512(const uint32_t w[4][16], float mean, float std, float out[16])
+{
+	const __m512 scale = _mm512_set1_ps(0x1p-24f);
+	__m512 u0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(w[0]), 8)), scale);
+	__m512 u1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(w[1]), 8)), scale);
+	__m512 rad = _mm512_sqrt_ps(_mm512_mul_ps(_mm512_set1_ps(-2.0f), v_logf(_mm512_sub_ps(_mm512_set1_ps(1.0f), u0))));
+	__m512 z = _mm512_mul_ps(rad, v_cos2pi(u1));
+	_mm512_storeu_ps(out, _mm512_add_ps(_mm512_set1_ps(mean), _mm512_mul_ps(_mm512_set1_ps(std), z)));
+}
+
+/* out[l] = (float)(a + (b - a) * u(w0)) in double, exactly as the scalar uniform (callers still step
+ * results that reached b). */
+void nk_uniform16_f32_avx512(const uint32_t w[4][16], double a, double b, float out[16])
+{
+	const __m512d va = _mm512_set1_pd(a), vr = _mm512_set1_pd(b - a);
+	__m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(_mm512_loadu_si512(w[0]), 8)),
+				 _mm512_set1_ps(0x1p-24f));
+	__m512d lo = _mm512_add_pd(va, _mm512_mul_pd(vr, _mm512_cvtps_pd(_mm512_castps512_ps256(u))));
+	__m512d hi = _mm512_add_pd(va, _mm512_mul_pd(vr, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(u), 1)))));
+	_mm256_storeu_ps(out, _mm512_cvtpd_ps(lo));
+	_mm256_storeu_ps(out + 8, _mm512_cvtpd_ps(hi));
+}

@@ -4,6 +4,11 @@
  * f16 rows are computed in f32 (read and written in chunks through an f32 buffer), f64 in f64.
  * Threading: rows over the pool (grain ~32k elements).  The reference computes everything in f64.
  */
+/* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
+ * headers so that their inline helpers get the same options and stay inlinable. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
 #include <math.h>
 #include <string.h>
 
@@ -12,7 +17,6 @@
 #include "nk_softmax_impl.h"
 #include "nrt.h"
 
-NK_VECTORIZE_FILE
 
 #define CH 512 /* elements per chunk of a row */
 #define LANES 16
@@ -214,37 +218,35 @@ int nk_softmax_run(void *args)
 /* ---- backward ----------------------------------------------------------------------------------- */
 
 /* softmax: dx = y * (dy - sum(dy * y));  log: dx = dy - exp(y) * sum(dy). */
-static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, int64_t r)
+static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, const nk_rowops_t *ops, int64_t r)
 {
-	float dy[CH], y[CH], s[LANES] = { 0 }, dot;
+	float dy[CH], y[CH], dot = 0;
 	int64_t base = r * a->cols;
 
 	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c), j = 0;
+		int64_t n = min64(CH, a->cols - c);
 
 		load_f32(dy, a->dy, a->dtype, base + c, n);
-		if (!a->log)
+		if (!a->log) {
 			load_f32(y, a->y, a->dtype, base + c, n);
-		for (; j + LANES <= n; j += LANES)
-			for (int l = 0; l < LANES; l++)
-				s[l] += a->log ? dy[j + l] : dy[j + l] * y[j + l];
-		for (; j < n; j++)
-			s[0] += a->log ? dy[j] : dy[j] * y[j];
+			for (int64_t j = 0; j < n; j++)
+				dy[j] *= y[j];
+		}
+		dot += lanes_sum(dy, n);
 	}
-	dot = 0;
-	for (int l = 0; l < LANES; l++)
-		dot += s[l];
 	for (int64_t c = 0; c < a->cols; c += CH) {
 		int64_t n = min64(CH, a->cols - c);
 
 		load_f32(dy, a->dy, a->dtype, base + c, n);
 		load_f32(y, a->y, a->dtype, base + c, n);
-		if (a->log)
+		if (a->log) {
+			ops->exp_sum(y, n, 0.0f); /* y = exp(log-probability) */
 			for (int64_t j = 0; j < n; j++)
-				dy[j] = dy[j] - nk_fp_expf(y[j]) * dot;
-		else
+				dy[j] = dy[j] - y[j] * dot;
+		} else {
 			for (int64_t j = 0; j < n; j++)
 				dy[j] = y[j] * (dy[j] - dot);
+		}
 		store_f32(a->dx, a->dtype, base + c, dy, n);
 	}
 }
@@ -263,12 +265,13 @@ static void softmax_bwd_row_f64(const nk_softmax_bwd_args_t *a, int64_t r)
 static void softmax_bwd_rows(void *ctx, int64_t r0, int64_t r1)
 {
 	const nk_softmax_bwd_args_t *a = ctx;
+	const nk_rowops_t *ops = nk_rowops();
 
 	for (int64_t r = r0; r < r1; r++) {
 		if (a->dtype == NK_F64)
 			softmax_bwd_row_f64(a, r);
 		else
-			softmax_bwd_row_f32(a, r);
+			softmax_bwd_row_f32(a, ops, r);
 	}
 }
 

@@ -580,6 +580,40 @@ static at::Tensor dropout_bwd(const at::Tensor &grad, const at::Tensor &mask, do
 	return grad * mask.to(grad.scalar_type()) * scale;
 }
 
+// ---- mse_loss: composed of native elementwise and reduction kernels ----------------------------------
+
+static at::Tensor mse_loss_f(const at::Tensor &self, const at::Tensor &target, int64_t reduction)
+{
+	NEURON_TRACK("aten::mse_loss");
+	at::Tensor d = self - target;
+	at::Tensor sq = d * d;
+	if (reduction == NK_REDUCTION_MEAN)
+		return sq.mean();
+	if (reduction == NK_REDUCTION_SUM)
+		return sq.sum();
+	return sq;
+}
+static at::Tensor &mse_loss_out(const at::Tensor &self, const at::Tensor &target, int64_t reduction, at::Tensor &out)
+{
+	at::Tensor r = mse_loss_f(self, target, reduction);
+	at::native::resize_output(out, r.sizes());
+	out.copy_(r);
+	return out;
+}
+static at::Tensor mse_loss_bwd(const at::Tensor &grad, const at::Tensor &self, const at::Tensor &target, int64_t reduction)
+{
+	NEURON_TRACK("aten::mse_loss_backward");
+	double norm = reduction == NK_REDUCTION_MEAN ? 2.0 / (double)std::max<int64_t>(self.numel(), 1) : 2.0;
+	return (self - target) * grad * norm;
+}
+static at::Tensor &mse_loss_bwd_out(const at::Tensor &grad, const at::Tensor &self, const at::Tensor &target, int64_t reduction, at::Tensor &gi)
+{
+	at::Tensor r = mse_loss_bwd(grad, self, target, reduction);
+	at::native::resize_output(gi, r.sizes());
+	gi.copy_(r);
+	return gi;
+}
+
 } // namespace neuron
 
 namespace at::native {
@@ -617,4 +651,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("_scaled_dot_product_fused_attention_overrideable", sdpa_fwd);
 	m.impl("_scaled_dot_product_fused_attention_overrideable_backward", sdpa_bwd);
 	m.impl("native_dropout_backward", dropout_bwd);
+	m.impl("mse_loss", mse_loss_f);
+	m.impl("mse_loss.out", mse_loss_out);
+	m.impl("mse_loss_backward", mse_loss_bwd);
+	m.impl("mse_loss_backward.grad_input", mse_loss_bwd_out);
 }

@@ -2,6 +2,7 @@
  * and nk_adam_run against nk_adam_ref (bit for bit) for every dtype and flag combination, including
  * sizes that split over the pool. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,10 +112,26 @@ static void test_errors(void)
 	CHECK(nk_adam_run(&A) == 0 && fabsf(p[0] - (1 - 1e-3f)) < 1e-6f && fabsf(p[1] - (2 - 1e-3f)) < 1e-6f, " ");
 }
 
-int main(void)
+/* The same tests on the portable optimized paths (NEURON_KERNELS=portable disables the AVX-512 ones),
+ * in a child process: the choice is made once per process. */
+static const char *self_exe;
+
+static void test_portable_paths(void)
 {
+	if (getenv("NEURON_KERNELS"))
+		return; /* already a variant run */
+	char cmd[4200];
+	snprintf(cmd, sizeof cmd, "NEURON_KERNELS=portable '%s' > /dev/null", self_exe);
+	CHECK(system(cmd) == 0, "%s with NEURON_KERNELS=portable failed", self_exe);
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	self_exe = argv[0];
 	RUN(test_against_torch);
 	RUN(test_vs_ref);
 	RUN(test_errors);
+	RUN(test_portable_paths);
 	return ctest_finish();
 }

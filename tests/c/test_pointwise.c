@@ -2,6 +2,7 @@
  * conversions, and nk_pointwise_run / nk_copy_run against their references for every op and dtype on
  * random inputs with contiguous, transposed, padded, broadcast and negative-stride layouts. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -542,8 +543,23 @@ static void test_reference_switch(void)
 	CHECK(strcmp(nk_dtype_name(NK_F32), "float32") == 0, " ");
 }
 
-int main(void)
+/* The same tests on the portable optimized paths (NEURON_KERNELS=portable disables the AVX-512 ones),
+ * in a child process: the choice is made once per process. */
+static const char *self_exe;
+
+static void test_portable_paths(void)
 {
+	if (getenv("NEURON_KERNELS"))
+		return; /* already a variant run */
+	char cmd[4200];
+	snprintf(cmd, sizeof cmd, "NEURON_KERNELS=portable '%s' > /dev/null", self_exe);
+	CHECK(system(cmd) == 0, "%s with NEURON_KERNELS=portable failed", self_exe);
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	self_exe = argv[0];
 	RUN(test_conversions);
 	RUN(test_bf16_blocks);
 	RUN(test_integer_semantics);
@@ -554,5 +570,6 @@ int main(void)
 	RUN(test_parallel_vs_ref);
 	RUN(test_copy);
 	RUN(test_reference_switch);
+	RUN(test_portable_paths);
 	return ctest_finish();
 }

@@ -2,6 +2,7 @@
  * column (I > 1), chunked-R (few outputs, long R) and empty shapes, and exact known values (PyTorch
  * 2.13 CPU results, NaN propagation, first-occurrence indices, empty-R identities and errors). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -254,12 +255,28 @@ static void test_empty(void)
 	CHECK(nk_reduce_run(&bad) != 0, "invalid op");
 }
 
-int main(void)
+/* The same tests on the portable optimized paths (NEURON_KERNELS=portable disables the AVX-512 ones),
+ * in a child process: the choice is made once per process. */
+static const char *self_exe;
+
+static void test_portable_paths(void)
 {
+	if (getenv("NEURON_KERNELS"))
+		return; /* already a variant run */
+	char cmd[4200];
+	snprintf(cmd, sizeof cmd, "NEURON_KERNELS=portable '%s' > /dev/null", self_exe);
+	CHECK(system(cmd) == 0, "%s with NEURON_KERNELS=portable failed", self_exe);
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	self_exe = argv[0];
 	RUN(test_known_values);
 	RUN(test_accuracy);
 	RUN(test_empty);
 	RUN(test_vs_ref);
 	RUN(test_large_vs_ref);
+	RUN(test_portable_paths);
 	return ctest_finish();
 }

@@ -1,0 +1,207 @@
+"""Timing harness: one workload on neuron and on PyTorch CPU eager, interleaved round by round.
+
+For each device: setup(device) returns a step function; a few warmup calls, then the number of
+iterations per round N is chosen so that a round takes about `target_s`.  Then R rounds; each round
+times N iterations per device (neuron and cpu alternating which goes first) with time.perf_counter
+around a synchronized region: torch.neuron.synchronize() before starting the clock and after the last
+iteration.  Results: the per-iteration median over rounds per device, and the per-round ratio
+cpu_time / neuron_time (min and median; above 1 means neuron is faster).
+"""
+import gc
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+DEVICES = ("neuron", "cpu")
+
+
+def sync(dev):
+    if dev == "neuron":
+        torch.neuron.synchronize()
+
+
+def _tracking():
+    try:
+        import torchneuron
+        return torchneuron
+    except Exception:  # noqa: BLE001
+        return None
+
+
+@dataclass
+class Case:
+    name: str
+    setup: Callable[[str], Callable[[], object]]   # device -> step function (no arguments)
+    flops: Optional[float] = None                   # per iteration
+    nbytes: Optional[float] = None                  # per iteration (bytes the op must touch)
+    limit: Optional[str] = None                     # key of limits.LIMIT_LABELS
+    metric: Optional[str] = None                    # "flops" or "bytes" (default: flops if given)
+    max_iters: int = 100000
+    note: str = ""
+    after: Optional[Callable[["Result"], None]] = None  # hook run after the rounds (extra info)
+
+
+@dataclass
+class Result:
+    case: Case
+    times: dict = field(default_factory=lambda: {d: [] for d in DEVICES})   # per-iteration s, per round
+    iters: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+    fallbacks: set = field(default_factory=set)
+    extra: dict = field(default_factory=dict)        # free-form info filled by the workload
+    ctx: dict = field(default_factory=dict)          # per-device objects returned by setup helpers
+
+    def median(self, dev):
+        t = self.times.get(dev) or []
+        return statistics.median(t) if t else None
+
+    def ratios(self):
+        n, c = self.times["neuron"], self.times["cpu"]
+        return [ci / ni for ni, ci in zip(n, c) if ni > 0]
+
+    def ratio_min(self):
+        r = self.ratios()
+        return min(r) if r else None
+
+    def ratio_median(self):
+        r = self.ratios()
+        return statistics.median(r) if r else None
+
+    def rate(self, dev):
+        """(value, unit) with GFLOP/s or GB/s, or None."""
+        t = self.median(dev)
+        if not t:
+            return None
+        metric = self.case.metric or ("flops" if self.case.flops else "bytes" if self.case.nbytes else None)
+        if metric == "flops" and self.case.flops:
+            return self.case.flops / t / 1e9, "GFLOP/s"
+        if metric == "bytes" and self.case.nbytes:
+            return self.case.nbytes / t / 1e9, "GB/s"
+        return None
+
+
+def _timed(fn, n, dev):
+    sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync(dev)
+    return time.perf_counter() - t0
+
+
+def _short_error(e):
+    msg = f"{type(e).__name__}: {e}".strip().splitlines()
+    return msg[0][:160] if msg else type(e).__name__
+
+
+class Runner:
+    def __init__(self, rounds=5, warmup=3, target_s=0.25, verbose=True):
+        self.rounds = rounds
+        self.warmup = warmup
+        self.target_s = target_s
+        self.verbose = verbose
+
+    def _calibrate(self, fn, dev, case):
+        """Warm up and return iterations per round."""
+        t1 = _timed(fn, 1, dev)                                   # first call: allocation, lazy init
+        w = max(1, min(self.warmup, int(self.target_s / max(t1, 1e-9))))
+        tw = _timed(fn, w, dev) / w
+        if tw * 2 < self.target_s:                                # one more, closer to the real N
+            n_try = max(1, min(case.max_iters, int(self.target_s / 4 / max(tw, 1e-9))))
+            tw = _timed(fn, n_try, dev) / n_try
+        return max(1, min(case.max_iters, int(round(self.target_s / max(tw, 1e-9)))))
+
+    def run(self, case: Case) -> Result:
+        res = Result(case)
+        tn = _tracking()
+        if tn is not None:
+            tn.clear_op_tracking()
+        fns = {}
+        t_start = time.perf_counter()
+        for dev in DEVICES:
+            try:
+                fn = case.setup(dev)
+                if isinstance(fn, tuple):            # (step function, context object)
+                    fn, res.ctx[dev] = fn
+                res.iters[dev] = self._calibrate(fn, dev, case)
+                fns[dev] = fn
+            except Exception as e:  # noqa: BLE001
+                res.errors[dev] = _short_error(e)
+                if self.verbose > 1:
+                    traceback.print_exc()
+                _recover(dev)
+        gc.collect()
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            for r in range(self.rounds):
+                order = DEVICES if r % 2 == 0 else DEVICES[::-1]
+                for dev in order:
+                    if dev not in fns:
+                        continue
+                    try:
+                        n = res.iters[dev]
+                        res.times[dev].append(_timed(fns[dev], n, dev) / n)
+                    except Exception as e:  # noqa: BLE001
+                        res.errors[dev] = _short_error(e)
+                        fns.pop(dev)
+                        res.times[dev] = []
+                        _recover(dev)
+        finally:
+            if gc_was:
+                gc.enable()
+        if tn is not None:
+            try:
+                res.fallbacks = set(tn.get_fallback_ops())
+            except Exception:  # noqa: BLE001
+                pass
+        if case.after is not None:
+            try:
+                case.after(res)
+            except Exception as e:  # noqa: BLE001
+                res.extra["after_error"] = _short_error(e)
+        res.extra["wall_s"] = time.perf_counter() - t_start
+        del fns
+        res.ctx.clear()
+        gc.collect()
+        if self.verbose:
+            print(progress_line(res), flush=True)
+        return res
+
+
+def _recover(dev):
+    if dev == "neuron":
+        try:
+            torch.neuron.synchronize()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def fmt_time(t):
+    if t is None:
+        return "-"
+    if t < 1e-3:
+        return f"{t * 1e6:.2f} us"
+    if t < 1:
+        return f"{t * 1e3:.3f} ms"
+    return f"{t:.3f} s"
+
+
+def progress_line(res: Result):
+    c = res.case
+    parts = [f"  {c.name:<34}"]
+    for dev in DEVICES:
+        if dev in res.errors and not res.times[dev]:
+            parts.append(f"{dev} ERROR")
+        else:
+            parts.append(f"{dev} {fmt_time(res.median(dev))}")
+    rm = res.ratio_median()
+    parts.append(f"ratio {rm:.2f}" if rm is not None else "ratio -")
+    if res.fallbacks:
+        parts.append("fallback: " + ",".join(sorted(res.fallbacks)))
+    parts.append(f"[{res.extra.get('wall_s', 0):.1f}s]")
+    return "  ".join(parts)

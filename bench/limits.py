@@ -1,0 +1,137 @@
+"""Machine limits: small C microbenchmarks (bench/limits.c) compiled at bench time with cc -O3 -march=native.
+
+f32 FMA peak (one core, all cores), bf16 dot-product peak (AVX512-BF16, all cores) and STREAM-triad
+bandwidth (DRAM-sized arrays and cache-resident arrays, all cores).  The machine may be shared, so every
+number is the best of several short repetitions, and measure() can be called more than once (start and
+end of the run) with the best kept.
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "limits.c")
+
+# the keys used by workloads to name their limit
+LIMIT_LABELS = {
+    "fma": "f32 FMA peak, all cores",
+    "bf16": "bf16 dot peak (vdpbf16ps), all cores",
+    "dram": "triad bandwidth, 3 x 64 MiB (DRAM)",
+    "cache": "triad bandwidth, 3 x 1 MiB (cache-resident)",
+}
+
+
+def ncores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class Limits:
+    def __init__(self, quick=False):
+        self.quick = quick
+        self.exe = None
+        self.error = None
+        self.raw = {}      # measured name -> (value, variant)
+        self.notes = []
+        self._tmp = None
+
+    def compile(self):
+        cc = os.environ.get("CC", "cc")
+        if shutil.which(cc) is None:
+            self.error = f"no C compiler ({cc})"
+            return False
+        self._tmp = tempfile.mkdtemp(prefix="bench-limits-")
+        self.exe = os.path.join(self._tmp, "limits")
+        cmd = [cc, "-O3", "-march=native", "-pthread", "-o", self.exe, SRC]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            self.error = f"compile failed: {' '.join(cmd)}: {p.stderr.strip()[:300]}"
+            self.exe = None
+            return False
+        return True
+
+    def cleanup(self):
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def _run(self, *args):
+        p = subprocess.run([self.exe, *map(str, args)], capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError(p.stderr.strip())
+        val, variant = p.stdout.split()[:2]
+        return float(val), variant
+
+    def _keep(self, name, res):
+        old = self.raw.get(name)
+        if old is None or res[0] > old[0]:
+            self.raw[name] = res
+
+    def measure(self):
+        """Run (or re-run) every microbenchmark, keeping the best value seen per limit."""
+        if self.exe is None and not self.compile():
+            return
+        n = ncores()
+        sec = 0.25 if self.quick else 0.5
+        try:
+            self._keep("fma_1", self._run("fma", 1, sec))
+            self._keep("fma_all", self._run("fma", n, sec))
+            self._keep("bf16_all", self._run("bf16", n, sec))
+            self._keep("triad_dram_1", self._run("triad", 1, 16 << 20, 5 if self.quick else 10))
+            self._keep("triad_dram_all", self._run("triad", n, 16 << 20, 5 if self.quick else 10))
+            self._keep("triad_cache_all", self._run("triad", n, 256 << 10, 1000 if self.quick else 3000))
+        except Exception as e:  # noqa: BLE001
+            self.error = f"microbenchmark failed: {e}"
+
+    # ---- the limits used for "share of limit"
+    def value(self, key):
+        """GFLOP/s or GB/s for a limit key of LIMIT_LABELS, or None."""
+        n = ncores()
+        if key == "fma":
+            one, allc = self._v("fma_1"), self._v("fma_all")
+            if one is None and allc is None:
+                return None
+            # on a shared machine the all-core run is often short of n x one-core: use the larger
+            return max(x for x in (allc, (one or 0) * n) if x is not None)
+        if key == "bf16":
+            v = self._v("bf16_all")
+            return v if v else None
+        if key == "dram":
+            return self._v("triad_dram_all")
+        if key == "cache":
+            return self._v("triad_cache_all")
+        return None
+
+    def _v(self, name):
+        r = self.raw.get(name)
+        return r[0] if r else None
+
+    def rows(self):
+        """(name, value string, note) rows for the report."""
+        n = ncores()
+        out = []
+
+        def fmt(name, unit):
+            r = self.raw.get(name)
+            return ("-" if r is None else f"{r[0]:.1f} {unit}"), ("" if r is None else r[1])
+
+        v, var = fmt("fma_1", "GFLOP/s")
+        out.append(("f32 FMA peak, 1 core", v, var))
+        v, var = fmt("fma_all", "GFLOP/s")
+        out.append((f"f32 FMA peak, {n} cores (pthreads)", v, var))
+        fl = self.value("fma")
+        if fl is not None:
+            used = "measured all-core" if fl == self._v("fma_all") else f"{n} x 1-core (all-core run was contended)"
+            out.append(("f32 limit used for GEMM shares", f"{fl:.1f} GFLOP/s", used))
+        v, var = fmt("bf16_all", "GFLOP/s")
+        out.append((f"bf16 dot peak, {n} cores", v, var))
+        v, var = fmt("triad_dram_1", "GB/s")
+        out.append(("triad 3 x 64 MiB, 1 core", v, "DRAM; 12 bytes/element counted"))
+        v, var = fmt("triad_dram_all", "GB/s")
+        out.append((f"triad 3 x 64 MiB, {n} cores", v, "limit for 16M-element ops"))
+        v, var = fmt("triad_cache_all", "GB/s")
+        out.append((f"triad 3 x 1 MiB, {n} cores", v, "limit for 256K-element ops (cache-resident)"))
+        return out

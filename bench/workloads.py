@@ -1,0 +1,207 @@
+"""The workload groups: per-op latency, GEMM, memory-bound ops, SDPA, AdamW (the GPT step is in gpt.py).
+
+Every case is a setup(device) -> step() pair; inputs are created once per device (from the same CPU
+seed and moved, so both devices compute the same thing) and each step allocates its output as eager
+code does.
+"""
+import torch
+import torch.nn.functional as F
+
+from .harness import Case, sync
+
+aten = torch.ops.aten
+
+
+def _rand(shape, dev, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(device=dev, dtype=dtype)
+
+
+# ------------------------------------------------------------------------------------ 1. latency
+def latency_cases(quick):
+    ops = [
+        ("add, 1 element", lambda d: (lambda a: lambda: a + a)(_rand((1,), d))),
+        ("add, 1024 elements", lambda d: (lambda a: lambda: a + a)(_rand((1024,), d))),
+        ("torch.empty(1024)", lambda d: lambda: torch.empty(1024, device=d)),
+        ("x.view(-1), 1024 elements", lambda d: (lambda a: lambda: a.view(-1))(_rand((32, 32), d))),
+        ("mm 16x16", lambda d: (lambda a, b: lambda: torch.mm(a, b))(_rand((16, 16), d), _rand((16, 16), d, seed=1))),
+    ]
+    cases = []
+    for name, mk in ops:
+        cases.append(Case(f"{name} [enqueue]", mk, max_iters=200000,
+                          note="N ops, one sync at the end, / N"))
+
+        def mk_sync(d, mk=mk):
+            op = mk(d)
+            if d == "neuron":
+                def step():
+                    op()
+                    torch.neuron.synchronize()
+                return step
+            return op
+        cases.append(Case(f"{name} [sync each]", mk_sync, max_iters=200000,
+                          note="torch.neuron.synchronize() after every op"))
+    return cases
+
+
+# --------------------------------------------------------------------------------------- 2. GEMM
+def gemm_cases(quick):
+    cases = []
+    shapes = [(512, 512, 512), (1024, 1024, 1024)]
+    if not quick:
+        shapes.append((2048, 2048, 2048))
+    shapes += [(512, 3072, 768), (128, 768, 768)]
+    for m, n, k in shapes:
+        def setup(d, m=m, n=n, k=k):
+            a, b = _rand((m, k), d), _rand((k, n), d, seed=1)
+            return lambda: torch.mm(a, b)
+        cases.append(Case(f"mm f32 {m}x{n}x{k}", setup, flops=2.0 * m * n * k, limit="fma"))
+
+    def setup_bf16(d):
+        a, b = _rand((1024, 1024), d, torch.bfloat16), _rand((1024, 1024), d, torch.bfloat16, seed=1)
+        return lambda: torch.mm(a, b)
+    cases.append(Case("mm bf16 1024x1024x1024", setup_bf16, flops=2.0 * 1024 ** 3, limit="bf16"))
+
+    def setup_gemv(d):
+        w, x = _rand((4096, 4096), d), _rand((1, 4096), d, seed=1)
+        return lambda: F.linear(x, w)
+    cases.append(Case("GEMV f32 M=1, W 4096x4096 (F.linear)", setup_gemv, flops=2.0 * 4096 * 4096,
+                      nbytes=4096 * 4096 * 4 + 2 * 4096 * 4, metric="bytes", limit="dram",
+                      note="64 MiB weight streamed from DRAM"))
+    return cases
+
+
+# ---------------------------------------------------------------------------------- 3. memory-bound
+def memory_cases(quick):
+    cases = []
+    for n, tag, limit in ((16 << 20, "16M", "dram"), (256 << 10, "256K", "cache")):
+        rows = n // 1024
+
+        def x_(d, seed=0, n=n):
+            return _rand((n // 1024, 1024), d, seed=seed)
+
+        def c(name, setup, bytes_per_elem, note=""):
+            cases.append(Case(f"{name} [{tag}]", setup, nbytes=float(bytes_per_elem) * n, limit=limit,
+                              max_iters=100000, note=note))
+
+        def s_add(d):
+            a, b = x_(d), x_(d, 1)
+            return lambda: a + b
+        c("add", s_add, 12)
+
+        def s_add_out(d):
+            a, b, o = x_(d), x_(d, 1), x_(d, 2)
+            return lambda: torch.add(a, b, out=o)
+        c("add (out=, no allocation)", s_add_out, 12)
+
+        def s_mul(d):
+            a, b = x_(d), x_(d, 1)
+            return lambda: a * b
+        c("mul", s_mul, 12)
+
+        def s_gelu(d):
+            a = x_(d)
+            return lambda: F.gelu(a)
+        c("gelu", s_gelu, 8)
+
+        def s_silu(d):
+            a = x_(d)
+            return lambda: F.silu(a)
+        c("silu", s_silu, 8)
+
+        def s_sum(d):
+            a = x_(d)
+            return lambda: a.sum()
+        c("sum (all)", s_sum, 4)
+
+        def s_amax(d):
+            a = x_(d)
+            return lambda: a.amax()
+        c("amax (all)", s_amax, 4)
+
+        def s_softmax(d):
+            a = x_(d)
+            return lambda: torch.softmax(a, dim=-1)
+        c(f"softmax [{rows},1024] dim=-1", s_softmax, 8)
+
+        def s_ln(d):
+            a = x_(d)
+            w, b = torch.ones(1024, device=d), torch.zeros(1024, device=d)
+            return lambda: F.layer_norm(a, (1024,), w, b)
+        c("layer_norm(1024)", s_ln, 8)
+
+        def s_gelu_bw(d):
+            a, g = x_(d), x_(d, 1)
+            return lambda: aten.gelu_backward(g, a)
+        c("gelu backward", s_gelu_bw, 12, "aten.gelu_backward")
+
+        def s_softmax_bw(d):
+            a, g = x_(d), x_(d, 1)
+            y = torch.softmax(a, dim=-1)
+            return lambda: aten._softmax_backward_data(g, y, -1, torch.float32)
+        c("softmax backward", s_softmax_bw, 12, "aten._softmax_backward_data")
+
+        def s_ln_bw(d):
+            a, g = x_(d), x_(d, 1)
+            w, b = torch.ones(1024, device=d), torch.zeros(1024, device=d)
+            _, mean, rstd = aten.native_layer_norm(a, [1024], w, b, 1e-5)
+            return lambda: aten.native_layer_norm_backward(g, a, [1024], mean, rstd, w, b, [True, True, True])
+        c("layer_norm backward", s_ln_bw, 12, "aten.native_layer_norm_backward (dx, dw, db)")
+    return cases
+
+
+# ----------------------------------------------------------------------------------------- 4. SDPA
+def sdpa_cases(quick):
+    B, H, T, D = 4, 8, 256, 64
+    fwd_flops = 4.0 * B * H * T * T * D / 2          # QK^T and PV, causal: half the matrix
+
+    def s_fwd(d):
+        q, k, v = (_rand((B, H, T, D), d, seed=i) for i in range(3))
+
+        def step():
+            with torch.no_grad():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return step
+
+    def s_fwd_bwd(d):
+        q, k, v = (_rand((B, H, T, D), d, seed=i).requires_grad_() for i in range(3))
+        go = _rand((B, H, T, D), d, seed=3)
+
+        def step():
+            q.grad = k.grad = v.grad = None
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out.backward(go)
+        return step
+
+    return [
+        Case(f"SDPA causal fwd B{B} H{H} T{T} D{D}", s_fwd, flops=fwd_flops, limit="fma",
+             note="flops: 4*B*H*T^2*D/2"),
+        Case(f"SDPA causal fwd+bwd B{B} H{H} T{T} D{D}", s_fwd_bwd, flops=3.5 * fwd_flops, limit="fma",
+             note="flops: 3.5x forward"),
+    ]
+
+
+# ---------------------------------------------------------------------------------------- 6. AdamW
+def adamw_cases(quick):
+    n_tensors, numel = 16, 1 << 20
+    total = n_tensors * numel
+    nbytes = 28.0 * total          # read p, g, m, v (16 B) + write p, m, v (12 B) per parameter
+
+    def make(fused):
+        def setup(d):
+            ps = []
+            for i in range(n_tensors):
+                p = _rand((1024, 1024), d, seed=i).requires_grad_()
+                p.grad = _rand((1024, 1024), d, seed=100 + i)
+                ps.append(p)
+            kw = {"fused": True} if fused else {}
+            opt = torch.optim.AdamW(ps, lr=1e-4, weight_decay=0.1, **kw)
+            return opt.step
+        return setup
+
+    return [
+        Case(f"AdamW step, {n_tensors} x 1M params (default impl)", make(False), nbytes=nbytes, limit="dram",
+             note="torch picks foreach/for-loop per device; 28 B/param"),
+        Case(f"AdamW step, {n_tensors} x 1M params (fused=True)", make(True), nbytes=nbytes, limit="dram",
+             note="aten._fused_adamw_; 28 B/param"),
+    ]
