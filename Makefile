@@ -39,7 +39,8 @@ $(1)/tests/%: tests/c/%.c tests/c/ctest.h $(1)/libneuron.a
 	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) -Itests/c $$< $(1)/libneuron.a -lm -o $$@
 endef
 $(eval $(call c_rules,$(BUILD),$(CFLAGS)))
-$(eval $(call c_rules,$(SAN_BUILD),-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined))
+SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+$(eval $(call c_rules,$(SAN_BUILD),$(SANFLAGS)))
 
 clib: $(BUILD)/libneuron.a
 

@@ -16,7 +16,7 @@
  * e = ((b*Hq + h)*Tq + i)*Tk + j, and is kept iff 53 bits of (w0, w1) >= p - the same mask nk_dropout
  * makes for a contiguous [B, Hq, Tq, Tk] tensor; callers advance their offset by
  * nk_random_offset_increment(B*Hq*Tq*Tk).  Backward regenerates it.
- * f32/bf16/f16 compute in f32 through the packed SGEMM on f32 tiles (per-thread workspace); f64 runs
+ * f32/bf16/f16 compute in f32 through the packed SGEMM on f32 tiles (per-thread workspace, nk_ws.h); f64 runs
  * the f64 reference (one query row at a time: memory-efficient but serial and slower).
  * Rows with no visible key give 0 output and lse = -inf (PyTorch's math path gives NaN there).
  */
@@ -26,6 +26,7 @@
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
 #endif
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,13 +34,12 @@
 #include "nk_fp.h"
 #include "nk_gemm_impl.h"
 #include "nk_softmax_impl.h"
+#include "nk_ws.h"
 #include "nrt.h"
 
 
 #define ATT_BLOCK 64          /* preferred query and key block */
 #define ATT_WS_FLOATS (1 << 18) /* per-thread f32 workspace (1 MiB) */
-
-static _Thread_local float att_ws[ATT_WS_FLOATS] __attribute__((aligned(64)));
 
 static int64_t min64(int64_t a, int64_t b)
 {
@@ -116,6 +116,7 @@ typedef struct {
 	const nk_rowops_t *ops;
 	int64_t bq, bk, nqb, nkb, group;
 	float scale;
+	atomic_int *failed; /* set by a task without workspace memory */
 } att_plan_t;
 
 /* Rows [r0, r0+n) of the (b, h) slice of a [B, H, T, cols] tensor with strides s into dst (ld). */
@@ -147,8 +148,8 @@ static void mm(const att_plan_t *p, int64_t m, int64_t n, int64_t k, float alpha
 			     .A = A, .rs_a = rs_a, .cs_a = cs_a, .B = B, .rs_b = rs_b, .cs_b = cs_b,
 			     .C = C, .rs_c = ldc, .cs_c = 1 };
 
-	if (m > 0 && n > 0)
-		nk_gemm_packed_1t(&g, &p->isa);
+	if (m > 0 && n > 0 && nk_gemm_packed_1t(&g, &p->isa))
+		atomic_store(p->failed, 1);
 }
 
 /* S (mq x nk, ld bk) = scale * Q K^T + bias for query rows i0.. and keys j0.. of (b, h). */
@@ -248,12 +249,12 @@ static void online_softmax(const att_plan_t *p, int64_t mq, int64_t nk, float *S
 	}
 }
 
-static void att_fwd_block(const att_plan_t *p, int64_t b, int64_t h, int64_t qb)
+static void att_fwd_block(const att_plan_t *p, float *ws, int64_t b, int64_t h, int64_t qb)
 {
 	const nk_attention_args_t *a = p->a;
 	int64_t D = a->D, Dv = a->Dv, bq = p->bq, bk = p->bk, hk = h / p->group;
 	int64_t i0 = qb * bq, mq = min64(bq, a->Tq - i0), jend = key_end(a, i0, mq);
-	float *Qt = att_ws, *Kt = Qt + bq * D, *Vt = Kt + bk * D, *S = Vt + bk * Dv, *O = S + bq * bk;
+	float *Qt = ws, *Kt = Qt + bq * D, *Vt = Kt + bk * D, *S = Vt + bk * Dv, *O = S + bq * bk;
 	float *m = O + bq * Dv, *l = m + bq;
 	float *lse = (float *)a->lse + (b * a->Hq + h) * a->Tq + i0;
 
@@ -281,20 +282,40 @@ static void att_fwd_block(const att_plan_t *p, int64_t b, int64_t h, int64_t qb)
 	store_rows(a->out, a->dtype, a->so, b, h, i0, mq, Dv, O, Dv);
 }
 
+/* This thread's tile workspace; NULL (and the plan marked failed) without memory. */
+static float *att_ws(const att_plan_t *p)
+{
+	float *ws = nk_ws_get(NK_WS_ATTENTION, ATT_WS_FLOATS * sizeof(float));
+
+	if (!ws)
+		atomic_store(p->failed, 1);
+	return ws;
+}
+
+static int att_failed(atomic_int *failed, const char *who)
+{
+	if (!atomic_load(failed))
+		return 0;
+	nrt_kernel_fail("%s: out of host memory for the tile workspace", who);
+	return -1;
+}
+
 static void att_fwd_tasks(void *ctx, int64_t t0, int64_t t1)
 {
 	const att_plan_t *p = ctx;
+	float *ws = att_ws(p);
 
-	for (int64_t t = t0; t < t1; t++) {
+	for (int64_t t = t0; t < t1 && ws; t++) {
 		int64_t qb = t % p->nqb, bh = t / p->nqb;
 
-		att_fwd_block(p, bh / p->a->Hq, bh % p->a->Hq, qb);
+		att_fwd_block(p, ws, bh / p->a->Hq, bh % p->a->Hq, qb);
 	}
 }
 
 int nk_attention_run(void *args)
 {
 	const nk_attention_args_t *a = args;
+	atomic_int failed = 0;
 	att_plan_t p;
 	int64_t ntasks;
 
@@ -304,10 +325,11 @@ int nk_attention_run(void *args)
 		return nk_attention_ref(args);
 	if (att_plan(&p, a, "attention"))
 		return -1;
+	p.failed = &failed;
 	ntasks = a->B * a->Hq * p.nqb;
 	if (ntasks > 0)
 		nrt_parallel_for(ntasks, 1, att_fwd_tasks, &p);
-	return 0;
+	return att_failed(&failed, "attention");
 }
 
 /* ---- backward ---------------------------------------------------------------------------------- */
@@ -368,13 +390,13 @@ static void load_query_side(const att_plan_t *p, int64_t b, int64_t h, int64_t i
 }
 
 /* Pass 1: dK, dV of key block kb of kv head hk, summed over the group's query heads and all queries. */
-static void att_bwd_kv_block(const att_plan_t *p, int64_t b, int64_t hk, int64_t kb)
+static void att_bwd_kv_block(const att_plan_t *p, float *ws, int64_t b, int64_t hk, int64_t kb)
 {
 	const nk_attention_bwd_args_t *g = p->g;
 	const nk_attention_args_t *a = &g->f;
 	int64_t D = a->D, Dv = a->Dv, bq = p->bq, bk = p->bk;
 	int64_t j0 = kb * bk, nk = min64(bk, a->Tk - j0);
-	float *Kt = att_ws, *Vt = Kt + bk * D, *dK = Vt + bk * Dv, *dV = dK + bk * D;
+	float *Kt = ws, *Vt = Kt + bk * D, *dK = Vt + bk * Dv, *dV = dK + bk * D;
 	float *Qt = dV + bk * Dv, *dOt = Qt + bq * D, *Ot = dOt + bq * Dv, *S = Ot + bq * Dv, *dS = S + bq * bk;
 	float *lse = dS + bq * bk, *Dr = lse + bq;
 	/* with causality, queries before j0 see none of these keys */
@@ -400,13 +422,13 @@ static void att_bwd_kv_block(const att_plan_t *p, int64_t b, int64_t hk, int64_t
 }
 
 /* Pass 2: dQ of query block qb of head h. */
-static void att_bwd_q_block(const att_plan_t *p, int64_t b, int64_t h, int64_t qb)
+static void att_bwd_q_block(const att_plan_t *p, float *ws, int64_t b, int64_t h, int64_t qb)
 {
 	const nk_attention_bwd_args_t *g = p->g;
 	const nk_attention_args_t *a = &g->f;
 	int64_t D = a->D, Dv = a->Dv, bq = p->bq, bk = p->bk, hk = h / p->group;
 	int64_t i0 = qb * bq, mq = min64(bq, a->Tq - i0), jend = key_end(a, i0, mq);
-	float *Qt = att_ws, *dOt = Qt + bq * D, *Ot = dOt + bq * Dv, *dQ = Ot + bq * Dv, *Kt = dQ + bq * D;
+	float *Qt = ws, *dOt = Qt + bq * D, *Ot = dOt + bq * Dv, *dQ = Ot + bq * Dv, *Kt = dQ + bq * D;
 	float *Vt = Kt + bk * D, *S = Vt + bk * Dv, *dS = S + bq * bk, *lse = dS + bq * bk, *Dr = lse + bq;
 
 	load_query_side(p, b, h, i0, mq, Qt, dOt, Ot, lse, Dr);
@@ -425,28 +447,31 @@ static void att_bwd_q_block(const att_plan_t *p, int64_t b, int64_t h, int64_t q
 static void att_bwd_kv_tasks(void *ctx, int64_t t0, int64_t t1)
 {
 	const att_plan_t *p = ctx;
+	float *ws = att_ws(p);
 
-	for (int64_t t = t0; t < t1; t++) {
+	for (int64_t t = t0; t < t1 && ws; t++) {
 		int64_t kb = t % p->nkb, bh = t / p->nkb;
 
-		att_bwd_kv_block(p, bh / p->a->Hkv, bh % p->a->Hkv, kb);
+		att_bwd_kv_block(p, ws, bh / p->a->Hkv, bh % p->a->Hkv, kb);
 	}
 }
 
 static void att_bwd_q_tasks(void *ctx, int64_t t0, int64_t t1)
 {
 	const att_plan_t *p = ctx;
+	float *ws = att_ws(p);
 
-	for (int64_t t = t0; t < t1; t++) {
+	for (int64_t t = t0; t < t1 && ws; t++) {
 		int64_t qb = t % p->nqb, bh = t / p->nqb;
 
-		att_bwd_q_block(p, bh / p->a->Hq, bh % p->a->Hq, qb);
+		att_bwd_q_block(p, ws, bh / p->a->Hq, bh % p->a->Hq, qb);
 	}
 }
 
 int nk_attention_bwd_run(void *args)
 {
 	const nk_attention_bwd_args_t *g = args;
+	atomic_int failed = 0;
 	att_plan_t p;
 
 	if (att_check(&g->f, "attention_backward"))
@@ -456,11 +481,12 @@ int nk_attention_bwd_run(void *args)
 	if (att_plan(&p, &g->f, "attention_backward"))
 		return -1;
 	p.g = g;
+	p.failed = &failed;
 	if ((g->dk || g->dv) && g->f.B * g->f.Hkv * p.nkb > 0)
 		nrt_parallel_for(g->f.B * g->f.Hkv * p.nkb, 1, att_bwd_kv_tasks, &p);
 	if (g->dq && g->f.B * g->f.Hq * p.nqb > 0)
 		nrt_parallel_for(g->f.B * g->f.Hq * p.nqb, 1, att_bwd_q_tasks, &p);
-	return 0;
+	return att_failed(&failed, "attention_backward");
 }
 
 /* ---- reference: one query row at a time, f64, a materialized row of scores ---------------------- */

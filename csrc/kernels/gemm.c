@@ -3,8 +3,7 @@
  * nk_gemm_run picks a path:
  *   - the portable reference nk_gemm_ref (also when NEURON_KERNELS=ref),
  *   - a GEMV path for M == 1 or N == 1 (no packing),
- *   - a portable blocked path for f64,
- *   - the packed, cache-blocked driver (BLIS-style) for f32/bf16/f16 with the micro-kernels and packers
+ *   - the packed, cache-blocked driver (BLIS-style) for f32/bf16/f16/f64 with the micro-kernels and packers
  *     of the best ISA table (nk_gemm_isa_select: AVX-512 in gemm_avx512.c, else the portable ones here).
  * The micro-kernel contract (packed panels, edge tiles, strides) is written out in docs/kernels.md.
  * Threading: tasks are rectangles of C (and batch entries) run through nrt_parallel_for; no task
@@ -15,12 +14,14 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
 #endif
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nk.h"
 #include "nk_fp.h"
 #include "nk_gemm_impl.h"
+#include "nk_ws.h"
 #include "nrt.h"
 
 
@@ -31,6 +32,10 @@
 #define NC NK_GEMM_NC
 #define MC NK_GEMM_MC
 #define NCA NK_GEMM_NC_ACC
+#define DMR NK_DGEMM_MR
+#define DNR NK_DGEMM_NR
+#define DKC NK_DGEMM_KC
+#define DNC NK_DGEMM_NC
 
 /* Below this many multiply-adds a call runs on the calling thread only. */
 #define GEMM_PAR_MIN_FMA (1 << 18)
@@ -180,6 +185,59 @@ void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float
 	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
 }
 
+void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
+			double alpha, double beta, int m, int n)
+{
+	double acc[DMR * DNR] = { 0 };
+
+	for (int64_t p = 0; p < k; p++)
+		for (int i = 0; i < DMR; i++)
+			for (int j = 0; j < DNR; j++)
+				acc[i * DNR + j] += a[p * DMR + i] * b[p * DNR + j];
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			double *q = c + i * rs_c + j * cs_c, v = alpha * acc[i * DNR + j];
+
+			*q = beta == 0 ? v : v + beta * *q;
+		}
+}
+
+void nk_dgemm_pack_a(const double *src, int64_t rs, int64_t cs, int m, int64_t k, double *dst)
+{
+	if (cs == 1)
+		for (int i = 0; i < m; i++)
+			for (int64_t p = 0; p < k; p++)
+				dst[p * DMR + i] = src[i * rs + p];
+	else
+		for (int64_t p = 0; p < k; p++)
+			for (int i = 0; i < m; i++)
+				dst[p * DMR + i] = src[i * rs + p * cs];
+	for (int64_t p = 0; p < k && m < DMR; p++)
+		for (int i = m; i < DMR; i++)
+			dst[p * DMR + i] = 0;
+}
+
+void nk_dgemm_pack_b(const double *src, int64_t rs, int64_t cs, int64_t k, int64_t n, double *dst)
+{
+	for (int64_t q = 0; q * DNR < n; q++) {
+		double *d = dst + q * k * DNR;
+		const double *s = src + q * DNR * cs;
+		int nr = (int)min64(DNR, n - q * DNR);
+
+		if (rs == 1 && cs != 1)
+			for (int j = 0; j < nr; j++)
+				for (int64_t p = 0; p < k; p++)
+					d[p * DNR + j] = s[j * cs + p];
+		else
+			for (int64_t p = 0; p < k; p++)
+				for (int j = 0; j < nr; j++)
+					d[p * DNR + j] = s[p * rs + j * cs];
+		for (int64_t p = 0; p < k && nr < DNR; p++)
+			for (int j = nr; j < DNR; j++)
+				d[p * DNR + j] = 0;
+	}
+}
+
 void nk_gemm_pack_a_ref(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k, float *dst)
 {
 	if (dtype == NK_F32 && cs == 1) {
@@ -264,6 +322,7 @@ const nk_gemm_isa_t nk_gemm_isa_ref = {
 	.name = "portable",
 	.sgemm = nk_sgemm_ref_14x32,
 	.sbgemm = NULL,
+	.dgemm = nk_dgemm_ref_14x16,
 	.pack_a = nk_gemm_pack_a_ref,
 	.pack_b = nk_gemm_pack_b_ref,
 	.pack_a_pairs = nk_gemm_pack_a_pairs_ref,
@@ -288,13 +347,15 @@ nk_gemm_isa_t nk_gemm_isa_select(void)
 
 /* ---- the packed driver -------------------------------------------------------------------------- */
 
-/* Per-thread workspace (kernels do not allocate): the packed B block, the packed A panel, and the f32
- * accumulation block used when C is bf16/f16 (so K blocks are summed in f32, rounded once). */
-static _Thread_local struct {
-	float b[KC * NC];
-	float a[MR * KC];
-	float c[MC * NCA];
-} gemm_ws __attribute__((aligned(64)));
+/* Per-thread workspace (nk_ws.h): the packed B block, the packed A panel, and the f32 accumulation
+ * block used when C is bf16/f16 (so K blocks are summed in f32, rounded once). */
+#define WS_B_BYTES ((size_t)KC * NC * sizeof(float))
+#define WS_A_BYTES ((size_t)DMR * DKC * sizeof(double))
+#define WS_C_BYTES ((size_t)MC * NCA * sizeof(float))
+
+typedef struct {
+	float *a, *b, *c;
+} gemm_bufs_t;
 
 typedef struct {
 	const nk_gemm_args_t *g;
@@ -304,6 +365,7 @@ typedef struct {
 	float alpha, beta;
 	int64_t tm, tn;      /* task rectangle */
 	int64_t tiles_m, tiles_n;
+	atomic_int *failed;  /* set by a task that could not get its workspace */
 } gemm_plan_t;
 
 /* Prefetch of the next A panel (rows i0.., k pc..pc+kc) spread over the micro-kernel calls of the
@@ -340,7 +402,8 @@ static void prefetch_a_step(prefetch_t *pf)
 
 /* f32 C: for each NC block of columns and KC block of k, pack B once, then for each MR panel of A pack
  * it (it stays in L1) and sweep the NR panels of B.  K blocks after the first accumulate (beta 1). */
-static void gemm_rect_f32(const gemm_plan_t *pl, int64_t b, int64_t i0, int64_t m, int64_t j0, int64_t n)
+static void gemm_rect_f32(const gemm_plan_t *pl, const gemm_bufs_t *ws, int64_t b, int64_t i0, int64_t m, int64_t j0,
+			  int64_t n)
 {
 	const nk_gemm_args_t *g = pl->g;
 	const void *A = at(g->A, b * g->bs_a + i0 * g->rs_a, pl->es);
@@ -355,16 +418,16 @@ static void gemm_rect_f32(const gemm_plan_t *pl, int64_t b, int64_t i0, int64_t 
 			float beta = pc == 0 ? pl->beta : 1.0f;
 
 			pl->isa->pack_b(at(B, pc * g->rs_b + jc * g->cs_b, pl->es), g->dtype, g->rs_b, g->cs_b, kc,
-					nc, gemm_ws.b);
+					nc, ws->b);
 			for (int64_t ir = 0; ir < m; ir += MR) {
 				int mr = (int)min64(MR, m - ir);
 				prefetch_t pf = prefetch_a_init(pl, A, ir + MR, m, pc, kc, nc);
 
 				pl->isa->pack_a(at(A, ir * g->rs_a + pc * g->cs_a, pl->es), g->dtype, g->rs_a,
-						g->cs_a, mr, kc, gemm_ws.a);
+						g->cs_a, mr, kc, ws->a);
 				for (int64_t jr = 0; jr < nc; jr += NR) {
 					prefetch_a_step(&pf);
-					pl->isa->sgemm(kc, gemm_ws.a, gemm_ws.b + jr * kc,
+					pl->isa->sgemm(kc, ws->a, ws->b + jr * kc,
 						       C + ir * g->rs_c + (jc + jr) * g->cs_c, g->rs_c, g->cs_c,
 						       pl->alpha, beta, mr, (int)min64(NR, nc - jr));
 				}
@@ -373,9 +436,9 @@ static void gemm_rect_f32(const gemm_plan_t *pl, int64_t b, int64_t i0, int64_t 
 	}
 }
 
-/* C (bf16/f16, strided) = alpha * acc + beta * C for an mc x nc block accumulated in gemm_ws.c, a row
+/* C (bf16/f16, strided) = alpha * acc + beta * C for an mc x nc block accumulated in ws->c, a row
  * at a time through the block conversions. */
-static void acc_store(const gemm_plan_t *pl, void *C, int64_t mc, int64_t nc)
+static void acc_store(const gemm_plan_t *pl, const gemm_bufs_t *ws, void *C, int64_t mc, int64_t nc)
 {
 	const nk_gemm_args_t *g = pl->g;
 	int64_t es = (int64_t)pl->es;
@@ -383,7 +446,7 @@ static void acc_store(const gemm_plan_t *pl, void *C, int64_t mc, int64_t nc)
 
 	for (int64_t i = 0; i < mc; i++) {
 		char *c = (char *)C + i * g->rs_c * es;
-		const float *acc = gemm_ws.c + i * NCA;
+		const float *acc = ws->c + i * NCA;
 
 		if (pl->beta != 0) {
 			nk_block_load_f32(row, c, g->cs_c * es, g->dtype, nc);
@@ -397,10 +460,10 @@ static void acc_store(const gemm_plan_t *pl, void *C, int64_t mc, int64_t nc)
 	}
 }
 
-/* One MC x NCA block's KC slice: pack A panels and run the micro-kernels into gemm_ws.c against the
+/* One MC x NCA block's KC slice: pack A panels and run the micro-kernels into ws->c against the
  * packed B slice bp. */
-static void acc_block_kslice(const gemm_plan_t *pl, const void *A, int64_t mc, int64_t nc, int64_t kc,
-			     const float *bp, bool first)
+static void acc_block_kslice(const gemm_plan_t *pl, const gemm_bufs_t *ws, const void *A, int64_t mc, int64_t nc,
+			     int64_t kc, const float *bp, bool first)
 {
 	const nk_gemm_args_t *g = pl->g;
 	float beta = first ? 0.0f : 1.0f;
@@ -412,14 +475,14 @@ static void acc_block_kslice(const gemm_plan_t *pl, const void *A, int64_t mc, i
 		if (pl->pairs) {
 			int64_t kp = (kc + 1) / 2;
 
-			pl->isa->pack_a_pairs(a, g->rs_a, g->cs_a, mr, kc, (uint32_t *)gemm_ws.a);
+			pl->isa->pack_a_pairs(a, g->rs_a, g->cs_a, mr, kc, (uint32_t *)ws->a);
 			for (int64_t jr = 0; jr < nc; jr += NR)
-				pl->isa->sbgemm(kp, (const uint32_t *)gemm_ws.a, (const uint32_t *)bp + jr * kp,
-						gemm_ws.c + ir * NCA + jr, NCA, 1, 1.0f, beta, mr, (int)min64(NR, nc - jr));
+				pl->isa->sbgemm(kp, (const uint32_t *)ws->a, (const uint32_t *)bp + jr * kp,
+						ws->c + ir * NCA + jr, NCA, 1, 1.0f, beta, mr, (int)min64(NR, nc - jr));
 		} else {
-			pl->isa->pack_a(a, g->dtype, g->rs_a, g->cs_a, mr, kc, gemm_ws.a);
+			pl->isa->pack_a(a, g->dtype, g->rs_a, g->cs_a, mr, kc, ws->a);
 			for (int64_t jr = 0; jr < nc; jr += NR)
-				pl->isa->sgemm(kc, gemm_ws.a, bp + jr * kc, gemm_ws.c + ir * NCA + jr, NCA, 1, 1.0f,
+				pl->isa->sgemm(kc, ws->a, bp + jr * kc, ws->c + ir * NCA + jr, NCA, 1, 1.0f,
 					       beta, mr, (int)min64(NR, nc - jr));
 		}
 	}
@@ -441,7 +504,8 @@ static void acc_pack_b(const gemm_plan_t *pl, const void *B, int64_t pc, int64_t
 /* bf16/f16 C: blocks of MC x NCA are accumulated over all of K in f32, then rounded once.  The K x NCA
  * block of B is packed once per column block when all its KC slices fit the workspace (K up to 2048
  * for bf16 pairs, 1024 for f32 panels); otherwise each MC block repacks its slices. */
-static void gemm_rect_acc(const gemm_plan_t *pl, int64_t b, int64_t i0, int64_t m, int64_t j0, int64_t n)
+static void gemm_rect_acc(const gemm_plan_t *pl, const gemm_bufs_t *ws, int64_t b, int64_t i0, int64_t m, int64_t j0,
+			  int64_t n)
 {
 	const nk_gemm_args_t *g = pl->g;
 	const void *A = at(g->A, b * g->bs_a + i0 * g->rs_a, pl->es);
@@ -454,37 +518,86 @@ static void gemm_rect_acc(const gemm_plan_t *pl, int64_t b, int64_t i0, int64_t 
 		int64_t nc = min64(NCA, n - jc);
 
 		for (int64_t pc = 0; resident && pc < g->K; pc += kcmax)
-			acc_pack_b(pl, B, pc, min64(kcmax, g->K - pc), jc, nc, gemm_ws.b + pc / kcmax * slice);
+			acc_pack_b(pl, B, pc, min64(kcmax, g->K - pc), jc, nc, ws->b + pc / kcmax * slice);
 		for (int64_t ic = 0; ic < m; ic += MC) {
 			int64_t mc = min64(MC, m - ic);
 
 			for (int64_t pc = 0; pc < g->K; pc += kcmax) {
 				int64_t kc = min64(kcmax, g->K - pc);
-				float *bp = resident ? gemm_ws.b + pc / kcmax * slice : gemm_ws.b;
+				float *bp = resident ? ws->b + pc / kcmax * slice : ws->b;
 
 				if (!resident)
 					acc_pack_b(pl, B, pc, kc, jc, nc, bp);
-				acc_block_kslice(pl, at(A, ic * g->rs_a + pc * g->cs_a, pl->es), mc, nc, kc, bp, pc == 0);
+				acc_block_kslice(pl, ws, at(A, ic * g->rs_a + pc * g->cs_a, pl->es), mc, nc, kc, bp, pc == 0);
 			}
-			acc_store(pl, (char *)C + (ic * g->rs_c + jc * g->cs_c) * (int64_t)pl->es, mc, nc);
+			acc_store(pl, ws, (char *)C + (ic * g->rs_c + jc * g->cs_c) * (int64_t)pl->es, mc, nc);
 		}
 	}
+}
+
+/* f64 C: the f32 loop nest with doubles (B block DKC x DNC, then the A panel). */
+static void gemm_rect_f64(const gemm_plan_t *pl, const gemm_bufs_t *ws, int64_t b, int64_t i0, int64_t m, int64_t j0,
+			  int64_t n)
+{
+	const nk_gemm_args_t *g = pl->g;
+	const double *A = (const double *)g->A + b * g->bs_a + i0 * g->rs_a;
+	const double *B = (const double *)g->B + b * g->bs_b + j0 * g->cs_b;
+	double *C = (double *)g->C + b * g->bs_c + i0 * g->rs_c + j0 * g->cs_c;
+	double *bp = (double *)ws->b, *ap = (double *)ws->a;
+
+	for (int64_t jc = 0; jc < n; jc += DNC) {
+		int64_t nc = min64(DNC, n - jc);
+
+		for (int64_t pc = 0; pc < g->K; pc += DKC) {
+			int64_t kc = min64(DKC, g->K - pc);
+			double beta = pc == 0 ? g->beta : 1.0;
+
+			nk_dgemm_pack_b(B + pc * g->rs_b + jc * g->cs_b, g->rs_b, g->cs_b, kc, nc, bp);
+			for (int64_t ir = 0; ir < m; ir += DMR) {
+				int mr = (int)min64(DMR, m - ir);
+
+				nk_dgemm_pack_a(A + ir * g->rs_a + pc * g->cs_a, g->rs_a, g->cs_a, mr, kc, ap);
+				for (int64_t jr = 0; jr < nc; jr += DNR)
+					pl->isa->dgemm(kc, ap, bp + jr * kc, C + ir * g->rs_c + (jc + jr) * g->cs_c,
+						       g->rs_c, g->cs_c, g->alpha, beta, mr, (int)min64(DNR, nc - jr));
+			}
+		}
+	}
+}
+
+/* This thread's buffers for the plan's dtype; false (and the plan marked failed) without memory. */
+static bool gemm_bufs(const gemm_plan_t *pl, gemm_bufs_t *ws)
+{
+	bool acc = pl->g->dtype == NK_BF16 || pl->g->dtype == NK_F16;
+
+	ws->b = nk_ws_get(NK_WS_GEMM_B, WS_B_BYTES);
+	ws->a = nk_ws_get(NK_WS_GEMM_A, WS_A_BYTES);
+	ws->c = acc ? nk_ws_get(NK_WS_GEMM_C, WS_C_BYTES) : NULL;
+	if (ws->b && ws->a && (ws->c || !acc))
+		return true;
+	atomic_store(pl->failed, 1);
+	return false;
 }
 
 static void gemm_tasks(void *ctx, int64_t t0, int64_t t1)
 {
 	const gemm_plan_t *pl = ctx;
 	int64_t per = pl->tiles_m * pl->tiles_n;
+	gemm_bufs_t ws;
 
+	if (!gemm_bufs(pl, &ws))
+		return;
 	for (int64_t t = t0; t < t1; t++) {
 		int64_t b = t / per, r = t % per;
 		int64_t i0 = r / pl->tiles_n * pl->tm, j0 = r % pl->tiles_n * pl->tn;
 		int64_t m = min64(pl->tm, pl->g->M - i0), n = min64(pl->tn, pl->g->N - j0);
 
 		if (pl->g->dtype == NK_F32)
-			gemm_rect_f32(pl, b, i0, m, j0, n);
+			gemm_rect_f32(pl, &ws, b, i0, m, j0, n);
+		else if (pl->g->dtype == NK_F64)
+			gemm_rect_f64(pl, &ws, b, i0, m, j0, n);
 		else
-			gemm_rect_acc(pl, b, i0, m, j0, n);
+			gemm_rect_acc(pl, &ws, b, i0, m, j0, n);
 	}
 }
 
@@ -507,16 +620,33 @@ static void gemm_partition(gemm_plan_t *pl, int64_t want)
 	pl->tiles_m = cdiv(M, pl->tm);
 }
 
-int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
+static gemm_plan_t gemm_plan(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa, atomic_int *failed)
 {
 	gemm_plan_t pl = {
 		.g = g,
 		.isa = isa,
 		.pairs = g->dtype == NK_BF16 && isa->sbgemm,
-		.es = g->dtype == NK_F32 ? 4 : 2,
+		.es = nk_fp_elem_size(g->dtype),
 		.alpha = (float)g->alpha,
 		.beta = (float)g->beta,
+		.failed = failed,
 	};
+
+	return pl;
+}
+
+static int gemm_failed(atomic_int *failed)
+{
+	if (!atomic_load(failed))
+		return 0;
+	nrt_kernel_fail("gemm: out of host memory for the packing workspace");
+	return -1;
+}
+
+int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
+{
+	atomic_int failed = 0;
+	gemm_plan_t pl = gemm_plan(g, isa, &failed);
 	double fma = (double)g->M * (double)g->N * (double)g->K * (double)g->batch;
 	int nt = nrt_num_threads();
 	int64_t want = 1, ntasks;
@@ -528,23 +658,17 @@ int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 	gemm_partition(&pl, want);
 	ntasks = g->batch * pl.tiles_m * pl.tiles_n;
 	nrt_parallel_for(ntasks, fma >= GEMM_PAR_MIN_FMA ? 1 : ntasks, gemm_tasks, &pl);
-	return 0;
+	return gemm_failed(&failed);
 }
 
 int nk_gemm_packed_1t(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 {
-	gemm_plan_t pl = {
-		.g = g,
-		.isa = isa,
-		.pairs = g->dtype == NK_BF16 && isa->sbgemm,
-		.es = g->dtype == NK_F32 ? 4 : 2,
-		.alpha = (float)g->alpha,
-		.beta = (float)g->beta,
-	};
+	atomic_int failed = 0;
+	gemm_plan_t pl = gemm_plan(g, isa, &failed);
 
 	gemm_partition(&pl, 1);
 	gemm_tasks(&pl, 0, g->batch * pl.tiles_m * pl.tiles_n);
-	return 0;
+	return gemm_failed(&failed);
 }
 
 /* ---- GEMV: y = alpha * x @ B + beta * y (x: K, B: K x N, y: N) ---------------------------------- */
@@ -640,15 +764,16 @@ static void gemv_rows_range(const gemv_t *v, int64_t b, int64_t j0, int64_t n, i
 /* Columns [j0, j0+n) of batch entry b, all of K, on one thread. */
 static void gemv_rows(const gemv_t *v, int64_t b, int64_t j0, int64_t n)
 {
-	static _Thread_local double dacc[GEMV_JB];
 	void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)nk_fp_elem_size(v->dtype);
-	float acc[GEMV_JB] = { 0 };
+	union {
+		float f[GEMV_JB];
+		double d[GEMV_JB];
+	} acc;
 
-	if (v->dtype == NK_F64)
-		memset(dacc, 0, (size_t)n * sizeof(double));
-	gemv_rows_range(v, b, j0, n, 0, v->K, acc, dacc);
+	memset(&acc, 0, v->dtype == NK_F64 ? (size_t)n * sizeof(double) : (size_t)n * sizeof(float));
+	gemv_rows_range(v, b, j0, n, 0, v->K, acc.f, acc.d);
 	for (int64_t j = 0; j < n; j++)
-		gemv_store(v, y, j, v->dtype == NK_F64 ? dacc[j] : acc[j]);
+		gemv_store(v, y, j, v->dtype == NK_F64 ? acc.d[j] : acc.f[j]);
 }
 
 /* sum x[k]*b[k] over n f32 values with 16 partial sums (vectorizable). */
@@ -731,8 +856,7 @@ static void gemv_tasks(void *ctx, int64_t t0, int64_t t1)
 typedef struct {
 	const gemv_t *v;
 	int64_t b, j0, n, kchunk;
-	float *part;   /* [GEMV_KSPLIT_MAX][GEMV_JB] */
-	double *dpart; /* f64: [GEMV_KSPLIT_MAX][GEMV_JB] */
+	void *part; /* [GEMV_KSPLIT_MAX][GEMV_JB] of float (double for f64) */
 } gemv_ksplit_t;
 
 static void gemv_ksplit_tasks(void *ctx, int64_t t0, int64_t t1)
@@ -741,26 +865,28 @@ static void gemv_ksplit_tasks(void *ctx, int64_t t0, int64_t t1)
 
 	for (int64_t t = t0; t < t1; t++) {
 		int64_t k0 = t * s->kchunk, k1 = min64(s->v->K, k0 + s->kchunk);
-		float *acc = s->part + t * GEMV_JB;
-		double *dacc = s->dpart + t * GEMV_JB;
+		float *acc = (float *)s->part + t * GEMV_JB;
+		double *dacc = (double *)s->part + t * GEMV_JB;
 
-		memset(acc, 0, (size_t)s->n * sizeof(float));
-		if (s->v->dtype == NK_F64)
-			memset(dacc, 0, (size_t)s->n * sizeof(double));
+		memset(s->v->dtype == NK_F64 ? (void *)dacc : (void *)acc, 0,
+		       (size_t)s->n * (s->v->dtype == NK_F64 ? sizeof(double) : sizeof(float)));
 		gemv_rows_range(s->v, s->b, s->j0, s->n, k0, k1, acc, dacc);
 	}
 }
 
 /* Rows form with few column blocks: each block's K is split over the pool (the chunk count depends
  * on K only, never on the thread count, so results are reproducible). */
-static void gemv_rows_ksplit(const gemv_t *v)
+static int gemv_rows_ksplit(const gemv_t *v)
 {
-	static _Thread_local float part[GEMV_KSPLIT_MAX * GEMV_JB];
-	static _Thread_local double dpart[GEMV_KSPLIT_MAX * GEMV_JB];
 	int64_t nsplit = min64(GEMV_KSPLIT_MAX, cdiv(v->K, GEMV_KSPLIT_MIN_ROWS));
-	gemv_ksplit_t s = { .v = v, .kchunk = cdiv(v->K, nsplit), .part = part, .dpart = dpart };
+	gemv_ksplit_t s = { .v = v, .kchunk = cdiv(v->K, nsplit) };
 	size_t es = nk_fp_elem_size(v->dtype);
 
+	s.part = nk_ws_get(NK_WS_PARTIALS, GEMV_KSPLIT_MAX * GEMV_JB * sizeof(double));
+	if (!s.part) {
+		nrt_kernel_fail("gemm: out of host memory for the GEMV partial sums");
+		return -1;
+	}
 	nsplit = cdiv(v->K, s.kchunk);
 	for (int64_t b = 0; b < v->batch; b++)
 		for (int64_t j0 = 0; j0 < v->N; j0 += GEMV_JB) {
@@ -772,10 +898,12 @@ static void gemv_rows_ksplit(const gemv_t *v)
 				double t = 0;
 
 				for (int64_t q = 0; q < nsplit; q++)
-					t += v->dtype == NK_F64 ? dpart[q * GEMV_JB + j] : (double)part[q * GEMV_JB + j];
+					t += v->dtype == NK_F64 ? ((const double *)s.part)[q * GEMV_JB + j]
+								: (double)((const float *)s.part)[q * GEMV_JB + j];
 				gemv_store(v, y, j, t);
 			}
 		}
+	return 0;
 }
 
 /* M == 1 (x = row 0 of A) or N == 1 (the transposed problem: x = column 0 of B, B' = A^T). */
@@ -800,63 +928,9 @@ static int gemm_gemv(const nk_gemm_args_t *g)
 	jb = gemv_uses_rows(&v) ? GEMV_JB : GEMV_JD;
 	ntasks = g->batch * cdiv(v.N, jb);
 	if (gemv_uses_rows(&v) && ntasks < 2 * nrt_num_threads() && v.K >= 2 * GEMV_KSPLIT_MIN_ROWS &&
-	    v.N * v.K >= (1 << 18)) {
-		gemv_rows_ksplit(&v);
-		return 0;
-	}
+	    v.N * v.K >= (1 << 18))
+		return gemv_rows_ksplit(&v);
 	nrt_parallel_for(ntasks, cdiv(1 << 16, jb * (v.K + 1)), gemv_tasks, &v);
-	return 0;
-}
-
-/* ---- f64: portable blocked path (4 x 64 register-friendly tiles) --------------------------------- */
-
-#define D_MR 4
-#define D_NR 64
-
-static void gemm_f64_tile(const nk_gemm_args_t *g, int64_t b, int64_t i0, int mr, int64_t j0, int nr)
-{
-	const double *A = (const double *)g->A + b * g->bs_a + i0 * g->rs_a;
-	const double *B = (const double *)g->B + b * g->bs_b + j0 * g->cs_b;
-	double *C = (double *)g->C + b * g->bs_c + i0 * g->rs_c + j0 * g->cs_c;
-	double acc[D_MR][D_NR] = { { 0 } }, brow[D_NR] = { 0 };
-
-	for (int64_t k = 0; k < g->K; k++) {
-		for (int j = 0; j < nr; j++)
-			brow[j] = B[k * g->rs_b + j * g->cs_b];
-		for (int i = 0; i < mr; i++) {
-			double a = A[i * g->rs_a + k * g->cs_a];
-
-			for (int j = 0; j < D_NR; j++)
-				acc[i][j] += a * brow[j];
-		}
-	}
-	for (int i = 0; i < mr; i++)
-		for (int j = 0; j < nr; j++) {
-			double *p = C + i * g->rs_c + j * g->cs_c;
-			double v = g->alpha * acc[i][j];
-
-			*p = g->beta == 0 ? v : v + g->beta * *p;
-		}
-}
-
-static void gemm_f64_tasks(void *ctx, int64_t t0, int64_t t1)
-{
-	const nk_gemm_args_t *g = ctx;
-	int64_t tmi = cdiv(g->M, D_MR), tni = cdiv(g->N, D_NR);
-
-	for (int64_t t = t0; t < t1; t++) {
-		int64_t b = t / (tmi * tni), r = t % (tmi * tni);
-		int64_t i0 = r / tni * D_MR, j0 = r % tni * D_NR;
-
-		gemm_f64_tile(g, b, i0, (int)min64(D_MR, g->M - i0), j0, (int)min64(D_NR, g->N - j0));
-	}
-}
-
-static int gemm_f64(const nk_gemm_args_t *g)
-{
-	int64_t ntasks = g->batch * cdiv(g->M, D_MR) * cdiv(g->N, D_NR);
-
-	nrt_parallel_for(ntasks, cdiv(1 << 16, D_MR * D_NR * (g->K + 1)), gemm_f64_tasks, (void *)g);
 	return 0;
 }
 
@@ -894,8 +968,6 @@ int nk_gemm_run(void *args)
 	}
 	if (g.M == 1 || g.N == 1)
 		return gemm_gemv(&g);
-	if (g.dtype == NK_F64)
-		return gemm_f64(&g);
 	if (g.rs_c == 1 && g.cs_c != 1) {
 		/* column-major C: compute C^T = B^T A^T, whose C is row-major */
 		nk_gemm_args_t t = g;

@@ -127,6 +127,71 @@ void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, fl
 	STORE_TILE();
 }
 
+/* ---- f64: 14 x 16 ----------------------------------------------------------------------------- */
+
+static inline __mmask8 mask8_n(int n)
+{
+	return n >= 8 ? (__mmask8)0xff : n <= 0 ? (__mmask8)0 : (__mmask8)((1u << n) - 1);
+}
+
+static inline void store_row_d(double *c, __m512d x0, __m512d x1, __m512d va, __m512d vb, double beta, __mmask8 m0,
+			       __mmask8 m1)
+{
+	x0 = _mm512_mul_pd(va, x0);
+	x1 = _mm512_mul_pd(va, x1);
+	if (beta != 0) {
+		x0 = _mm512_fmadd_pd(vb, _mm512_maskz_loadu_pd(m0, c), x0);
+		x1 = _mm512_fmadd_pd(vb, _mm512_maskz_loadu_pd(m1, c + 8), x1);
+	}
+	_mm512_mask_storeu_pd(c, m0, x0);
+	_mm512_mask_storeu_pd(c + 8, m1, x1);
+}
+
+#define DDECL(i) __m512d d##i##_0 = _mm512_setzero_pd(), d##i##_1 = _mm512_setzero_pd();
+#define DSTORE(i) \
+	if (i < m) \
+		store_row_d(c + i * rs_c, d##i##_0, d##i##_1, va, vb, beta, m0, m1);
+#define DSPILL(i)                                  \
+	_mm512_store_pd(t + i * 16, d##i##_0);      \
+	_mm512_store_pd(t + i * 16 + 8, d##i##_1);
+#define DFMA_ROW(i)                                             \
+	{                                                       \
+		__m512d ai = _mm512_set1_pd(a[i]);              \
+		d##i##_0 = _mm512_fmadd_pd(ai, b0, d##i##_0);   \
+		d##i##_1 = _mm512_fmadd_pd(ai, b1, d##i##_1);   \
+	}
+
+void nk_dgemm_avx512_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
+			   double alpha, double beta, int m, int n)
+{
+	ROWS(DDECL)
+	for (int64_t p = 0; p < k; p++) {
+		__m512d b0 = _mm512_load_pd(b), b1 = _mm512_load_pd(b + 8);
+
+		_mm_prefetch((const char *)(b + 16 * 16), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * 16 + 8), _MM_HINT_T0);
+		ROWS(DFMA_ROW)
+		a += 14;
+		b += 16;
+	}
+	if (cs_c == 1) {
+		__m512d va = _mm512_set1_pd(alpha), vb = _mm512_set1_pd(beta);
+		__mmask8 m0 = mask8_n(n), m1 = mask8_n(n - 8);
+
+		ROWS(DSTORE)
+	} else {
+		double t[14 * 16] __attribute__((aligned(64)));
+
+		ROWS(DSPILL)
+		for (int i = 0; i < m; i++)
+			for (int j = 0; j < n; j++) {
+				double *q = c + i * rs_c + j * cs_c, v = alpha * t[i * 16 + j];
+
+				*q = beta == 0 ? v : v + beta * *q;
+			}
+	}
+}
+
 /* ---- packing ------------------------------------------------------------------------------------ */
 
 /* 16 elements of dtype (f32, bf16, f16) at src[off..], lanes outside mk zero, as f32. */
@@ -330,6 +395,7 @@ const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.name = "avx512",
 	.sgemm = nk_sgemm_avx512_14x32,
 	.sbgemm = nk_sbgemm_avx512_14x32,
+	.dgemm = nk_dgemm_avx512_14x16,
 	.pack_a = nk_gemm_pack_a_avx512,
 	.pack_b = nk_gemm_pack_b_avx512,
 	.pack_a_pairs = nk_gemm_pack_a_pairs_avx512,

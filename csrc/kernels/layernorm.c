@@ -6,8 +6,10 @@
  * Backward: xhat = (x - mean)*rstd, g = dy*w, dx = rstd*(g - mean(g) - xhat*mean(g*xhat)),
  * dw = sum over rows of dy*xhat, db = sum over rows of dy.
  * bf16/f16/f32 rows compute in f32 with f64 row sums; f64 computes in f64.
- * Threading: rows over the pool for y and dx; dw/db over blocks of columns, each summing all rows in
- * order (deterministic, no per-thread partials).
+ * Threading: rows over the pool for y and dx.  dw/db (f32 compute) are fused with dx: fixed row chunks
+ * (a function of rows and cols, never of the thread count) each sum their terms into a partial row,
+ * added in chunk order in f64 - deterministic; f64 and very wide rows use blocks of columns that each
+ * sum all rows in order.
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
  * headers so that their inline helpers get the same options and stay inlinable. */
@@ -15,9 +17,11 @@
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
 #endif
 #include <math.h>
+#include <string.h>
 
 #include "nk.h"
 #include "nk_fp.h"
+#include "nk_ws.h"
 #include "nrt.h"
 
 
@@ -302,15 +306,16 @@ int nk_layernorm_run(void *args)
 
 /* ---- backward: dx by rows ----------------------------------------------------------------------- */
 
-/* dy := g = dy*w, x := xhat = (x - mean)*rstd over n elements. */
+/* dy := g = dy*w (dy, w may be NULL), x := xhat = (x - mean)*rstd over n elements. */
 static void ln_g_xhat(float *restrict dy, float *restrict x, const float *restrict w, int64_t n, float mean,
 		      float rstd)
 {
-	if (w)
+	if (dy && w)
 		for (int64_t j = 0; j < n; j++)
 			dy[j] *= w[j];
-	for (int64_t j = 0; j < n; j++)
-		x[j] = (x[j] - mean) * rstd;
+	if (mean != 0 || rstd != 1)
+		for (int64_t j = 0; j < n; j++)
+			x[j] = (x[j] - mean) * rstd;
 }
 
 /* dx = rstd*(g - mg - xhat*mgx), written into g. */
@@ -320,7 +325,21 @@ static void ln_dx_from(float *restrict g, const float *restrict xhat, int64_t n,
 		g[j] = rstd * (g[j] - mg - xhat[j] * mgx);
 }
 
-static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, const ln_params_t *prm, int64_t r)
+/* sw[j] += dy[j]*xhat[j], sb[j] += dy[j] (the per-chunk dw/db partials; NULL when not wanted). */
+static void ln_partials(float *restrict sw, float *restrict sb, const float *restrict dy, const float *restrict xhat,
+			int64_t n)
+{
+	if (sw)
+		for (int64_t j = 0; j < n; j++)
+			sw[j] += dy[j] * xhat[j];
+	if (sb)
+		for (int64_t j = 0; j < n; j++)
+			sb[j] += dy[j];
+}
+
+/* dx of row r (if a->dx) and, when sw/sb are given, the row's dw/db terms added to them. */
+static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, const ln_params_t *prm, int64_t r, float *sw,
+			  float *sb)
 {
 	float dy[CH], x[CH], w[CH];
 	float mean = nk_fp_loadf(a->mean, a->dtype, r), rstd = nk_fp_loadf(a->rstd, a->dtype, r);
@@ -330,22 +349,31 @@ static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, const ln_params_t *p
 	if (C <= CH) {
 		load_f32(dy, a->dy, a->dtype, base, C);
 		load_f32(x, a->x, a->dtype, base, C);
-		ln_g_xhat(dy, x, prm->pw, C, mean, rstd);
+		ln_g_xhat(NULL, x, NULL, C, mean, rstd);
+		ln_partials(sw, sb, dy, x, C);
+		if (!a->dx)
+			return;
+		ln_g_xhat(dy, x, prm->pw, C, 0, 1);
 		sg = lanes_sum(dy, C);
 		sgx = lanes_dot(dy, x, C);
 		ln_dx_from(dy, x, C, rstd, (float)(sg / (double)C), (float)(sgx / (double)C));
 		store_f32(a->dx, a->dtype, base, dy, C);
 		return;
 	}
-	for (int pass = 0; pass < 2; pass++)
+	for (int pass = a->dx ? 0 : 1; pass < 2; pass++)
 		for (int64_t c = 0; c < C; c += CH) {
 			int64_t n = min64(CH, C - c);
 
 			load_f32(dy, a->dy, a->dtype, base + c, n);
 			load_f32(x, a->x, a->dtype, base + c, n);
+			ln_g_xhat(NULL, x, NULL, n, mean, rstd);
+			if (pass == 1)
+				ln_partials(sw ? sw + c : NULL, sb ? sb + c : NULL, dy, x, n);
+			if (!a->dx)
+				continue;
 			if (a->w)
 				load_f32(w, a->w, a->dtype, c, n);
-			ln_g_xhat(dy, x, a->w ? w : NULL, n, mean, rstd);
+			ln_g_xhat(dy, x, a->w ? w : NULL, n, 0, 1);
 			if (pass == 0) {
 				sg += lanes_sum(dy, n);
 				sgx += lanes_dot(dy, x, n);
@@ -390,7 +418,7 @@ static void ln_dx_rows(void *ctx, int64_t r0, int64_t r1)
 		if (a->dtype == NK_F64)
 			ln_dx_row_f64(a, r);
 		else
-			ln_dx_row_f32(a, &prm, r);
+			ln_dx_row_f32(a, &prm, r, NULL, NULL);
 	}
 }
 
@@ -451,6 +479,67 @@ static void ln_dwdb_tasks(void *ctx, int64_t t0, int64_t t1)
 	}
 }
 
+/* f32-computed dw/db fused with dx: the rows are cut into a fixed number of chunks (a function of
+ * rows and cols only); a chunk's task computes dx of its rows and sums their dw/db terms in f32 into
+ * its own partial row of the caller's scratch; the caller adds the partials in chunk order in f64.
+ * Deterministic whatever the thread count; dy and x are read once. */
+#define LN_PART_FLOATS (1 << 17)
+
+typedef struct {
+	const nk_layernorm_bwd_args_t *a;
+	int64_t chunk_rows;
+	float *part; /* [chunks][2][cols]: dw terms, then db terms */
+} ln_fused_t;
+
+static void ln_fused_tasks(void *ctx, int64_t t0, int64_t t1)
+{
+	const ln_fused_t *f = ctx;
+	const nk_layernorm_bwd_args_t *a = f->a;
+	ln_params_t prm;
+
+	ln_params_load(&prm, a->w, NULL, a->dtype, a->cols);
+	for (int64_t t = t0; t < t1; t++) {
+		float *sw = f->part + t * 2 * a->cols, *sb = sw + a->cols;
+		int64_t r1 = min64(a->rows, (t + 1) * f->chunk_rows);
+
+		memset(sw, 0, (size_t)(2 * a->cols) * sizeof(float));
+		for (int64_t r = t * f->chunk_rows; r < r1; r++)
+			ln_dx_row_f32(a, &prm, r, a->dw ? sw : NULL, a->db ? sb : NULL);
+	}
+}
+
+static int ln_bwd_fused(const nk_layernorm_bwd_args_t *a)
+{
+	float *part = nk_ws_get(NK_WS_PARTIALS, LN_PART_FLOATS * sizeof(float));
+	int64_t max_chunks = LN_PART_FLOATS / (2 * a->cols);
+	int64_t chunks = min64(max_chunks, (a->rows + 63) / 64);
+	ln_fused_t f = { .a = a, .part = part };
+
+	if (!part) {
+		nrt_kernel_fail("layer_norm_backward: out of host memory for the partial sums");
+		return -1;
+	}
+
+	if (chunks < 1)
+		chunks = 1;
+	f.chunk_rows = (a->rows + chunks - 1) / chunks;
+	chunks = a->rows ? (a->rows + f.chunk_rows - 1) / f.chunk_rows : 0;
+	nrt_parallel_for(chunks, a->rows * a->cols >= NK_PARALLEL_GRAIN ? 1 : chunks, ln_fused_tasks, &f);
+	for (int64_t j = 0; j < a->cols; j++) {
+		double sw = 0, sb = 0;
+
+		for (int64_t t = 0; t < chunks; t++) {
+			sw += part[t * 2 * a->cols + j];
+			sb += part[t * 2 * a->cols + a->cols + j];
+		}
+		if (a->dw)
+			nk_fp_stored(a->dw, a->dtype, j, sw);
+		if (a->db)
+			nk_fp_stored(a->db, a->dtype, j, sb);
+	}
+	return 0;
+}
+
 int nk_layernorm_bwd_run(void *args)
 {
 	const nk_layernorm_bwd_args_t *a = args;
@@ -459,9 +548,13 @@ int nk_layernorm_bwd_run(void *args)
 		return -1;
 	if (nk_using_reference())
 		return nk_layernorm_bwd_ref(args);
-	if (a->dx && a->rows > 0 && a->cols > 0)
+	if (a->cols <= 0)
+		return 0;
+	if ((a->dw || a->db) && a->dtype != NK_F64 && 2 * a->cols <= LN_PART_FLOATS)
+		return ln_bwd_fused(a);
+	if (a->dx && a->rows > 0)
 		nrt_parallel_for(a->rows, row_grain(a->cols), ln_dx_rows, (void *)a);
-	if ((a->dw || a->db) && a->cols > 0) {
+	if (a->dw || a->db) {
 		int nt = nrt_num_threads();
 		ln_cols_t lc = { .a = a };
 		int64_t ntasks;

@@ -21,6 +21,12 @@
 #define NK_GEMM_NC_ACC 512  /* columns per block when C is bf16/f16 (accumulated in f32) */
 #define NK_GEMM_MC 448      /* rows per f32 accumulation block when C is bf16/f16 (multiple of MR) */
 
+/* f64: a 14 x 16 tile (28 zmm of 8 doubles), blocks of 256 k x 1024 columns (the 2 MiB B block). */
+#define NK_DGEMM_MR 14
+#define NK_DGEMM_NR 16
+#define NK_DGEMM_KC 256
+#define NK_DGEMM_NC 1024
+
 /* f32 micro-kernel.  a: packed MR x k panel, a[p*MR + i]; b: packed k x NR panel, b[p*NR + j]; both
  * 64-byte aligned and zero-padded.  For i < m, j < n (m <= MR, n <= NR):
  *   C[i*rs_c + j*cs_c] = alpha * sum_p a[p*MR + i] * b[p*NR + j] + beta * C[i*rs_c + j*cs_c],
@@ -32,6 +38,9 @@ typedef void (*nk_sgemm_ukr_t)(int64_t k, const float *a, const float *b, float 
  * products are summed in f32 (vdpbf16ps). */
 typedef void (*nk_sbgemm_ukr_t)(int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
 				int64_t rs_c, int64_t cs_c, float alpha, float beta, int m, int n);
+/* f64 micro-kernel: the f32 contract with doubles, MR = NK_DGEMM_MR, NR = NK_DGEMM_NR. */
+typedef void (*nk_dgemm_ukr_t)(int64_t k, const double *a, const double *b, double *c, int64_t rs_c,
+			       int64_t cs_c, double alpha, double beta, int m, int n);
 /* Packing into the layouts above.  src points at element (0, 0) of the block, strides in elements,
  * dtype f32/bf16/f16 (converted to f32).  pack_a writes MR x k (rows m..MR-1 zero); pack_b writes
  * ceil(n/NR) panels of k x NR, panel q at dst + q*k*NR (columns past n zero). */
@@ -53,6 +62,7 @@ typedef struct {
 	const char *name;
 	nk_sgemm_ukr_t sgemm;
 	nk_sbgemm_ukr_t sbgemm;
+	nk_dgemm_ukr_t dgemm;
 	nk_gemm_pack_a_t pack_a;
 	nk_gemm_pack_b_t pack_b;
 	nk_gemm_pack_a_pairs_t pack_a_pairs;
@@ -68,6 +78,10 @@ void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, 
 			   int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
 			    int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
+			double alpha, double beta, int m, int n);
+void nk_dgemm_avx512_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c,
+			   int64_t cs_c, double alpha, double beta, int m, int n);
 void nk_gemm_pack_a_ref(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k, float *dst);
 void nk_gemm_pack_b_ref(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n,
 			float *dst);
@@ -81,6 +95,10 @@ void nk_gemm_pack_a_avx512(const void *src, int dtype, int64_t rs, int64_t cs, i
 void nk_gemm_pack_b_avx512(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n,
 			   float *dst);
 
+/* f64 packing (portable; the same layouts with MR = 14, NR = 16 doubles). */
+void nk_dgemm_pack_a(const double *src, int64_t rs, int64_t cs, int m, int64_t k, double *dst);
+void nk_dgemm_pack_b(const double *src, int64_t rs, int64_t cs, int64_t k, int64_t n, double *dst);
+
 /* The tables: portable, and AVX-512 (only to be used when the CPU has avx512f; sbgemm only with
  * avx512bf16 - nk_gemm_isa_select checks both). */
 extern const nk_gemm_isa_t nk_gemm_isa_ref;
@@ -88,7 +106,7 @@ extern const nk_gemm_isa_t nk_gemm_isa_avx512;
 nk_gemm_isa_t nk_gemm_isa_select(void);
 
 /* Runs the packed driver with the given table (tests pass nk_gemm_isa_ref to check the driver with
- * the portable micro-kernel).  Arguments must already be validated: dtype f32/bf16/f16, M, N >= 1. */
+ * the portable micro-kernel).  Arguments must already be validated: dtype f32/bf16/f16/f64, M, N >= 1. */
 int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa);
 /* The same on the calling thread only, one task per batch entry (for callers that are already
  * parallel, e.g. attention's tiles). */

@@ -4,7 +4,10 @@
  * - scalar load/store of any nk dtype as double or int64, with PyTorch's cast rules;
  * - block load/store: a strided run of any dtype to/from a float, double or int64 buffer;
  * - Philox4x32-10 (Random123) for the counter-based generators;
- * - the strided loop (nk_loop_t): coalesced nk_iter_t walked row by row, optionally in parallel.
+ * - the strided loop (nk_loop_t): coalesced nk_iter_t walked row by row, optionally in parallel;
+ * - the entry points of the *_avx512.c files (pointwise, reduce, random, optim), used only when
+ *   nk_cpu_avx512() (NEURON_KERNELS=portable turns them off, NEURON_KERNELS=ref everything optimized),
+ *   and the references that nk.h does not declare (copy, random, dropout).
  */
 #ifndef NK_IMPL_H
 #define NK_IMPL_H
@@ -20,11 +23,10 @@
 #define NK_PARALLEL_GRAIN 32768
 
 /* Enable the loop vectorizer's dynamic cost model in a kernel file (GCC's -O2 default model refuses
- * loops that need an alias check or an epilogue, i.e. nearly all of ours), and let sqrt be inlined
- * (kernels never read errno).  Clang vectorizes anyway. */
+ * loops that need an alias check or an epilogue, i.e. nearly all of ours).  Clang vectorizes anyway.
+ * (Loops calling libm, sqrtf included, stay scalar: errno; the *_avx512.c files cover the hot ones.) */
 #if defined(__GNUC__) && !defined(__clang__)
-#define NK_VECTORIZE_FILE \
-	_Pragma("GCC optimize(\"tree-vectorize\", \"vect-cost-model=dynamic\", \"no-math-errno\")")
+#define NK_VECTORIZE_FILE _Pragma("GCC optimize(\"tree-vectorize\", \"vect-cost-model=dynamic\")")
 #else
 #define NK_VECTORIZE_FILE
 #endif

@@ -682,9 +682,10 @@ int nk_reduce_run(void *args)
 		}
 		return 0;
 	}
-	/* tiles narrow enough that the pool gets work when O is small, never below 16 columns */
+	/* tiles narrow enough that the pool gets work when O is small, never below 16 columns (the
+	 * width changes no result: each column is reduced in the same order whatever its tile) */
 	int64_t tw = a->I < RD_W ? a->I : RD_W;
-	int64_t nthr = nrt_num_threads() > 0 ? nrt_num_threads() : 1;
+	int64_t nthr = work > NK_PARALLEL_GRAIN ? nrt_num_threads() : 1;
 	while (tw > 16 && a->O * ((a->I + tw - 1) / tw) < 2 * nthr)
 		tw /= 2;
 	s.tw = tw;

@@ -98,6 +98,35 @@ static void test_sbgemm_ukr(void)
 	check_sbukr_case(33, 13, 31, 1);
 }
 
+static void test_dgemm_ukr(void)
+{
+	static const int mn[][2] = { { 14, 16 }, { 1, 1 }, { 13, 9 }, { 14, 8 }, { 3, 15 } };
+	double a[NK_DGEMM_MR * 100] __attribute__((aligned(64)));
+	double b[100 * NK_DGEMM_NR] __attribute__((aligned(64)));
+	double c0[NK_DGEMM_MR * NK_DGEMM_NR * 2], c1[NK_DGEMM_MR * NK_DGEMM_NR * 2];
+
+	if (!have_avx512)
+		return;
+	for (int64_t k = 0; k <= 99; k += 33)
+		for (size_t q = 0; q < sizeof mn / sizeof mn[0]; q++)
+			for (int v = 0; v < 4; v++) {
+				double beta = v & 1 ? 0.5 : 0;
+				int64_t rs = v & 2 ? 1 : NK_DGEMM_NR + 1, cs = v & 2 ? NK_DGEMM_MR + 2 : 1;
+				int m = mn[q][0], n = mn[q][1];
+				bool ok = true;
+
+				nkt_fill(a, NK_F64, NK_DGEMM_MR * k, -1, 1);
+				nkt_fill(b, NK_F64, k * NK_DGEMM_NR, -1, 1);
+				for (size_t i = 0; i < sizeof c0 / sizeof c0[0]; i++)
+					c0[i] = c1[i] = beta == 0 ? NAN : nkt_uniform(-1, 1);
+				nk_dgemm_ref_14x16(k, a, b, c0, rs, cs, -1.25, beta, m, n);
+				nk_dgemm_avx512_14x16(k, a, b, c1, rs, cs, -1.25, beta, m, n);
+				for (size_t i = 0; i < sizeof c0 / sizeof c0[0]; i++)
+					ok &= isnan(c0[i]) ? isnan(c1[i]) : fabs(c1[i] - c0[i]) <= 1e-13 * (double)(k + 1);
+				CHECK(ok, "dgemm ukr k=%lld m=%d n=%d beta=%g strided=%d", (long long)k, m, n, beta, v >> 1);
+			}
+}
+
 /* ---- packers ---------------------------------------------------------------------------------- */
 
 static void test_packers(void)
@@ -263,9 +292,9 @@ static void test_gemm_layouts(void)
 
 static void test_gemm_portable_driver(void)
 {
-	static const int dts[] = { NK_F32, NK_BF16, NK_F16 };
+	static const int dts[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
 
-	for (int d = 0; d < 3; d++)
+	for (int d = 0; d < 4; d++)
 		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
 			gcase_t c = shapes[s];
 
@@ -331,6 +360,7 @@ int main(void)
 	nkt_seed(1);
 	RUN(test_sgemm_ukr);
 	RUN(test_sbgemm_ukr);
+	RUN(test_dgemm_ukr);
 	RUN(test_packers);
 	RUN(test_gemm_layouts);
 	RUN(test_gemm_portable_driver);
@@ -341,6 +371,7 @@ int main(void)
 		bench(NK_F32, 2048, 3);
 		bench(NK_BF16, 1024, 5);
 		bench(NK_BF16, 2048, 3);
+		bench(NK_F64, 1024, 3);
 	}
 	return ctest_finish();
 }

@@ -1,0 +1,124 @@
+"""Command line: run the workload groups, measure the machine limits, print and write the report."""
+import argparse
+import gc
+import os
+import sys
+import time
+
+import torch
+
+from . import gpt, workloads
+from .harness import Runner
+from .limits import LIMIT_LABELS, Limits
+from .report import build, loadavg, machine_info
+
+GROUPS = [
+    # key, title, description, limit key, cases(quick)
+    ("latency", "1. Per-op latency", "Small ops where the host-side cost dominates.", None,
+     workloads.latency_cases),
+    ("gemm", "2. GEMM", "`torch.mm(a, b)` with a: MxK, b: KxN, named `M x N x K`; GEMV is `F.linear(x, W)`.",
+     "f32 FMA peak (bf16: bf16 dot peak; GEMV: DRAM triad)", workloads.gemm_cases),
+    ("memory", "3. Memory-bound ops",
+     "f32 tensors of 16M elements ([16384, 1024], 64 MiB) and 256K elements ([256, 1024], 1 MiB); "
+     "softmax and layer_norm over the last dim (1024). Bytes: binary ops 12/element, unary and "
+     "softmax/layer_norm forward 8, reductions 4, backward 12.",
+     "DRAM triad for 16M, cache-resident triad for 256K", workloads.memory_cases),
+    ("sdpa", "4. Scaled dot-product attention", "`F.scaled_dot_product_attention(q, k, v, is_causal=True)`, fp32; "
+     "fwd+bwd sets the grads to None and calls `out.backward(grad)`.", "f32 FMA peak", workloads.sdpa_cases),
+    ("gpt", "5. GPT training step", "The model of `examples/train_gpt.py`; one step = batch to device, forward, "
+     "backward, clip_grad_norm_, AdamW, LambdaLR, `loss.item()`. GFLOP/s from 6 x matmul params x tokens + "
+     "causal attention 6 x L x T x d x tokens.", "f32 FMA peak (i.e. MFU)", None),
+    ("adamw", "6. AdamW step", "`torch.optim.AdamW(...).step()` over 16 tensors of 1M fp32 parameters "
+     "(16.8M); GB/s against the 28 bytes per parameter AdamW must touch (read param, grad, exp_avg, exp_avg_sq; "
+     "write param, exp_avg, exp_avg_sq).", "DRAM triad", workloads.adamw_cases),
+]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="fewer rounds, shorter rounds, smaller GPT, no 2048^3 mm")
+    ap.add_argument("--rounds", type=int, default=None, help="rounds per workload (default 5, --quick 3)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="seconds per round per device (default 0.25, --quick 0.1)")
+    ap.add_argument("--out", default=None,
+                    help="Markdown report path (default docs/benchmarks.md for a full run, none for --quick; "
+                         "'-' for none)")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated groups: " + ",".join(g[0] for g in GROUPS))
+    ap.add_argument("--no-limits", action="store_true", help="skip the C microbenchmarks")
+    ap.add_argument("--no-mem", action="store_true", help="skip the GPT peak-RSS subprocesses")
+    ap.add_argument("-v", "--verbose", action="count", default=1)
+    a = ap.parse_args(argv)
+
+    if not (hasattr(torch, "neuron") and torch.neuron.is_available()):
+        print("bench: the neuron device is not available (is torchneuron installed?)", file=sys.stderr)
+        return 1
+    rounds = a.rounds or (3 if a.quick else 5)
+    target = a.target or (0.1 if a.quick else 0.25)
+    out = a.out
+    if out is None and not a.quick:
+        out = os.path.join("docs", "benchmarks.md")
+    if out == "-":
+        out = None
+    only = set(a.only.split(",")) if a.only else None
+    if only:
+        bad = only - {g[0] for g in GROUPS}
+        if bad:
+            ap.error(f"unknown group(s): {', '.join(sorted(bad))}")
+
+    t0 = time.perf_counter()
+    meta = {"command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "mode": "quick" if a.quick else "full",
+            "rounds": rounds, "target_s": target, "load_start": loadavg()}
+    info = machine_info()
+    print(f"bench: {meta['mode']} run, {rounds} rounds, ~{target} s per round per device")
+    print(f"machine: {info['cpu']}, {info['cores']}; torch {info['torch']}; torchneuron {info['torchneuron']}",
+          flush=True)
+
+    limits = None
+    if not a.no_limits:
+        limits = Limits(quick=a.quick)
+        print("machine limits (C microbenchmarks) ...", flush=True)
+        limits.measure()
+        if limits.error:
+            print(f"  {limits.error}")
+
+    runner = Runner(rounds=rounds, warmup=3 if a.quick else 5, target_s=target, verbose=a.verbose)
+    groups = []
+    for key, title, desc, limit_desc, mk in GROUPS:
+        if only and key not in only:
+            continue
+        print(f"{title}", flush=True)
+        try:
+            cases = gpt.gpt_cases(a.quick, mem=not a.no_mem) if key == "gpt" else mk(a.quick)
+        except Exception as e:  # noqa: BLE001
+            print(f"  cannot build the workloads: {e}")
+            continue
+        results = [runner.run(c) for c in cases]
+        groups.append({"key": key, "title": title, "desc": desc, "limit": limit_desc, "results": results})
+        gc.collect()
+        try:
+            torch.neuron.synchronize()
+            torch.neuron.empty_cache()
+        except Exception:  # noqa: BLE001
+            pass
+
+    if limits is not None and not limits.error:
+        print("machine limits again (best of start and end kept) ...", flush=True)
+        limits.measure()
+        limits.cleanup()
+
+    meta["load_end"] = loadavg()
+    meta["elapsed"] = time.perf_counter() - t0
+    text, md = build(groups, limits, info, meta)
+    print()
+    print(text)
+    if out:
+        d = os.path.dirname(out)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        with open(out, "w") as f:
+            f.write(md)
+        print(f"\nwrote {out}")
+    print(f"bench: done in {meta['elapsed']:.0f} s")
+    return 0

@@ -1,0 +1,296 @@
+"""Plain-text and Markdown reports."""
+import math
+import os
+import platform
+import subprocess
+import time
+
+import torch
+
+from .harness import DEVICES, fmt_time
+from .limits import LIMIT_LABELS
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def machine_info():
+    info = {}
+    cpu = _read("/proc/cpuinfo")
+    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("model name")), None)
+    info["cpu"] = model or platform.processor() or platform.machine()
+    flags = next((ln.split(":", 1)[1].split() for ln in cpu.splitlines() if ln.startswith("flags")), [])
+    info["isa"] = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in flags) or "-"
+    mhz = [float(ln.split(":", 1)[1]) for ln in cpu.splitlines() if ln.startswith("cpu MHz")]
+    info["mhz"] = f"{max(mhz):.0f} MHz (reported)" if mhz else "-"
+    try:
+        aff = len(os.sched_getaffinity(0))
+    except AttributeError:
+        aff = os.cpu_count()
+    info["cores"] = f"{os.cpu_count()} logical, {aff} usable"
+    mem = next((ln.split()[1] for ln in _read("/proc/meminfo").splitlines() if ln.startswith("MemTotal")), None)
+    info["memory"] = f"{int(mem) / 2**20:.1f} GiB" if mem else "-"
+    info["kernel"] = platform.release()
+    info["python"] = platform.python_version()
+    info["torch"] = f"{torch.__version__}, {torch.get_num_threads()} intra-op threads"
+    try:
+        import torchneuron
+        p = torch.neuron.get_device_properties(0)
+        info["torchneuron"] = (f"{torchneuron.__version__}, {p.name}, {p.multi_processor_count} kernel threads, "
+                               f"arena limit {p.total_memory / 2**30:.1f} GiB")
+        so = getattr(torchneuron._C, "__file__", None)
+        if so:
+            info["extension built"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(so)))
+    except Exception as e:  # noqa: BLE001
+        info["torchneuron"] = f"unavailable: {e}"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "csrc", "torchneuron", "setup.py"],
+                               cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+        if rev:
+            info["git"] = rev + (f" (+ {len(dirty.splitlines())} uncommitted changes under csrc/ torchneuron/)"
+                                 if dirty else "")
+    except Exception:  # noqa: BLE001
+        pass
+    return info
+
+
+def loadavg():
+    s = _read("/proc/loadavg").split()
+    return " ".join(s[:3]) if s else "-"
+
+
+# ------------------------------------------------------------------------------------------ rows
+HEAD = ["workload", "neuron", "cpu", "neuron rate", "cpu rate", "neuron % lim", "cpu % lim",
+        "ratio min", "ratio med", "fallback ops / notes"]
+
+
+def _rate_str(r):
+    if r is None:
+        return "-"
+    v, unit = r
+    return f"{v:.1f} {unit}" if v < 1000 else f"{v:.0f} {unit}"
+
+
+def result_row(res, limits):
+    c = res.case
+    row = [c.name]
+    for dev in DEVICES:
+        if dev in res.errors and not res.times[dev]:
+            row.append("ERROR")
+        else:
+            row.append(fmt_time(res.median(dev)))
+    lim = limits.value(c.limit) if (limits is not None and c.limit) else None
+    shares = []
+    for dev in DEVICES:
+        r = res.rate(dev)
+        row.append(_rate_str(r))
+        shares.append(f"{100 * r[0] / lim:.0f}%" if (r and lim) else "-")
+    row += shares
+    rmin, rmed = res.ratio_min(), res.ratio_median()
+    row.append(f"{rmin:.2f}" if rmin is not None else "-")
+    row.append(f"{rmed:.2f}" if rmed is not None else "-")
+    notes = []
+    if res.fallbacks:
+        notes.append("FALLBACK: " + ", ".join(sorted(res.fallbacks)))
+    for dev in DEVICES:
+        if dev in res.errors:
+            notes.append(f"{dev} error: {res.errors[dev]}")
+    row.append("; ".join(notes) if notes else "none")
+    return row
+
+
+def text_table(rows, head=HEAD):
+    w = [max(len(str(r[i])) for r in [head] + rows) for i in range(len(head))]
+    out = ["  ".join(str(h).ljust(w[i]) for i, h in enumerate(head)).rstrip(),
+           "  ".join("-" * w[i] for i in range(len(head)))]
+    for r in rows:
+        out.append("  ".join(str(x).ljust(w[i]) if i == 0 or i == len(head) - 1 else str(x).rjust(w[i])
+                             for i, x in enumerate(r)).rstrip())
+    return "\n".join(out)
+
+
+def md_table(rows, head=HEAD):
+    esc = [[str(x).replace("|", "\\|") for x in r] for r in rows]
+    out = ["| " + " | ".join(head) + " |",
+           "|" + "|".join("---" if i == 0 or i == len(head) - 1 else "---:" for i in range(len(head))) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in esc]
+    return "\n".join(out)
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summary_rows(groups):
+    rows = []
+    for g in groups:
+        meds = [r.ratio_median() for r in g["results"]]
+        meds = [m for m in meds if m is not None]
+        errs = sum(1 for r in g["results"] if "neuron" in r.errors)
+        fbs = sum(1 for r in g["results"] if r.fallbacks)
+        gm = geomean(meds)
+        rows.append([g["title"], str(len(g["results"])),
+                     f"{gm:.2f}" if gm else "-",
+                     f"{min(meds):.2f}" if meds else "-",
+                     f"{max(meds):.2f}" if meds else "-",
+                     str(errs), str(fbs)])
+    return rows
+
+
+SUMMARY_HEAD = ["group", "cases", "geomean ratio", "worst ratio", "best ratio", "neuron errors", "with fallbacks"]
+
+
+def gpt_rows(res):
+    ex = res.extra
+    rows = []
+    if "neuron_max_allocated" in ex:
+        rows.append(["neuron", "torch.neuron.max_memory_allocated() - allocated before the model",
+                     f"{ex['neuron_max_allocated'] / 2**20:.1f} MiB"])
+        rows.append(["neuron", "torch.neuron.max_memory_reserved() (caching allocator)",
+                     f"{ex['neuron_max_reserved'] / 2**20:.1f} MiB"])
+    for dev in DEVICES:
+        m = ex.get(f"{dev}_rss")
+        if not m:
+            continue
+        if "error" in m:
+            rows.append([dev, "peak RSS delta (subprocess)", f"error: {m['error']}"])
+        else:
+            rows.append([dev, f"peak RSS delta, fresh subprocess, {m['steps']} steps: {m['method']}",
+                         f"{m['rss_delta'] / 2**20:.1f} MiB"])
+    return rows
+
+
+def gpt_text(res):
+    ex = res.extra
+    lines = []
+    cfg = ex.get("config")
+    if cfg:
+        lines.append(f"model: d_model {cfg['d_model']}, {cfg['layers']} layers, {cfg['heads']} heads, block {cfg['block']}, "
+                     f"batch {cfg['batch']}, vocab {cfg['vocab']}, {cfg['params']:,} parameters, fp32")
+    for dev in DEVICES:
+        t = res.median(dev)
+        if t and cfg:
+            lines.append(f"{dev}: {t * 1e3:.0f} ms/step, {cfg['batch'] * cfg['block'] / t:,.0f} tokens/s")
+    if "neuron_loss0" in ex and "cpu_loss0" in ex:
+        a, b = ex["neuron_loss0"], ex["cpu_loss0"]
+        lines.append(f"first-step loss: neuron {a:.6f}, cpu {b:.6f} (same weights and batch; rel. diff "
+                     f"{abs(a - b) / max(abs(b), 1e-12):.1e})")
+    return lines
+
+
+# ----------------------------------------------------------------------------------------- report
+def build(groups, limits, info, meta):
+    """(plain text, markdown)."""
+    txt, md = [], []
+    md.append("# TorchNeuron benchmarks")
+    md.append("")
+    md.append(f"Generated by `{meta['command']}` on {meta['date']} ({meta['mode']}; {meta['rounds']} rounds, "
+              f"~{meta['target_s']:.2f} s per round per device; total {meta['elapsed']:.0f} s). "
+              "Regenerate with `make bench` or `.venv/bin/python -m bench`.")
+    md.append("")
+    md.append("Every workload runs on `neuron` and on PyTorch CPU eager in the same process, interleaved round by "
+              "round. Times are the median over rounds of the per-iteration time; **ratio = cpu time / neuron "
+              "time** per round (min and median over rounds), so **above 1 means neuron is faster**. Rates are "
+              "GFLOP/s or GB/s (bytes the op must read and write, no write-allocate), `% lim` is the rate as a "
+              "share of the machine limit measured below. `fallback ops` lists `torchneuron.get_fallback_ops()` "
+              "for the workload (ops that ran on the CPU through the fallback); `none` means every op ran natively.")
+    md.append("")
+    md.append("## Machine")
+    md.append("")
+    for k, v in info.items():
+        md.append(f"- **{k}**: {v}")
+    md.append(f"- **load average** (1/5/15 min): start {meta['load_start']}, end {meta['load_end']}")
+    md.append("")
+    txt.append(f"machine: {info.get('cpu')}; {info.get('cores')}; {info.get('memory')}; ISA {info.get('isa')}")
+    txt.append(f"torch {info.get('torch')}; torchneuron {info.get('torchneuron')}")
+    txt.append(f"git {info.get('git', '-')}; load average start {meta['load_start']}, end {meta['load_end']}")
+    txt.append(f"{meta['mode']}, {meta['rounds']} rounds, total {meta['elapsed']:.0f} s")
+
+    md.append("## Machine limits")
+    md.append("")
+    md.append("C microbenchmarks (`bench/limits.c`) compiled at bench time with `cc -O3 -march=native`, best of "
+              "several repetitions (run at the start and the end of the bench, best kept); threads are pthreads. "
+              "Triad is `a[i] = b[i] + s*c[i]` on f32, 12 bytes counted per element.")
+    md.append("")
+    lrows = limits.rows() if limits is not None else []
+    if limits is not None and limits.error:
+        lrows.append(("error", limits.error, ""))
+    md.append(md_table([list(r) for r in lrows], ["limit", "value", "note"]))
+    md.append("")
+    txt.append("")
+    txt.append("machine limits")
+    txt.append(text_table([list(r) for r in lrows], ["limit", "value", "note"]))
+
+    md.append("## Summary")
+    md.append("")
+    md.append("Geometric mean over each group's cases of the median cpu/neuron ratio (above 1: neuron faster).")
+    md.append("")
+    srows = summary_rows(groups)
+    md.append(md_table(srows, SUMMARY_HEAD))
+    md.append("")
+    txt.append("")
+    txt.append("summary (ratio = cpu time / neuron time, above 1: neuron faster)")
+    txt.append(text_table(srows, SUMMARY_HEAD))
+
+    for g in groups:
+        rows = [result_row(r, limits) for r in g["results"]]
+        md.append(f"## {g['title']}")
+        md.append("")
+        if g.get("desc"):
+            md.append(g["desc"])
+            md.append("")
+        if g.get("limit"):
+            md.append(f"Limit for `% lim`: {g['limit']}.")
+            md.append("")
+        md.append(md_table(rows))
+        md.append("")
+        txt.append("")
+        txt.append(g["title"])
+        txt.append(text_table(rows))
+        notes = [f"{r.case.name}: {r.case.note}" for r in g["results"] if r.case.note]
+        for r in g["results"]:
+            if r.case.after is not None and r.extra:
+                extra_lines = gpt_text(r)
+                mrows = gpt_rows(r)
+                for ln in extra_lines:
+                    md.append(f"- {ln}")
+                    txt.append("  " + ln)
+                if mrows:
+                    md.append("")
+                    md.append("Peak memory of the training step:")
+                    md.append("")
+                    md.append(md_table(mrows, ["device", "measure", "peak"]))
+                    txt.append(text_table(mrows, ["device", "measure", "peak"]))
+                md.append("")
+        if notes:
+            md.append("Notes: " + "; ".join(notes) + ".")
+            md.append("")
+    md.append("## Method")
+    md.append("")
+    md.append("- `python -m bench [--quick] [--rounds N] [--out FILE] [--only GROUPS]` (`bench/`). Per device: "
+              "`setup(device)` builds the inputs (CPU-seeded, moved to the device) and a step function; warmup "
+              "calls, then the iterations per round N are chosen so that a round takes about the target time; then R "
+              "rounds, alternating which device goes first. A round is `time.perf_counter()` around "
+              "`sync; N x step; sync` (`torch.neuron.synchronize()` for neuron, nothing for cpu). GC is disabled "
+              "during the rounds.")
+    md.append("- Per-op latency: `[enqueue]` = N ops back to back with one synchronize at the end, divided by N "
+              "(the host-side dispatch + enqueue cost once the queue is full, i.e. the op throughput); `[sync each]` "
+              "= a synchronize after every op (the round-trip latency). On the CPU both are the plain op.")
+    md.append("- Outputs are allocated by every call, as eager code does (the CPU pays glibc malloc/mmap and page "
+              "faults for the 64 MiB outputs; neuron uses its caching allocator). `add (out=)` shows the kernel "
+              "alone.")
+    md.append("- Backward rows call the ATen backward op directly (what autograd would call).")
+    md.append("- The machine has 2 cores and may be shared with other jobs: absolute numbers are noisy, the "
+              "interleaved ratios less so. Both devices use the same cores (neuron's kernel thread pool vs "
+              "PyTorch's OpenMP/MKL/oneDNN threads).")
+    md.append("")
+    return "\n".join(txt), "\n".join(md)
