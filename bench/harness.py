@@ -145,7 +145,10 @@ class Runner:
                         continue
                     try:
                         n = res.iters[dev]
-                        res.times[dev].append(_timed(fns[dev], n, dev) / n)
+                        dt = _timed(fns[dev], n, dev)
+                        res.times[dev].append(dt / n)
+                        if dt > 3 * self.target_s and n > 1:   # calibrated on a fast moment: shorten
+                            res.iters[dev] = max(1, int(n * self.target_s / dt))
                     except Exception as e:  # noqa: BLE001
                         res.errors[dev] = _short_error(e)
                         fns.pop(dev)

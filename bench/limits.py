@@ -124,7 +124,9 @@ class Limits:
         out.append((f"f32 FMA peak, {n} cores (pthreads)", v, var))
         fl = self.value("fma")
         if fl is not None:
-            used = "measured all-core" if fl == self._v("fma_all") else f"{n} x 1-core (all-core run was contended)"
+            used = ("measured all-core" if fl == self._v("fma_all") else
+                    f"{n} x 1-core: the all-core run did not scale (shared machine, or vCPUs sharing a core); "
+                    "shares against it are lower bounds")
             out.append(("f32 limit used for GEMM shares", f"{fl:.1f} GFLOP/s", used))
         v, var = fmt("bf16_all", "GFLOP/s")
         out.append((f"bf16 dot peak, {n} cores", v, var))

@@ -68,6 +68,8 @@ def loadavg():
 
 
 # ------------------------------------------------------------------------------------------ rows
+NOISY = 1.5   # a device's slowest round / fastest round above this is flagged in the notes
+
 HEAD = ["workload", "neuron", "cpu", "neuron rate", "cpu rate", "neuron % lim", "cpu % lim",
         "ratio min", "ratio med", "fallback ops / notes"]
 
@@ -103,6 +105,15 @@ def result_row(res, limits):
     for dev in DEVICES:
         if dev in res.errors:
             notes.append(f"{dev} error: {res.errors[dev]}")
+    if res.extra.get("info"):
+        notes.append(res.extra["info"])
+    spread = []
+    for dev in DEVICES:
+        t = res.times.get(dev) or []
+        if len(t) > 1 and min(t) > 0 and max(t) / min(t) > NOISY:
+            spread.append(f"{dev} rounds {fmt_time(min(t))}..{fmt_time(max(t))}")
+    if spread:
+        notes.append("noisy: " + ", ".join(spread))
     row.append("; ".join(notes) if notes else "none")
     return row
 
@@ -221,7 +232,7 @@ def build(groups, limits, info, meta):
               "several repetitions (run at the start and the end of the bench, best kept); threads are pthreads. "
               "Triad is `a[i] = b[i] + s*c[i]` on f32, 12 bytes counted per element.")
     md.append("")
-    lrows = limits.rows() if limits is not None else []
+    lrows = limits.rows() if limits is not None else [("skipped", "--no-limits", "")]
     if limits is not None and limits.error:
         lrows.append(("error", limits.error, ""))
     md.append(md_table([list(r) for r in lrows], ["limit", "value", "note"]))
@@ -288,6 +299,10 @@ def build(groups, limits, info, meta):
     md.append("- Outputs are allocated by every call, as eager code does (the CPU pays glibc malloc/mmap and page "
               "faults for the 64 MiB outputs; neuron uses its caching allocator). `add (out=)` shows the kernel "
               "alone.")
+    md.append(f"- `noisy:` in the notes: a device's slowest round was more than {NOISY}x its fastest; the range "
+              "is given. On this VM, CPU-eager ops that open an OpenMP parallel region sometimes take milliseconds "
+              "when a worker thread has to be woken on a busy or idle vCPU, which shows up as huge ratios on small "
+              "ops; read those rows with the range.")
     md.append("- Backward rows call the ATen backward op directly (what autograd would call).")
     md.append("- The machine has 2 cores and may be shared with other jobs: absolute numbers are noisy, the "
               "interleaved ratios less so. Both devices use the same cores (neuron's kernel thread pool vs "

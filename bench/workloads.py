@@ -7,7 +7,7 @@ code does.
 import torch
 import torch.nn.functional as F
 
-from .harness import Case, sync
+from .harness import Case
 
 aten = torch.ops.aten
 
@@ -75,78 +75,85 @@ def gemm_cases(quick):
 def memory_cases(quick):
     cases = []
     for n, tag, limit in ((16 << 20, "16M", "dram"), (256 << 10, "256K", "cache")):
-        rows = n // 1024
+        cases += _memory_cases_for(n, tag, limit)
+    return cases
 
-        def x_(d, seed=0, n=n):
-            return _rand((n // 1024, 1024), d, seed=seed)
 
-        def c(name, setup, bytes_per_elem, note=""):
-            cases.append(Case(f"{name} [{tag}]", setup, nbytes=float(bytes_per_elem) * n, limit=limit,
-                              max_iters=100000, note=note))
+def _memory_cases_for(n, tag, limit):
+    """The memory-bound cases on [n // 1024, 1024] f32 tensors (a function per size: no late binding)."""
+    rows = n // 1024
+    cases = []
 
-        def s_add(d):
-            a, b = x_(d), x_(d, 1)
-            return lambda: a + b
-        c("add", s_add, 12)
+    def x_(d, seed=0):
+        return _rand((rows, 1024), d, seed=seed)
 
-        def s_add_out(d):
-            a, b, o = x_(d), x_(d, 1), x_(d, 2)
-            return lambda: torch.add(a, b, out=o)
-        c("add (out=, no allocation)", s_add_out, 12)
+    def c(name, setup, bytes_per_elem, note=""):
+        cases.append(Case(f"{name} [{tag}]", setup, nbytes=float(bytes_per_elem) * n, limit=limit,
+                          max_iters=100000, note=note))
 
-        def s_mul(d):
-            a, b = x_(d), x_(d, 1)
-            return lambda: a * b
-        c("mul", s_mul, 12)
+    def s_add(d):
+        a, b = x_(d), x_(d, 1)
+        return lambda: a + b
+    c("add", s_add, 12)
 
-        def s_gelu(d):
-            a = x_(d)
-            return lambda: F.gelu(a)
-        c("gelu", s_gelu, 8)
+    def s_add_out(d):
+        a, b, o = x_(d), x_(d, 1), x_(d, 2)
+        return lambda: torch.add(a, b, out=o)
+    c("add (out=, no allocation)", s_add_out, 12)
 
-        def s_silu(d):
-            a = x_(d)
-            return lambda: F.silu(a)
-        c("silu", s_silu, 8)
+    def s_mul(d):
+        a, b = x_(d), x_(d, 1)
+        return lambda: a * b
+    c("mul", s_mul, 12)
 
-        def s_sum(d):
-            a = x_(d)
-            return lambda: a.sum()
-        c("sum (all)", s_sum, 4)
+    def s_gelu(d):
+        a = x_(d)
+        return lambda: F.gelu(a)
+    c("gelu", s_gelu, 8)
 
-        def s_amax(d):
-            a = x_(d)
-            return lambda: a.amax()
-        c("amax (all)", s_amax, 4)
+    def s_silu(d):
+        a = x_(d)
+        return lambda: F.silu(a)
+    c("silu", s_silu, 8)
 
-        def s_softmax(d):
-            a = x_(d)
-            return lambda: torch.softmax(a, dim=-1)
-        c(f"softmax [{rows},1024] dim=-1", s_softmax, 8)
+    def s_sum(d):
+        a = x_(d)
+        return lambda: a.sum()
+    c("sum (all)", s_sum, 4)
 
-        def s_ln(d):
-            a = x_(d)
-            w, b = torch.ones(1024, device=d), torch.zeros(1024, device=d)
-            return lambda: F.layer_norm(a, (1024,), w, b)
-        c("layer_norm(1024)", s_ln, 8)
+    def s_amax(d):
+        a = x_(d)
+        return lambda: a.amax()
+    c("amax (all)", s_amax, 4)
 
-        def s_gelu_bw(d):
-            a, g = x_(d), x_(d, 1)
-            return lambda: aten.gelu_backward(g, a)
-        c("gelu backward", s_gelu_bw, 12, "aten.gelu_backward")
+    def s_softmax(d):
+        a = x_(d)
+        return lambda: torch.softmax(a, dim=-1)
+    c(f"softmax [{rows},1024] dim=-1", s_softmax, 8)
 
-        def s_softmax_bw(d):
-            a, g = x_(d), x_(d, 1)
-            y = torch.softmax(a, dim=-1)
-            return lambda: aten._softmax_backward_data(g, y, -1, torch.float32)
-        c("softmax backward", s_softmax_bw, 12, "aten._softmax_backward_data")
+    def s_ln(d):
+        a = x_(d)
+        w, b = torch.ones(1024, device=d), torch.zeros(1024, device=d)
+        return lambda: F.layer_norm(a, (1024,), w, b)
+    c("layer_norm(1024)", s_ln, 8)
 
-        def s_ln_bw(d):
-            a, g = x_(d), x_(d, 1)
-            w, b = torch.ones(1024, device=d), torch.zeros(1024, device=d)
-            _, mean, rstd = aten.native_layer_norm(a, [1024], w, b, 1e-5)
-            return lambda: aten.native_layer_norm_backward(g, a, [1024], mean, rstd, w, b, [True, True, True])
-        c("layer_norm backward", s_ln_bw, 12, "aten.native_layer_norm_backward (dx, dw, db)")
+    def s_gelu_bw(d):
+        a, g = x_(d), x_(d, 1)
+        return lambda: aten.gelu_backward(g, a)
+    c("gelu backward", s_gelu_bw, 12, "aten.gelu_backward")
+
+    def s_softmax_bw(d):
+        a, g = x_(d), x_(d, 1)
+        y = torch.softmax(a, dim=-1)
+        return lambda: aten._softmax_backward_data(g, y, -1, torch.float32)
+    c("softmax backward", s_softmax_bw, 12, "aten._softmax_backward_data")
+
+    def s_ln_bw(d):
+        a, g = x_(d), x_(d, 1)
+        w, b = torch.ones(1024, device=d), torch.zeros(1024, device=d)
+        _, mean, rstd = aten.native_layer_norm(a, [1024], w, b, 1e-5)
+        return lambda: aten.native_layer_norm_backward(g, a, [1024], mean, rstd, w, b, [True, True, True])
+    c("layer_norm backward", s_ln_bw, 12, "aten.native_layer_norm_backward (dx, dw, db)")
     return cases
 
 
@@ -188,6 +195,8 @@ def adamw_cases(quick):
     nbytes = 28.0 * total          # read p, g, m, v (16 B) + write p, m, v (12 B) per parameter
 
     def make(fused):
+        impl = {}
+
         def setup(d):
             ps = []
             for i in range(n_tensors):
@@ -196,12 +205,24 @@ def adamw_cases(quick):
                 ps.append(p)
             kw = {"fused": True} if fused else {}
             opt = torch.optim.AdamW(ps, lr=1e-4, weight_decay=0.1, **kw)
+            if fused:
+                impl[d] = "fused"
+            else:
+                try:
+                    from torch.optim.optimizer import _default_to_fused_or_foreach
+                    impl[d] = "foreach" if _default_to_fused_or_foreach(ps, False, False)[1] else "for-loop"
+                except Exception:  # noqa: BLE001
+                    impl[d] = "?"
             return opt.step
-        return setup
 
+        def after(res):
+            res.extra["info"] = "impl: " + ", ".join(f"{k} {v}" for k, v in impl.items())
+        return setup, after
+
+    (s_def, a_def), (s_fused, a_fused) = make(False), make(True)
     return [
-        Case(f"AdamW step, {n_tensors} x 1M params (default impl)", make(False), nbytes=nbytes, limit="dram",
-             note="torch picks foreach/for-loop per device; 28 B/param"),
-        Case(f"AdamW step, {n_tensors} x 1M params (fused=True)", make(True), nbytes=nbytes, limit="dram",
-             note="aten._fused_adamw_; 28 B/param"),
+        Case(f"AdamW step, {n_tensors} x 1M params (default impl)", s_def, nbytes=nbytes, limit="dram",
+             after=a_def, note="torch picks foreach or for-loop per device"),
+        Case(f"AdamW step, {n_tensors} x 1M params (fused=True)", s_fused, nbytes=nbytes, limit="dram",
+             after=a_fused, note="aten._fused_adamw_"),
     ]

@@ -7,15 +7,33 @@ stays False.  Set TORCHNEURON_DISABLE=1 to skip registration entirely.
 import os
 import warnings
 
-import torch
-
 __version__ = "0.1.0"
 _registered = False
 _register_error = None
 
 
+def _autoload():
+    """Entry point of the `torch.backends` group.  Registration normally happens when this package is
+    imported; when the package is imported *before* torch, torch's autoload calls this while the
+    package is still initializing, so it registers here.  Never raises."""
+    _try_register()
+
+
+def _try_register():
+    global _register_error
+    if _registered or os.environ.get("TORCHNEURON_DISABLE", "0") == "1":
+        return
+    try:
+        _register()
+    except Exception as e:  # never break `import torch`
+        _register_error = e
+        warnings.warn(f"torchneuron: the neuron device is not available: {e}")
+
+
 def _register():
     global _registered
+    import torch
+
     from . import _C  # noqa: F401  (loads the C runtime, kernels and the op registrations)
     from . import device as _device
 
@@ -27,16 +45,9 @@ def _register():
     _registered = True
 
 
-if os.environ.get("TORCHNEURON_DISABLE", "0") != "1":
-    try:
-        _register()
-    except Exception as e:  # never break `import torch`
-        _register_error = e
-        warnings.warn(f"torchneuron: the neuron device is not available: {e}")
+import torch  # noqa: E402  (with the package imported first, torch's autoload calls _autoload here)
 
-
-def _autoload():
-    """Entry point of the `torch.backends` group; registration happened on import."""
+_try_register()
 
 
 def get_fallback_ops():

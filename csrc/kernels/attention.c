@@ -4,7 +4,7 @@
  * keys hidden by `causal` (key j visible to query i iff j <= i) or by a false bool mask, or the
  * additive float mask.  GQA: query head h reads kv head h / (Hq / Hkv).
  *
- * Forward (FlashAttention style): a task is (b, h, block of BQ queries).  For each block of BK keys:
+ * Forward (FlashAttention style): a task is (b, h, block of 64 queries).  For each block of 64 keys:
  * S = scale * Q K^T + bias, then the online softmax (running row max m and sum l; earlier output
  * rescaled by exp(m_old - m_new)), then O += P V.  lse = m + log(l) is written for the backward.
  * Backward (FlashAttention-2): P = exp(S - lse) recomputed, D_i = rowsum(dO_i * O_i),
@@ -38,7 +38,8 @@
 #include "nrt.h"
 
 
-#define ATT_BLOCK 64          /* preferred query and key block */
+#define ATT_BQ 64             /* preferred query block */
+#define ATT_BK 64             /* preferred key block */
 #define ATT_WS_FLOATS (1 << 18) /* per-thread f32 workspace (1 MiB) */
 
 static int64_t min64(int64_t a, int64_t b)
@@ -172,7 +173,7 @@ static void scores(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, int64_
 				for (int64_t c = 0; c < nk; c++)
 					s[c] = mk[c * a->smask[3]] ? s[c] : -INFINITY;
 			} else {
-				float bias[ATT_BLOCK];
+				float bias[ATT_BK];
 
 				nk_block_load_f32(bias, (const char *)a->mask + o * es, a->smask[3] * es, a->mask_dtype, nk);
 				for (int64_t c = 0; c < nk; c++)
@@ -197,23 +198,33 @@ static void apply_dropout(const att_plan_t *p, int64_t b, int64_t h, int64_t i0,
 			S[r * p->bk + c] *= (float)att_drop(p->a, b, h, i0 + r, j0 + c);
 }
 
+/* Workspace floats for query/key blocks bq, bk: an upper bound of the forward and both backward
+ * passes (Q, dO, O, dQ rows; K, V, dK, dV rows; S and dS tiles; lse, D, m, l). */
+static int64_t att_need(int64_t bq, int64_t bk, int64_t D, int64_t Dv)
+{
+	return 2 * (bq + bk) * (D + Dv) + 2 * bq * bk + 4 * bq;
+}
+
 /* Block sizes such that the largest pass's tiles fit the workspace. */
 static int att_plan(att_plan_t *p, const nk_attention_args_t *a, const char *who)
 {
-	int64_t blk = ATT_BLOCK;
+	int64_t bq = ATT_BQ, bk = ATT_BK;
 
-	while (blk > 1 && 3 * blk * a->D + 4 * blk * a->Dv + 2 * blk * blk + 4 * blk > ATT_WS_FLOATS)
-		blk /= 2;
-	if (3 * blk * a->D + 4 * blk * a->Dv + 2 * blk * blk + 4 * blk > ATT_WS_FLOATS) {
+	while ((bq > 1 || bk > 1) && att_need(bq, bk, a->D, a->Dv) > ATT_WS_FLOATS) {
+		bq = bq > 1 ? bq / 2 : 1;
+		bk = bk > 1 ? bk / 2 : 1;
+	}
+	if (att_need(bq, bk, a->D, a->Dv) > ATT_WS_FLOATS) {
 		nrt_kernel_fail("%s: head dims %lld, %lld are too large", who, (long long)a->D, (long long)a->Dv);
 		return -1;
 	}
 	p->a = a;
 	p->isa = nk_gemm_isa_select();
 	p->ops = nk_rowops();
-	p->bq = p->bk = blk;
-	p->nqb = cdiv(a->Tq, blk);
-	p->nkb = cdiv(a->Tk, blk);
+	p->bq = bq;
+	p->bk = bk;
+	p->nqb = cdiv(a->Tq, bq);
+	p->nkb = cdiv(a->Tk, bk);
 	p->group = a->Hkv ? a->Hq / a->Hkv : 1;
 	p->scale = (float)a->scale;
 	return 0;

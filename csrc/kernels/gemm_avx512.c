@@ -391,6 +391,44 @@ void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_
 	}
 }
 
+/* ---- GEMV dot products -------------------------------------------------------------------------- */
+
+float nk_dot_bf16_avx512(const uint16_t *x, const uint16_t *y, int64_t n)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0;
+	int64_t i = 0;
+
+	for (; i + 64 <= n; i += 64) {
+		s0 = _mm512_dpbf16_ps(s0, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
+		s1 = _mm512_dpbf16_ps(s1, (__m512bh)_mm512_loadu_si512(x + i + 32),
+				      (__m512bh)_mm512_loadu_si512(y + i + 32));
+	}
+	for (; i < n; i += 32) {
+		__mmask32 k = n - i >= 32 ? 0xffffffffu : (__mmask32)((1u << (n - i)) - 1);
+
+		s0 = _mm512_dpbf16_ps(s0, (__m512bh)_mm512_maskz_loadu_epi16(k, x + i),
+				      (__m512bh)_mm512_maskz_loadu_epi16(k, y + i));
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+float nk_dot_f16_avx512(const uint16_t *x, const uint16_t *y, int64_t n)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0;
+	int64_t i = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		s0 = _mm512_fmadd_ps(load16(x + i, NK_F16, 0, 0xffff), load16(y + i, NK_F16, 0, 0xffff), s0);
+		s1 = _mm512_fmadd_ps(load16(x + i + 16, NK_F16, 0, 0xffff), load16(y + i + 16, NK_F16, 0, 0xffff), s1);
+	}
+	for (; i < n; i += 16) {
+		__mmask16 k = mask_n((int)(n - i < 16 ? n - i : 16));
+
+		s0 = _mm512_fmadd_ps(load16(x + i, NK_F16, 0, k), load16(y + i, NK_F16, 0, k), s0);
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
 const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.name = "avx512",
 	.sgemm = nk_sgemm_avx512_14x32,
@@ -400,4 +438,6 @@ const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.pack_b = nk_gemm_pack_b_avx512,
 	.pack_a_pairs = nk_gemm_pack_a_pairs_avx512,
 	.pack_b_pairs = nk_gemm_pack_b_pairs_avx512,
+	.dot_bf16 = nk_dot_bf16_avx512,
+	.dot_f16 = nk_dot_f16_avx512,
 };

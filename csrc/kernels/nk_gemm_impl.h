@@ -15,9 +15,9 @@
 #define NK_GEMM_NR 32
 /* Cache blocks (Zen 4: 32 KiB L1d, 1 MiB L2 per core, 32 MiB shared L3).  An MR x KC panel of A
  * stays in L1 while the KC x NR panels of B stream past it from L2/L3 (docs/kernels.md). */
-#define NK_GEMM_KC 256      /* k per block, f32 panels */
+#define NK_GEMM_KC 512      /* k per block, f32 panels */
 #define NK_GEMM_KC_BF16 512 /* k per block, bf16 pair panels (same bytes as f32) */
-#define NK_GEMM_NC 2048     /* columns of B per block (the packed B block, 2 MiB, lives in L3) */
+#define NK_GEMM_NC 2048     /* columns of B per block (the packed B block, 4 MiB, lives in L3) */
 #define NK_GEMM_NC_ACC 512  /* columns per block when C is bf16/f16 (accumulated in f32) */
 #define NK_GEMM_MC 448      /* rows per f32 accumulation block when C is bf16/f16 (multiple of MR) */
 
@@ -67,6 +67,9 @@ typedef struct {
 	nk_gemm_pack_b_t pack_b;
 	nk_gemm_pack_a_pairs_t pack_a_pairs;
 	nk_gemm_pack_b_pairs_t pack_b_pairs;
+	/* GEMV dot products of contiguous bf16 / f16 vectors summed in f32 (NULL: convert and use f32) */
+	float (*dot_bf16)(const uint16_t *x, const uint16_t *y, int64_t n);
+	float (*dot_f16)(const uint16_t *x, const uint16_t *y, int64_t n);
 } nk_gemm_isa_t;
 
 /* Portable reference micro-kernels (gemm.c) and the AVX-512 ones (gemm_avx512.c). */
@@ -82,6 +85,8 @@ void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, 
 			double alpha, double beta, int m, int n);
 void nk_dgemm_avx512_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c,
 			   int64_t cs_c, double alpha, double beta, int m, int n);
+float nk_dot_bf16_avx512(const uint16_t *x, const uint16_t *y, int64_t n); /* vdpbf16ps */
+float nk_dot_f16_avx512(const uint16_t *x, const uint16_t *y, int64_t n);  /* vcvtph2ps + FMA */
 void nk_gemm_pack_a_ref(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k, float *dst);
 void nk_gemm_pack_b_ref(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n,
 			float *dst);
@@ -111,5 +116,8 @@ int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa);
 /* The same on the calling thread only, one task per batch entry (for callers that are already
  * parallel, e.g. attention's tiles). */
 int nk_gemm_packed_1t(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa);
+
+/* M == 1 or N == 1 (gemv.c); arguments validated, K >= 1. */
+int nk_gemv_run(const nk_gemm_args_t *g);
 
 #endif /* NK_GEMM_IMPL_H */

@@ -179,7 +179,7 @@ static at::Tensor dot(const at::Tensor &a, const at::Tensor &b)
 	check_mm("dot", a.unsqueeze(0), b.unsqueeze(1), 2);
 	at::Tensor out = at::empty({1, 1}, a.options());
 	mm_into("aten::dot", a.unsqueeze(0), b.unsqueeze(1), out, {}, 0, 1);
-	return out.view({});
+	return out.view(at::IntArrayRef{});
 }
 static at::Tensor addmv_f(const at::Tensor &bias, const at::Tensor &m, const at::Tensor &v, const c10::Scalar &beta, const c10::Scalar &alpha)
 {
@@ -310,7 +310,7 @@ static at::Tensor softmax_impl(const char *name, const at::Tensor &x, int64_t di
 	a.x = xt.const_data_ptr(), a.y = y.data_ptr();
 	if (y.numel())
 		launch(current_queue(x.device().index()), nk_softmax_run, a, name);
-	return x.dim() == 0 ? y.view({}) : y.transpose(d, -1);
+	return x.dim() == 0 ? y.view(at::IntArrayRef{}) : y.transpose(d, -1);
 }
 static at::Tensor softmax(const at::Tensor &x, int64_t dim, bool h2f) { NEURON_TRACK("aten::_softmax"); return softmax_impl("aten::_softmax", x, dim, false, h2f); }
 static at::Tensor log_softmax(const at::Tensor &x, int64_t dim, bool h2f) { NEURON_TRACK("aten::_log_softmax"); return softmax_impl("aten::_log_softmax", x, dim, true, h2f); }
@@ -330,7 +330,7 @@ static at::Tensor softmax_bwd_impl(const char *name, const at::Tensor &dy, const
 	a.dy = dyt.const_data_ptr(), a.y = yt.const_data_ptr(), a.dx = dx.data_ptr();
 	if (dx.numel())
 		launch(current_queue(y.device().index()), nk_softmax_bwd_run, a, name);
-	at::Tensor r = y.dim() == 0 ? dx.view({}) : dx.transpose(d, -1);
+	at::Tensor r = y.dim() == 0 ? dx.view(at::IntArrayRef{}) : dx.transpose(d, -1);
 	return r.scalar_type() == in_dtype ? r : r.to(in_dtype);
 }
 static at::Tensor softmax_bwd(const at::Tensor &dy, const at::Tensor &y, int64_t dim, at::ScalarType t) { NEURON_TRACK("aten::_softmax_backward_data"); return softmax_bwd_impl("aten::_softmax_backward_data", dy, y, dim, false, t); }

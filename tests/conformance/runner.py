@@ -1,0 +1,351 @@
+"""One op_db entry, one dtype at a time: sample inputs on `neuron` and on the CPU, compared.
+
+For each dtype the entry claims for the CPU (among tolerances.DTYPES) the runner takes up to
+`Limits.samples` of the entry's sample inputs (evenly spaced over the first `Limits.pool`), and for
+each sample:
+  * forward: op(sample) on CPU and on neuron (inputs copied with their strides), outputs compared;
+  * backward: when the entry supports autograd for the dtype, the gradients of every input that
+    requires grad, for one fixed random cotangent per output, compared;
+  * non-contiguous: the first `Limits.noncontig` samples again through SampleInput.noncontiguous()
+    (forward, and backward where supported).
+The neuron run is bracketed by torchneuron's op tracking, so each sample records the ATen ops that
+ran natively and those that fell back to the CPU.
+
+A sample's outcome is one of:
+  pass       results equal within tolerances.tolerance(dtype)
+  mismatch   neuron returned without an error but a result differs (a wrong answer)
+  error      neuron raised where the CPU did not
+  cpu_error  the CPU raised (the sample is not valid there); neuron raising too counts as pass
+"""
+import contextlib
+import math
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from . import skips
+from .tolerances import DTYPES, SHORT, tolerance
+
+DEV = "neuron"
+
+
+@dataclass
+class Limits:
+    samples: int = 8        # samples per (entry, dtype)
+    pool: int = 64          # samples drawn from the generator to choose from
+    noncontig: int = 2      # non-contiguous variants per (entry, dtype)
+    sample_timeout: int = 20  # seconds per sample (SIGALRM; the sweep's parent also has a watchdog)
+    entry_budget: float = 40.0  # seconds per entry: remaining dtypes are cut short, marked truncated
+
+
+def entry_key(op):
+    return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+
+
+def swept_dtypes(op):
+    claimed = op.supported_dtypes("cpu")
+    return [d for d in DTYPES if d in claimed]
+
+
+# ---- moving samples ------------------------------------------------------------------------------
+
+def _to_device_strided(t, dev):
+    """A copy of t on dev with the same sizes, strides and storage offset (so non-contiguous and
+    overlapping layouts reach the device as they are); requires_grad kept, as a leaf."""
+    with torch.no_grad():
+        if t.is_contiguous() or t.numel() == 0:
+            r = t.detach().to(dev)
+        else:
+            extent = t.storage_offset() + 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+            flat = torch.as_strided(t.detach(), (extent,), (1,), 0).to(dev)
+            r = flat.as_strided(t.shape, t.stride(), t.storage_offset())
+    return r.requires_grad_(t.requires_grad)
+
+
+def _is_cpu_device(v):
+    return (isinstance(v, str) and v == "cpu") or (isinstance(v, torch.device) and v.type == "cpu")
+
+
+def _move(x, dev):
+    if isinstance(x, torch.Tensor):
+        return _to_device_strided(x, dev)
+    if _is_cpu_device(x):  # factory kwargs: device="cpu"
+        return torch.device(dev)
+    return x
+
+
+def move_sample(sample, dev):
+    def m(v):
+        return tree_map(lambda x: _move(x, dev), v)
+    return m(sample.input), m(tuple(sample.args)), m(dict(sample.kwargs))
+
+
+# ---- comparing results ---------------------------------------------------------------------------
+
+class Mismatch(Exception):
+    pass
+
+
+def compare(actual, expected, grad=False, what="output"):
+    """Raise Mismatch unless actual (from neuron) equals expected (from CPU) leaf by leaf."""
+    a_leaves, a_spec = tree_flatten(actual)
+    e_leaves, e_spec = tree_flatten(expected)
+    if len(a_leaves) != len(e_leaves):
+        raise Mismatch(f"{what}: structure differs: {a_spec} vs {e_spec}")
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+        where = f"{what}[{i}]" if len(e_leaves) > 1 else what
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                raise Mismatch(f"{where}: expected a tensor, got {type(a).__name__}")
+            if e.device.type == "cpu" and a.device.type != DEV and e.numel() > 0:
+                raise Mismatch(f"{where}: result on {a.device}, expected on {DEV}")
+            rtol, atol = tolerance(e.dtype, grad)
+            try:
+                torch.testing.assert_close(a.detach().cpu(), e.detach(), rtol=rtol, atol=atol, equal_nan=True,
+                                           check_device=False, check_layout=False)
+            except AssertionError as ex:
+                raise Mismatch(f"{where}: {_first_lines(str(ex), 4)}") from None
+        elif a is None or e is None:
+            if (a is None) != (e is None):
+                raise Mismatch(f"{where}: {a!r} vs {e!r}")
+        elif isinstance(e, float) and isinstance(a, (int, float)):
+            if not (math.isclose(a, e, rel_tol=1e-6, abs_tol=1e-6) or (math.isnan(a) and math.isnan(e))):
+                raise Mismatch(f"{where}: {a!r} vs {e!r}")
+        elif a != e:
+            raise Mismatch(f"{where}: {a!r} vs {e!r}")
+
+
+def _first_lines(s, n):
+    return " | ".join(line.strip() for line in s.strip().splitlines()[:n])
+
+
+# ---- running one sample --------------------------------------------------------------------------
+
+class SampleTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def alarm(seconds):
+    if not seconds or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise SampleTimeout(f"sample took longer than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _diff_outputs(out, sample):
+    if sample.output_process_fn_grad is not None:
+        out = sample.output_process_fn_grad(out)
+    leaves, _ = tree_flatten(out)
+    return [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad
+            and (t.dtype.is_floating_point or t.dtype.is_complex)]
+
+
+def _grad_inputs(args):
+    leaves, _ = tree_flatten(args)
+    return [t for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
+def _cotangents(outs, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(o.shape, dtype=o.dtype, generator=g) for o in outs]
+
+
+def _run(fn, args, sample, want_grad, cots):
+    """forward (and gradients) of fn on args = (input, args, kwargs)."""
+    inp, a, kw = args
+    out = fn(inp, *a, **kw)
+    grads = None
+    if want_grad:
+        outs = _diff_outputs(out, sample)
+        ins = _grad_inputs(args)
+        if outs and ins:
+            if cots is None:
+                cots = _cotangents(outs, 1234)
+            cs = [c.to(o.device) for c, o in zip(cots, outs)]
+            grads = torch.autograd.grad(outs, ins, cs, allow_unused=True)
+    return out, grads, cots
+
+
+def run_sample(op, sample, dtype, want_grad, shape_only, timeout, tracker):
+    """-> dict(outcome, msg, fallback: set, native: set)."""
+    rec = {"outcome": "pass", "msg": "", "fallback": set(), "native": set()}
+    fn = op.op
+    try:
+        with alarm(timeout):
+            dev_args = move_sample(sample, DEV)
+            torch.neuron.synchronize()
+    except Exception as e:  # moving the inputs failed: a copy bug
+        rec.update(outcome="error", msg=f"moving inputs: {_exc(e)}")
+        return rec
+    # CPU reference
+    try:
+        with alarm(timeout):
+            cpu_args = (sample.input, tuple(sample.args), dict(sample.kwargs))
+            out_c, grads_c, cots = _run(fn, cpu_args, sample, want_grad, None)
+        cpu_exc = None
+    except SampleTimeout:
+        rec.update(outcome="cpu_error", msg="CPU reference timed out")
+        return rec
+    except Exception as e:
+        cpu_exc = e
+    # neuron
+    tracker.clear_op_tracking()
+    try:
+        with alarm(timeout):
+            out_n, grads_n, _ = _run(fn, dev_args, sample, want_grad and cpu_exc is None,
+                                     None if cpu_exc else cots)
+            torch.neuron.synchronize()
+        dev_exc = None
+    except Exception as e:
+        dev_exc = e
+        with contextlib.suppress(Exception):
+            torch.neuron.synchronize()
+    rec["fallback"] = set(tracker.get_fallback_ops())
+    rec["native"] = set(tracker.get_executed_ops()) - rec["fallback"]
+    if cpu_exc is not None:
+        if dev_exc is None:
+            rec.update(outcome="cpu_error", msg=f"CPU raised, neuron did not: {_exc(cpu_exc)}")
+        return rec
+    if dev_exc is not None:
+        rec.update(outcome="error", msg=_exc(dev_exc))
+        return rec
+    try:
+        if shape_only:
+            compare(_meta(out_n), _meta(out_c))
+        else:
+            compare(out_n, out_c)
+            if grads_c is not None or grads_n is not None:
+                compare(grads_n, grads_c, grad=True, what="grad")
+    except Mismatch as e:
+        rec.update(outcome="mismatch", msg=str(e))
+    except Exception as e:
+        rec.update(outcome="error", msg=f"comparing: {_exc(e)}")
+    return rec
+
+
+def _meta(out):
+    return tree_map(lambda t: (tuple(t.shape), str(t.dtype), t.device.type.replace(DEV, "cpu"))
+                    if isinstance(t, torch.Tensor) else t, out)
+
+
+def _exc(e):
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else ""
+    return f"{type(e).__name__}: {first[:300]}"
+
+
+# ---- one entry -----------------------------------------------------------------------------------
+
+def _pick(gen, n, pool):
+    items = []
+    for s in gen:
+        items.append(s)
+        if len(items) >= pool:
+            break
+    if len(items) <= n:
+        return items
+    step = len(items) / n
+    return [items[int(i * step)] for i in range(n)]
+
+
+def run_entry(op, limits=Limits(), dtypes=None, tracker=None, log=None):
+    """Sweep one OpInfo.  Returns a JSON-able dict (see the module docstring)."""
+    import torchneuron
+    tracker = tracker or torchneuron
+    key = entry_key(op)
+    t0 = time.time()
+    res = {"key": key, "claimed": [SHORT[d] for d in swept_dtypes(op)], "per_dtype": {}, "fallback": [],
+           "native": [], "failures": [], "truncated": False, "skip": skips.SKIP.get(key),
+           "shape_only": skips.SHAPE_ONLY.get(key), "seconds": 0.0}
+    if res["skip"]:
+        return res
+    todo = [d for d in swept_dtypes(op) if dtypes is None or d in dtypes]
+    fallback, native = set(), set()
+    bwd = set(op.supported_backward_dtypes("cpu")) if op.supports_autograd else set()
+    for dtype in todo:
+        if time.time() - t0 > limits.entry_budget:
+            res["truncated"] = True
+            break
+        want_grad = dtype in bwd and (dtype.is_floating_point or dtype.is_complex)
+        counts = {"pass": 0, "mismatch": 0, "error": 0, "cpu_error": 0, "native_mismatch": 0}
+        res["per_dtype"][SHORT[dtype]] = counts
+        try:
+            torch.manual_seed(0)
+            with alarm(limits.sample_timeout * 3):
+                samples = _pick(op.sample_inputs("cpu", dtype, requires_grad=want_grad), limits.samples, limits.pool)
+            plan = [(s, "") for s in samples]
+            for s in samples[:limits.noncontig]:
+                with alarm(limits.sample_timeout):
+                    plan.append((s.noncontiguous(), "noncontig "))
+        except Exception as e:
+            counts["cpu_error"] += 1
+            _note(res, f"{SHORT[dtype]}: sample generation failed: {_exc(e)}")
+            continue
+        for s, tag in plan:
+            if time.time() - t0 > limits.entry_budget:
+                res["truncated"] = True
+                break
+            rec = run_sample(op, s, dtype, want_grad, bool(res["shape_only"]), limits.sample_timeout, tracker)
+            counts[rec["outcome"]] += 1
+            fallback |= rec["fallback"]
+            native |= rec["native"]
+            if rec["outcome"] == "mismatch" and not rec["fallback"]:
+                counts["native_mismatch"] += 1
+            if rec["outcome"] in ("mismatch", "error"):
+                _note(res, f"{SHORT[dtype]} {tag}{rec['outcome']}: {rec['msg']}")
+            if log:
+                log(f"{key} {SHORT[dtype]} {tag}{rec['outcome']} {rec['msg'][:200]}")
+    res["fallback"] = sorted(fallback)
+    res["native"] = sorted(native)
+    res["seconds"] = round(time.time() - t0, 2)
+    return res
+
+
+def _note(res, msg):
+    if len(res["failures"]) < 4:
+        res["failures"].append(msg[:500])
+
+
+def status(res):
+    """An entry's status for the report: skipped | n/a | pass-native | pass-fallback | fail | wrong."""
+    if res.get("skip"):
+        return "skipped"
+    if res.get("crash"):
+        return "crash"
+    pd = res["per_dtype"]
+    if not pd or sum(c["pass"] + c["mismatch"] + c["error"] for c in pd.values()) == 0:
+        return "n/a"
+    mism = sum(c["mismatch"] for c in pd.values())
+    err = sum(c["error"] for c in pd.values())
+    if mism:
+        return "wrong"
+    if err:
+        return "fail"
+    return "pass-fallback" if res["fallback"] else "pass-native"
+
+
+def find_op(key):
+    from torch.testing._internal.common_methods_invocations import op_db
+    for op in op_db:
+        if entry_key(op) == key:
+            return op
+    raise KeyError(key)
+
+
+def format_exc():
+    return traceback.format_exc(limit=3)
