@@ -8,20 +8,23 @@ import time
 import torch
 
 from . import gpt, workloads
-from .harness import Runner
+from .harness import Runner, cpu_snapshot, other_load
 from .limits import LIMIT_LABELS, Limits
 from .report import build, loadavg, machine_info
 
 GROUPS = [
     # key, title, description, limit key, cases(quick)
-    ("latency", "1. Per-op latency", "Small ops where the host-side cost dominates.", None,
+    ("latency", "1. Per-op latency", "Small ops where the host-side cost dominates. `[enqueue]`: N ops back to back, "
+     "one `torch.neuron.synchronize()` at the end, time / N. `[sync each]`: `torch.neuron.synchronize()` after "
+     "every op. On the CPU both are the plain op.", None,
      workloads.latency_cases),
     ("gemm", "2. GEMM", "`torch.mm(a, b)` with a: MxK, b: KxN, named `M x N x K`; GEMV is `F.linear(x, W)`.",
      "f32 FMA peak (bf16: bf16 dot peak; GEMV: DRAM triad)", workloads.gemm_cases),
     ("memory", "3. Memory-bound ops",
      "f32 tensors of 16M elements ([16384, 1024], 64 MiB) and 256K elements ([256, 1024], 1 MiB); "
      "softmax and layer_norm over the last dim (1024). Bytes: binary ops 12/element, unary and "
-     "softmax/layer_norm forward 8, reductions 4, backward 12.",
+     "softmax/layer_norm forward 8, reductions 4, backward 12. Backward rows call the ATen op autograd would call: "
+     "`aten.gelu_backward`, `aten._softmax_backward_data`, `aten.native_layer_norm_backward` (dx, dw, db).",
      "DRAM triad for 16M, cache-resident triad for 256K", workloads.memory_cases),
     ("sdpa", "4. Scaled dot-product attention", "`F.scaled_dot_product_attention(q, k, v, is_causal=True)`, fp32; "
      "fwd+bwd sets the grads to None and calls `out.backward(grad)`.", "f32 FMA peak", workloads.sdpa_cases),
@@ -71,6 +74,7 @@ def main(argv=None):
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "mode": "quick" if a.quick else "full",
             "rounds": rounds, "target_s": target, "load_start": loadavg()}
     info = machine_info()
+    snap0 = cpu_snapshot()
     print(f"bench: {meta['mode']} run, {rounds} rounds, ~{target} s per round per device")
     print(f"machine: {info['cpu']}, {info['cores']}; torch {info['torch']}; torchneuron {info['torchneuron']}",
           flush=True)
@@ -110,6 +114,7 @@ def main(argv=None):
 
     meta["load_end"] = loadavg()
     meta["elapsed"] = time.perf_counter() - t0
+    meta["other_load"] = other_load(snap0, cpu_snapshot())
     text, md = build(groups, limits, info, meta)
     print()
     print(text)

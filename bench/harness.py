@@ -8,6 +8,7 @@ iteration.  Results: the per-iteration median over rounds per device, and the pe
 cpu_time / neuron_time (min and median; above 1 means neuron is faster).
 """
 import gc
+import os
 import statistics
 import time
 import traceback
@@ -17,6 +18,27 @@ from typing import Callable, Optional
 import torch
 
 DEVICES = ("neuron", "cpu")
+
+
+def cpu_snapshot():
+    """(busy seconds of the whole machine, CPU seconds of this process) for measuring other load."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        hz = os.sysconf("SC_CLK_TCK")
+        busy = (v[0] + v[1] + v[2] + v[5] + v[6] + (v[7] if len(v) > 7 else 0)) / hz
+    except (OSError, ValueError, IndexError):
+        return None
+    t = os.times()
+    return busy, t.user + t.system + t.children_user + t.children_system, time.perf_counter()
+
+
+def other_load(a, b):
+    """Share of all cores used by other processes between two cpu_snapshot()s (0..1), or None."""
+    if a is None or b is None or b[2] - a[2] < 0.05:
+        return None
+    n = os.cpu_count() or 1
+    return max(0.0, ((b[0] - a[0]) - (b[1] - a[1])) / ((b[2] - a[2]) * n))
 
 
 def sync(dev):
@@ -135,6 +157,7 @@ class Runner:
                     traceback.print_exc()
                 _recover(dev)
         gc.collect()
+        snap = cpu_snapshot()
         gc_was = gc.isenabled()
         gc.disable()
         try:
@@ -157,6 +180,7 @@ class Runner:
         finally:
             if gc_was:
                 gc.enable()
+        res.extra["other_load"] = other_load(snap, cpu_snapshot())
         if tn is not None:
             try:
                 res.fallbacks = set(tn.get_fallback_ops())
@@ -206,5 +230,6 @@ def progress_line(res: Result):
     parts.append(f"ratio {rm:.2f}" if rm is not None else "ratio -")
     if res.fallbacks:
         parts.append("fallback: " + ",".join(sorted(res.fallbacks)))
-    parts.append(f"[{res.extra.get('wall_s', 0):.1f}s]")
+    ol = res.extra.get("other_load")
+    parts.append(f"[{res.extra.get('wall_s', 0):.1f}s" + (f", others {100 * ol:.0f}% CPU]" if ol is not None else "]"))
     return "  ".join(parts)

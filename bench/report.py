@@ -68,6 +68,7 @@ def loadavg():
 
 
 # ------------------------------------------------------------------------------------------ rows
+BUSY = 0.25   # other processes' share of all cores during the rounds above this is flagged in the notes
 NOISY = 1.5   # a device's slowest round / fastest round above this is flagged in the notes
 
 HEAD = ["workload", "neuron", "cpu", "neuron rate", "cpu rate", "neuron % lim", "cpu % lim",
@@ -114,6 +115,9 @@ def result_row(res, limits):
             spread.append(f"{dev} rounds {fmt_time(min(t))}..{fmt_time(max(t))}")
     if spread:
         notes.append("noisy: " + ", ".join(spread))
+    ol = res.extra.get("other_load")
+    if ol is not None and ol >= BUSY:
+        notes.append(f"busy: other processes used {100 * ol:.0f}% of the CPUs")
     row.append("; ".join(notes) if notes else "none")
     return row
 
@@ -128,10 +132,13 @@ def text_table(rows, head=HEAD):
     return "\n".join(out)
 
 
-def md_table(rows, head=HEAD):
+def md_table(rows, head=HEAD, right=None):
+    """right: indices of right-aligned columns (default: all but the first and the last)."""
+    if right is None:
+        right = set(range(1, len(head) - 1))
     esc = [[str(x).replace("|", "\\|") for x in r] for r in rows]
     out = ["| " + " | ".join(head) + " |",
-           "|" + "|".join("---" if i == 0 or i == len(head) - 1 else "---:" for i in range(len(head))) + "|"]
+           "|" + "|".join("---:" if i in right else "---" for i in range(len(head))) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in esc]
     return "\n".join(out)
 
@@ -149,15 +156,17 @@ def summary_rows(groups):
         errs = sum(1 for r in g["results"] if "neuron" in r.errors)
         fbs = sum(1 for r in g["results"] if r.fallbacks)
         gm = geomean(meds)
+        loads = [r.extra.get("other_load") for r in g["results"] if r.extra.get("other_load") is not None]
         rows.append([g["title"], str(len(g["results"])),
                      f"{gm:.2f}" if gm else "-",
                      f"{min(meds):.2f}" if meds else "-",
                      f"{max(meds):.2f}" if meds else "-",
-                     str(errs), str(fbs)])
+                     str(errs), str(fbs),
+                     f"{100 * sum(loads) / len(loads):.0f}%" if loads else "-"])
     return rows
 
 
-SUMMARY_HEAD = ["group", "cases", "geomean ratio", "worst ratio", "best ratio", "neuron errors", "with fallbacks"]
+SUMMARY_HEAD = ["group", "cases", "geomean ratio", "worst ratio", "best ratio", "neuron errors", "with fallbacks", "others' CPU"]
 
 
 def gpt_rows(res):
@@ -220,11 +229,16 @@ def build(groups, limits, info, meta):
     for k, v in info.items():
         md.append(f"- **{k}**: {v}")
     md.append(f"- **load average** (1/5/15 min): start {meta['load_start']}, end {meta['load_end']}")
+    if meta.get("other_load") is not None:
+        md.append(f"- **other processes** used {100 * meta['other_load']:.0f}% of all CPU time during the run "
+                  "(/proc/stat busy time minus this process and its children)")
     md.append("")
     txt.append(f"machine: {info.get('cpu')}; {info.get('cores')}; {info.get('memory')}; ISA {info.get('isa')}")
     txt.append(f"torch {info.get('torch')}; torchneuron {info.get('torchneuron')}")
     txt.append(f"git {info.get('git', '-')}; load average start {meta['load_start']}, end {meta['load_end']}")
-    txt.append(f"{meta['mode']}, {meta['rounds']} rounds, total {meta['elapsed']:.0f} s")
+    ol = meta.get("other_load")
+    txt.append(f"{meta['mode']}, {meta['rounds']} rounds, total {meta['elapsed']:.0f} s"
+               + (f"; other processes used {100 * ol:.0f}% of the CPUs" if ol is not None else ""))
 
     md.append("## Machine limits")
     md.append("")
@@ -235,7 +249,7 @@ def build(groups, limits, info, meta):
     lrows = limits.rows() if limits is not None else [("skipped", "--no-limits", "")]
     if limits is not None and limits.error:
         lrows.append(("error", limits.error, ""))
-    md.append(md_table([list(r) for r in lrows], ["limit", "value", "note"]))
+    md.append(md_table([list(r) for r in lrows], ["limit", "value", "note"], right={1}))
     md.append("")
     txt.append("")
     txt.append("machine limits")
@@ -243,7 +257,9 @@ def build(groups, limits, info, meta):
 
     md.append("## Summary")
     md.append("")
-    md.append("Geometric mean over each group's cases of the median cpu/neuron ratio (above 1: neuron faster).")
+    md.append("Geometric mean over each group's cases of the median cpu/neuron ratio (above 1: neuron faster); "
+              "`others' CPU`: the mean share of the 2 cores used by other processes during the group's rounds "
+              "(the higher, the less the absolute numbers mean).")
     md.append("")
     srows = summary_rows(groups)
     md.append(md_table(srows, SUMMARY_HEAD))
@@ -267,7 +283,11 @@ def build(groups, limits, info, meta):
         txt.append("")
         txt.append(g["title"])
         txt.append(text_table(rows))
-        notes = [f"{r.case.name}: {r.case.note}" for r in g["results"] if r.case.note]
+        by_note = {}
+        for r in g["results"]:
+            if r.case.note:
+                by_note.setdefault(r.case.note, []).append(r.case.name)
+        notes = [(f"{names[0]}: {note}" if len(names) == 1 else note) for note, names in by_note.items()]
         for r in g["results"]:
             if r.case.after is not None and r.extra:
                 extra_lines = gpt_text(r)
@@ -279,7 +299,7 @@ def build(groups, limits, info, meta):
                     md.append("")
                     md.append("Peak memory of the training step:")
                     md.append("")
-                    md.append(md_table(mrows, ["device", "measure", "peak"]))
+                    md.append(md_table(mrows, ["device", "measure", "peak"], right={2}))
                     txt.append(text_table(mrows, ["device", "measure", "peak"]))
                 md.append("")
         if notes:
@@ -299,11 +319,12 @@ def build(groups, limits, info, meta):
     md.append("- Outputs are allocated by every call, as eager code does (the CPU pays glibc malloc/mmap and page "
               "faults for the 64 MiB outputs; neuron uses its caching allocator). `add (out=)` shows the kernel "
               "alone.")
+    md.append(f"- `busy:` in the notes: other processes used at least {100 * BUSY:.0f}% of all CPU time during the "
+              "case's rounds.")
     md.append(f"- `noisy:` in the notes: a device's slowest round was more than {NOISY}x its fastest; the range "
               "is given. On this VM, CPU-eager ops that open an OpenMP parallel region sometimes take milliseconds "
               "when a worker thread has to be woken on a busy or idle vCPU, which shows up as huge ratios on small "
               "ops; read those rows with the range.")
-    md.append("- Backward rows call the ATen backward op directly (what autograd would call).")
     md.append("- The machine has 2 cores and may be shared with other jobs: absolute numbers are noisy, the "
               "interleaved ratios less so. Both devices use the same cores (neuron's kernel thread pool vs "
               "PyTorch's OpenMP/MKL/oneDNN threads).")

@@ -28,8 +28,7 @@ def latency_cases(quick):
     ]
     cases = []
     for name, mk in ops:
-        cases.append(Case(f"{name} [enqueue]", mk, max_iters=200000,
-                          note="N ops, one sync at the end, / N"))
+        cases.append(Case(f"{name} [enqueue]", mk, max_iters=200000))
 
         def mk_sync(d, mk=mk):
             op = mk(d)
@@ -39,8 +38,7 @@ def latency_cases(quick):
                     torch.neuron.synchronize()
                 return step
             return op
-        cases.append(Case(f"{name} [sync each]", mk_sync, max_iters=200000,
-                          note="torch.neuron.synchronize() after every op"))
+        cases.append(Case(f"{name} [sync each]", mk_sync, max_iters=200000))
     return cases
 
 
@@ -140,20 +138,20 @@ def _memory_cases_for(n, tag, limit):
     def s_gelu_bw(d):
         a, g = x_(d), x_(d, 1)
         return lambda: aten.gelu_backward(g, a)
-    c("gelu backward", s_gelu_bw, 12, "aten.gelu_backward")
+    c("gelu backward", s_gelu_bw, 12)
 
     def s_softmax_bw(d):
         a, g = x_(d), x_(d, 1)
         y = torch.softmax(a, dim=-1)
         return lambda: aten._softmax_backward_data(g, y, -1, torch.float32)
-    c("softmax backward", s_softmax_bw, 12, "aten._softmax_backward_data")
+    c("softmax backward", s_softmax_bw, 12)
 
     def s_ln_bw(d):
         a, g = x_(d), x_(d, 1)
         w, b = torch.ones(1024, device=d), torch.zeros(1024, device=d)
         _, mean, rstd = aten.native_layer_norm(a, [1024], w, b, 1e-5)
         return lambda: aten.native_layer_norm_backward(g, a, [1024], mean, rstd, w, b, [True, True, True])
-    c("layer_norm backward", s_ln_bw, 12, "aten.native_layer_norm_backward (dx, dw, db)")
+    c("layer_norm backward", s_ln_bw, 12)
     return cases
 
 

@@ -4,6 +4,7 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/CPUFallback.h>
@@ -38,6 +39,14 @@ static c10::Device target_device(std::optional<c10::Device> d)
 	return c10::Device(kDev, idx);
 }
 
+// Complex (and other) dtypes have no kernels on neuron: refuse to create such tensors, so an op
+// producing one fails at once with this message (a half-made complex tensor on the device sends the
+// conjugate fallback and _copy_from into unbounded recursion).
+static void check_dtype_supported(at::ScalarType t)
+{
+	TORCH_CHECK_TYPE(!at::isComplexType(t), "neuron: dtype ", t, " is not supported on neuron (complex tensors have no kernels yet)");
+}
+
 static at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
 				      std::optional<at::Layout> layout, std::optional<at::Device> device,
 				      std::optional<bool> pin_memory, std::optional<at::MemoryFormat> mf)
@@ -46,6 +55,7 @@ static at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::Sc
 	TORCH_CHECK(c10::layout_or_default(layout) == at::kStrided, "neuron: only strided tensors are supported, got layout ",
 		    c10::layout_or_default(layout));
 	TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
+	check_dtype_supported(c10::dtype_or_default(dtype));
 	c10::Device dev = target_device(device);
 	c10::DeviceGuard g(dev);
 	return at::detail::empty_generic(size, c10::GetAllocator(kDev), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -58,6 +68,7 @@ static at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, st
 	NEURON_TRACK("aten::empty_strided");
 	TORCH_CHECK(c10::layout_or_default(layout) == at::kStrided, "neuron: only strided tensors are supported");
 	TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
+	check_dtype_supported(c10::dtype_or_default(dtype));
 	c10::Device dev = target_device(device);
 	c10::DeviceGuard g(dev);
 	return at::detail::empty_strided_generic(size, stride, c10::GetAllocator(kDev), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -385,6 +396,73 @@ static std::string op_name(const c10::OperatorHandle &op)
 // Ops without a native kernel: synchronize the device (the CPU kernel reads and writes memory that
 // queued kernels may still use), copy to CPU, run the CPU kernel, copy results and mutated inputs
 // back.  Tracked, warned once per op, and an error under NEURON_FALLBACK=error.
+// A CPU tensor over the same bytes as device tensor t (device memory is host-addressable); it keeps
+// the device storage alive.  Valid only while no queued kernel touches t (callers synchronize).
+static at::Tensor host_alias(const at::Tensor &t)
+{
+	if (!t.defined() || t.device().type() != kDev)
+		return t;
+	if (t.numel() == 0 || !t.storage().data())
+		return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU));
+	c10::Storage st = t.storage();
+	return at::from_blob(st.mutable_data(), t.sizes(), t.strides(), t.storage_offset(), [st](void *) {},
+			     t.options().device(at::kCPU));
+}
+
+// Ops that neither mutate nor alias their arguments can run the CPU kernel directly on host aliases
+// of the device inputs: no input copies.  Outputs are copied to the device.  Returns false (stack
+// untouched) when the op does not qualify; the copying fallback handles those.
+static bool zero_copy_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+{
+	const auto &schema = op.schema();
+	for (const auto &a : schema.arguments())
+		if (a.alias_info() || a.type()->kind() == c10::TypeKind::DeviceObjType)
+			return false;
+	for (const auto &r : schema.returns())
+		if (r.alias_info())
+			return false;
+	size_t nargs = schema.arguments().size(), base = stack->size() - nargs;
+	std::optional<c10::Device> dev;
+	for (size_t i = base; i < stack->size(); i++) {
+		const c10::IValue &iv = (*stack)[i];
+		if (iv.isTensor() && iv.toTensor().defined() && iv.toTensor().device().type() == kDev)
+			dev = iv.toTensor().device();
+		else if (iv.isTensorList()) {
+			for (const at::Tensor &t : iv.toTensorList())
+				if (t.defined() && t.device().type() == kDev)
+					dev = t.device();
+		} else if (iv.isList() || iv.isDevice())
+			return false; // lists of optional tensors, explicit devices: the copying path knows them
+	}
+	if (!dev)
+		return false;
+	for (size_t i = base; i < stack->size(); i++) {
+		c10::IValue &iv = (*stack)[i];
+		if (iv.isTensor()) {
+			iv = host_alias(iv.toTensor());
+		} else if (iv.isTensorList()) {
+			c10::List<at::Tensor> l;
+			for (const at::Tensor &t : iv.toTensorList())
+				l.push_back(host_alias(t));
+			iv = l;
+		}
+	}
+	op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+	size_t nret = schema.returns().size(), rbase = stack->size() - nret;
+	for (size_t i = rbase; i < stack->size(); i++) {
+		c10::IValue &iv = (*stack)[i];
+		if (iv.isTensor() && iv.toTensor().defined()) {
+			iv = iv.toTensor().to(*dev);
+		} else if (iv.isTensorList()) {
+			c10::List<at::Tensor> l;
+			for (const at::Tensor &t : iv.toTensorList())
+				l.push_back(t.defined() ? t.to(*dev) : t);
+			iv = l;
+		}
+	}
+	return true;
+}
+
 static void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
 	std::string name = op_name(op);
@@ -402,6 +480,9 @@ static void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack
 	}
 	for (int d = 0; d < nrt_device_count(); d++)
 		sync_device((c10::DeviceIndex)d, name.c_str());
+	static const bool copy_only = getenv("NEURON_FALLBACK_COPY") && strcmp(getenv("NEURON_FALLBACK_COPY"), "1") == 0;
+	if (!copy_only && zero_copy_fallback(op, stack))
+		return;
 	at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
 

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import selectors
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,8 @@ class Worker:
 
     def log_tail(self, n=600):
         try:
-            self.log.flush()
+            if not self.log.closed:
+                self.log.flush()
             return self.log_path.read_bytes()[-n:].decode(errors="replace")
         except OSError:
             return ""
@@ -142,6 +144,7 @@ def sweep(indices, limits, jobs, entry_timeout, progress=True):
             pass
         w.proc.stdin.close()
         w.kill()
+    shutil.rmtree(logdir, ignore_errors=True)
     return results
 
 

@@ -1,6 +1,7 @@
 """A sweep worker: reads op_db indices from stdin, one a line; answers each with one line
 `@@RESULT <json>` on stdout.  Started by the sweep (__main__.py), which restarts it when it crashes
 or hangs.  Single-threaded on purpose: the sweep runs one worker per core."""
+import faulthandler
 import json
 import os
 import sys
@@ -8,6 +9,7 @@ import warnings
 
 
 def main():
+    faulthandler.enable()  # a crash in a kernel leaves a Python traceback in the worker's log
     os.environ.setdefault("NEURON_FALLBACK", "silent")
     import torch
     torch.set_num_threads(1)

@@ -1,0 +1,551 @@
+"""Serialize an ATen FX graph (from AOTAutograd) into the graph compiler's text IR.
+
+The IR is line-oriented, whitespace-separated tokens (docs/compiler.md has the grammar):
+
+    ncir 1
+    syms <n>
+    v <id> <dtype> <rank> <size>*rank <stride>*rank <offset> <sp>*(rank+1) <pp>*(rank+1) <lin>*(rank+1) <dev>
+    in <n> <value ids>
+    n <id> <kind> <op> <nout> <outs> <nin> <ins> <nattr> <attrs>
+    out <n> <value ids>
+    end
+
+Sizes, strides and offsets are integer expressions in C syntax over the symbols S0..S<n-1> (the
+dynamic sizes), without spaces.  sp[d] = prod(size[d:]), pp[d] = prod(size[:d]); lin[d] is the single
+element stride s with offset(i_d..i_rank-1) = s * flat(i_d..) over the dims d.. (ignoring size-1
+dims), or "x" if there is none.  Offsets are relative to the value's root buffer.  Operand tokens:
+v<id> value, f<float>, i<int>, e<int expression>.
+"""
+import math
+import operator
+
+import sympy
+import torch
+
+from . import ops
+
+_DTYPES = {
+    torch.bool: "bool", torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16", torch.int32: "i32",
+    torch.int64: "i64", torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32",
+    torch.float64: "f64",
+}
+
+
+class Unsupported(Exception):
+    """The graph cannot be serialized (the frontend then runs it op by op)."""
+
+
+# ---- symbolic integers --------------------------------------------------------------------------------
+
+def to_expr(x):
+    """An int or SymInt as a sympy expression."""
+    if isinstance(x, torch.SymInt):
+        return sympy.sympify(x.node.expr)
+    if isinstance(x, (int, bool)):
+        return sympy.Integer(int(x))
+    if isinstance(x, sympy.Basic):
+        return x
+    raise Unsupported(f"not an integer: {x!r}")
+
+
+class Exprs:
+    """The symbols of a graph and the C / Python spelling of integer expressions over them."""
+
+    def __init__(self):
+        self.syms = []      # sympy symbols in index order
+        self.index = {}
+
+    def add(self, s):
+        if s not in self.index:
+            self.index[s] = len(self.syms)
+            self.syms.append(s)
+
+    def c(self, e):
+        e = sympy.sympify(e)
+        if e.is_Integer:
+            return str(int(e))
+        return self._c(e)
+
+    def _c(self, e):
+        from torch.utils._sympy.functions import CeilDiv, FloorDiv, Mod, PythonMod
+        if e.is_Integer:
+            v = int(e)
+            return str(v) if v >= 0 else f"({v})"
+        if e.is_Symbol:
+            if e not in self.index:
+                raise Unsupported(f"symbol {e} is not bound to an input size")
+            return f"S{self.index[e]}"
+        if isinstance(e, sympy.Add):
+            return "(" + "+".join(self._c(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Mul):
+            for a in e.args:
+                if a.is_Rational and not a.is_Integer:
+                    raise Unsupported(f"non-integer expression {e}")
+            return "(" + "*".join(self._c(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
+            return "(" + "*".join([self._c(e.base)] * int(e.exp)) + ")"
+        if isinstance(e, FloorDiv):
+            return f"nc_fdiv({self._c(e.args[0])},{self._c(e.args[1])})"
+        if isinstance(e, CeilDiv):
+            return f"nc_cdiv({self._c(e.args[0])},{self._c(e.args[1])})"
+        if isinstance(e, (Mod, PythonMod)):
+            return f"nc_mod({self._c(e.args[0])},{self._c(e.args[1])})"
+        if isinstance(e, sympy.Max):
+            return self._fold("nc_max", e.args)
+        if isinstance(e, sympy.Min):
+            return self._fold("nc_min", e.args)
+        raise Unsupported(f"integer expression {e} ({type(e).__name__})")
+
+    def _fold(self, f, args):
+        out = self._c(args[0])
+        for a in args[1:]:
+            out = f"{f}({out},{self._c(a)})"
+        return out
+
+    def py(self, e):
+        """A Python function of the symbol tuple S computing e."""
+        e = sympy.sympify(e)
+        if e.is_Integer:
+            v = int(e)
+            return lambda S: v
+        src = self.c(e).replace("nc_fdiv", "_fdiv").replace("nc_cdiv", "_cdiv").replace(
+            "nc_mod", "_mod").replace("nc_max", "max").replace("nc_min", "min")
+        for i in range(len(self.syms) - 1, -1, -1):
+            src = src.replace(f"S{i}", f"S[{i}]")
+        return eval("lambda S: " + src, {"_fdiv": lambda a, b: a // b, "_cdiv": lambda a, b: -(-a // b),
+                                         "_mod": lambda a, b: a % b, "max": max, "min": min})
+
+
+def _eq(a, b):
+    d = sympy.sympify(a) - sympy.sympify(b)
+    return d == 0 or sympy.expand(d) == 0
+
+
+# ---- values ---------------------------------------------------------------------------------------------
+
+class Value:
+    """One tensor of the graph: its metadata, as sympy expressions."""
+
+    def __init__(self, vid, val, root=None, off=0):
+        self.id = vid
+        self.dtype = val.dtype
+        self.device = val.device
+        self.sizes = [to_expr(s) for s in val.shape]
+        self.strides = [to_expr(s) for s in val.stride()]
+        self.meta_offset = to_expr(val.storage_offset())
+        self.root = vid if root is None else root
+        self.off = sympy.sympify(off)
+        self.val = val
+
+    @property
+    def rank(self):
+        return len(self.sizes)
+
+    def line(self, ex):
+        if self.dtype not in _DTYPES:
+            raise Unsupported(f"dtype {self.dtype}")
+        k = self.rank
+        sp = [sympy.Integer(1)] * (k + 1)
+        for d in range(k - 1, -1, -1):
+            sp[d] = sp[d + 1] * self.sizes[d]
+        pp = [sympy.Integer(1)] * (k + 1)
+        for d in range(k):
+            pp[d + 1] = pp[d] * self.sizes[d]
+        lin = [self._lin(d) for d in range(k + 1)]
+        toks = ["v", str(self.id), _DTYPES[self.dtype], str(k)]
+        toks += [ex.c(s) for s in self.sizes] + [ex.c(s) for s in self.strides] + [ex.c(self.off)]
+        toks += [ex.c(sympy.expand(s)) for s in sp] + [ex.c(sympy.expand(s)) for s in pp]
+        toks += [x if x == "x" else ex.c(x) for x in lin]
+        toks.append("n" if self.device.type == "neuron" else "c")
+        return " ".join(toks)
+
+    def _lin(self, d):
+        dims = [i for i in range(d, self.rank) if not (self.sizes[i].is_Integer and int(self.sizes[i]) == 1)]
+        if not dims:
+            return sympy.Integer(0)
+        s = self.strides[dims[-1]]
+        for a, b in zip(dims[:-1], dims[1:]):
+            if not _eq(self.strides[a], self.strides[b] * self.sizes[b]):
+                return "x"
+        return s
+
+
+# ---- the serializer ---------------------------------------------------------------------------------------
+
+class NodeInfo:
+    def __init__(self, nid, kind, fx, outs, ins):
+        self.id = nid
+        self.kind = kind      # 'V' 'P' 'R' 'L' 'E'
+        self.fx = fx          # the FX node (None for synthetic nodes)
+        self.outs = outs      # value ids (None for an absent output)
+        self.ins = ins        # value ids read
+
+
+class Serialized:
+    """The IR text and what the runtime needs to run it: values, nodes, inputs, outputs, symbols."""
+
+    def __init__(self):
+        self.ir = ""
+        self.values = {}      # id -> Value
+        self.nodes = {}       # IR node id -> NodeInfo
+        self.fx_value = {}    # FX node -> value id, or tuple of value ids / None (multi-output)
+        self.inputs = []      # per placeholder: ('t', value id) | ('s', sympy expr) | ('o', None)
+        self.outputs = []     # per output: ('t', vid) | ('s', expr) | ('c', python constant)
+        self.attrs = []       # (value id, attribute name) of get_attr constants
+        self.ex = Exprs()
+        self.bindings = []    # per symbol: (placeholder index, 'size'|'stride'|'offset'|'int', dim)
+        self.kinds = {}       # IR node kind counts
+
+
+def _is_tensor(x):
+    return isinstance(x, torch.Tensor)
+
+
+def _flat_nodes(args):
+    out = []
+
+    def walk(a):
+        if isinstance(a, torch.fx.Node):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                walk(b)
+        elif isinstance(a, dict):
+            for b in a.values():
+                walk(b)
+    walk(args)
+    return out
+
+
+def _float_tok(x):
+    x = float(x)
+    if math.isnan(x):
+        return "fnan"
+    if math.isinf(x):
+        return "finf" if x > 0 else "f-inf"
+    return "f" + repr(x)
+
+
+def serialize(gm, example_inputs=None):
+    """Serialized form of an ATen-level GraphModule; raises Unsupported for what it cannot express."""
+    S = Serialized()
+    ex = S.ex
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+
+    # 1. symbols, bound in order to the placeholders' sizes/strides/offsets and SymInt inputs
+    for i, p in enumerate(placeholders):
+        v = p.meta.get("val")
+        if isinstance(v, torch.SymInt):
+            e = sympy.sympify(v.node.expr)
+            if e.is_Symbol and e not in ex.index:
+                ex.add(e)
+                S.bindings.append((i, "int", 0))
+        elif _is_tensor(v):
+            for kind, seq in (("size", v.shape), ("stride", v.stride()), ("offset", [v.storage_offset()])):
+                for d, s in enumerate(seq):
+                    e = to_expr(s)
+                    if e.is_Symbol and e not in ex.index:
+                        ex.add(e)
+                        S.bindings.append((i, kind, d))
+
+    lines = []
+    nid = [0]
+    vid = [0]
+
+    def new_value(val, root=None, off=0):
+        v = Value(vid[0], val, root, off)
+        vid[0] += 1
+        S.values[v.id] = v
+        return v
+
+    def operand(a):
+        if isinstance(a, torch.fx.Node):
+            m = a.meta.get("val")
+            if isinstance(m, torch.SymInt):
+                return "e" + ex.c(to_expr(m))
+            if isinstance(m, (torch.SymFloat, torch.SymBool)):
+                raise Unsupported("symbolic float operand")
+            x = S.fx_value.get(a)
+            if not isinstance(x, int):
+                raise Unsupported(f"operand {a} has no tensor value")
+            return f"v{x}"
+        if isinstance(a, bool):
+            return f"i{int(a)}"
+        if isinstance(a, int):
+            return f"i{a}"
+        if isinstance(a, float):
+            return _float_tok(a)
+        raise Unsupported(f"operand {a!r}")
+
+    def emit(kind, op, outs, ins, attrs=(), fx=None):
+        n = NodeInfo(nid[0], kind, fx, outs, [int(t[1:]) for t in ins if t.startswith("v")])
+        nid[0] += 1
+        S.nodes[n.id] = n
+        S.kinds[kind] = S.kinds.get(kind, 0) + 1
+        o = ["-" if x is None else str(x) for x in outs]
+        lines.append(" ".join(["n", str(n.id), kind, op, str(len(o))] + o + [str(len(ins))] + list(ins)
+                              + [str(len(attrs))] + [str(a) for a in attrs]))
+        return n
+
+    def eager(node, outs):
+        ins = [f"v{S.fx_value[x]}" for x in _flat_nodes((node.args, node.kwargs))
+               if isinstance(S.fx_value.get(x), int)]
+        # mutating ops read (and write) their inputs: a barrier in the schedule
+        return emit("E", "barrier" if ops.is_mutating(node.target) else "op", outs, ins, fx=node)
+
+    def out_values(node):
+        """Values for a node's outputs: one id, or a tuple of ids/None."""
+        m = node.meta.get("val")
+        if _is_tensor(m):
+            return new_value(m).id
+        if isinstance(m, (list, tuple)):
+            return tuple(new_value(x).id if _is_tensor(x) else None for x in m)
+        return None
+
+    for node in graph.nodes:
+        m = node.meta.get("val")
+        if node.op == "placeholder":
+            if _is_tensor(m):
+                v = new_value(m)
+                S.fx_value[node] = v.id
+                S.inputs.append(("t", v.id))
+            elif isinstance(m, torch.SymInt):
+                S.inputs.append(("s", to_expr(m)))
+            else:
+                S.inputs.append(("o", None))
+            continue
+        if node.op == "get_attr":
+            t = getattr(gm, node.target)
+            if not _is_tensor(t):
+                raise Unsupported("non-tensor attribute")
+            v = new_value(t)
+            S.fx_value[node] = v.id
+            S.attrs.append((v.id, node.target))
+            continue
+        if node.op == "output":
+            continue
+        if node.op != "call_function":
+            raise Unsupported(f"{node.op} node")
+        if isinstance(m, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (m is None and not node.users):
+            continue  # symbolic scalar computations: the runtime evaluates them from the symbols
+        if ops.is_getitem(node):
+            src, k = node.args
+            prod = S.fx_value.get(src)
+            if isinstance(prod, tuple):
+                S.fx_value[node] = prod[k]
+            elif prod == "multiview":
+                base = S.fx_value[src.args[0]]
+                S.fx_value[node] = view_value(S, emit, base, m).id
+            else:
+                raise Unsupported("getitem of a non-tuple")
+            continue
+        if not isinstance(node.target, torch._ops.OpOverload):
+            raise Unsupported(f"call of {node.target}")
+        p = ops.packet(node.target)
+        tensors_in = [x for x in _flat_nodes((node.args, node.kwargs)) if _is_tensor(x.meta.get("val"))]
+        on_neuron = all(x.meta["val"].device.type == "neuron" for x in tensors_in) and (
+            not _is_tensor(m) or m.device.type == "neuron")
+
+        # views: metadata only
+        if p in ops.MULTI_VIEWS and ops.is_view_op(node.target):
+            S.fx_value[node] = "multiview"
+            continue
+        if ops.is_view_op(node.target) and _is_tensor(m) and str(node.target) != "aten.view.dtype":
+            base = S.fx_value.get(node.args[0])
+            if not isinstance(base, int):
+                raise Unsupported("view of a non-tensor")
+            S.fx_value[node] = view_value(S, emit, base, m, reshape=p in ops.RESHAPE_VIEWS).id
+            continue
+
+        outs = out_values(node)
+        S.fx_value[node] = outs
+        out_list = list(outs) if isinstance(outs, tuple) else [outs]
+
+        kind = None
+        if on_neuron and _is_tensor(m) and m.dtype in _DTYPES:
+            spec = ops.pointwise_spec(node)
+            if spec is not None:
+                op, operands, ck = spec
+                try:
+                    toks = [operand(a) for a in operands]
+                except Unsupported:
+                    toks = None
+                if toks is not None and all(_operand_dtype_ok(S, t) for t in toks):
+                    cd = _compute_dtype(S, node, operands, ck, m)
+                    if cd is not None:
+                        emit("P", op, [outs], toks, [cd], fx=node)
+                        kind = "P"
+            if kind is None:
+                spec = ops.reduction_spec(node)
+                x = node.args[0] if node.args else None
+                if spec is not None and isinstance(S.fx_value.get(x), int):
+                    op, dims, keep = spec
+                    xv = S.values[S.fx_value[x]]
+                    k = xv.rank
+                    dims = list(range(k)) if dims is None else sorted({d % k if k else 0 for d in dims})
+                    acc = _DTYPES[m.dtype]
+                    emit("R", op, [outs], [f"v{xv.id}"], [acc, int(keep), len(dims)] + dims, fx=node)
+                    kind = "R"
+        if kind is None and on_neuron and str(node.target) in ops.LIBRARY:
+            kind = library(S, emit, operand, node, out_list)
+        if kind is None:
+            eager(node, out_list)
+
+    out_node = next(n for n in graph.nodes if n.op == "output")
+    res = out_node.args[0]
+    out_ids = []
+    for r in (res if isinstance(res, (list, tuple)) else [res]):
+        if isinstance(r, torch.fx.Node):
+            m = r.meta.get("val")
+            x = S.fx_value.get(r)
+            if isinstance(x, int):
+                S.outputs.append(("t", x))
+                out_ids.append(x)
+            elif isinstance(m, torch.SymInt):
+                S.outputs.append(("s", to_expr(m)))
+            else:
+                raise Unsupported(f"graph output {r}")
+        else:
+            S.outputs.append(("c", r))
+
+    for v in S.values.values():
+        for e in v.sizes + v.strides + [v.off]:
+            for s in e.free_symbols:
+                if s not in ex.index:
+                    raise Unsupported(f"size symbol {s} is not an input size")
+    head = ["ncir 1", f"syms {len(ex.syms)}"]
+    head += [S.values[i].line(ex) for i in sorted(S.values)]
+    ins = [str(x[1]) for x in S.inputs if x[0] == "t"] + [str(a[0]) for a in S.attrs]
+    head.append(" ".join(["in", str(len(ins))] + ins))
+    S.ir = "\n".join(head + lines + [" ".join(["out", str(len(out_ids))] + [str(i) for i in out_ids]), "end", ""])
+    return S
+
+
+def view_value(S, emit, base, m, reshape=False):
+    b = S.values[base]
+    rootv = S.values[b.root]
+    v = Value(max(S.values) + 1, m, root=b.root, off=b.off + (to_expr(m.storage_offset()) - b.meta_offset))
+    S.values[v.id] = v
+    emit("V", "view", [v.id], [f"v{base}"], [int(bool(reshape))])
+    del rootv
+    return v
+
+
+def _operand_dtype_ok(S, tok):
+    if tok.startswith("v"):
+        v = S.values[int(tok[1:])]
+        return v.dtype in _DTYPES and v.device.type == "neuron"
+    return True
+
+
+def _meta_like(x):
+    if isinstance(x, torch.fx.Node):
+        m = x.meta.get("val")
+        if _is_tensor(m):
+            return torch.empty([1] * m.dim(), dtype=m.dtype, device="meta")
+        if isinstance(m, torch.SymInt):
+            return 1
+        return m
+    return x
+
+
+def _compute_dtype(S, node, operands, kind, out):
+    if kind == "bool":
+        return "bool"
+    if kind == "out":
+        return _DTYPES[out.dtype]
+    args = [_meta_like(a) for a in operands]
+    try:
+        if len(args) == 1:
+            dt = args[0].dtype if _is_tensor(args[0]) else torch.tensor(args[0]).dtype
+        else:
+            dt = torch.result_type(args[0], args[1]) if _is_tensor(args[0]) else torch.result_type(args[1], args[0])
+    except Exception:
+        return None
+    return _DTYPES.get(dt)
+
+
+# ---- library calls ---------------------------------------------------------------------------------------
+
+def library(S, emit, operand, node, outs):
+    """Emit an L node for a kernel-library op (or an mm + add pair for addmm); None if the op's
+    arguments are outside what the library does (the caller makes it eager)."""
+    name = ops.LIBRARY[str(node.target)]
+    a, kw = node.args, node.kwargs
+
+    def vid(x):
+        if x is None:
+            return "-"
+        r = S.fx_value.get(x)
+        if not isinstance(r, int):
+            raise Unsupported("library operand")
+        return f"v{r}"
+
+    def o(x):
+        return x
+
+    try:
+        if name in ("mm", "bmm"):
+            emit("L", name, outs, [vid(a[0]), vid(a[1])], fx=node)
+        elif name == "addmm":
+            beta = kw.get("beta", 1)
+            alpha = kw.get("alpha", 1)
+            if beta != 1 or alpha != 1:
+                return None
+            m = node.meta["val"]
+            tmp = Value(max(S.values) + 1, m)
+            S.values[tmp.id] = tmp
+            emit("L", "mm", [tmp.id], [vid(a[1]), vid(a[2])], fx=node)
+            emit("P", "add", outs, [f"v{tmp.id}", vid(a[0])], [_DTYPES[m.dtype]], fx=node)
+        elif name in ("softmax", "log_softmax"):
+            x = S.values[S.fx_value[a[0]]]
+            dim = a[1] % max(1, x.rank)
+            if a[2]:
+                return None  # half_to_float
+            emit("L", name, outs, [vid(a[0])], [dim], fx=node)
+        elif name == "layernorm":
+            x, shape, w, b, eps = a
+            emit("L", name, outs, [vid(x), vid(w), vid(b)], [len(shape), _float_tok(eps)[1:]], fx=node)
+        elif name == "layernorm_bwd":
+            dy, x, shape, mean, rstd, w, b, mask = a
+            emit("L", name, outs, [vid(dy), vid(x), vid(mean), vid(rstd), vid(w), vid(b)],
+                 [len(shape)] + [int(bool(t)) for t in mask], fx=node)
+        elif name == "embedding":
+            w, idx = a[0], a[1]
+            emit("L", name, outs, [vid(w), vid(idx)], fx=node)
+        elif name == "embedding_bwd":
+            grad, idx, nw, pad, scale = a
+            if scale or isinstance(nw, torch.fx.Node):
+                return None
+            emit("L", name, outs, [vid(grad), vid(idx)], [int(nw), int(pad)], fx=node)
+        elif name == "nll":
+            x, t, w, red, ign = a
+            emit("L", name, outs, [vid(x), vid(t), vid(w)], [int(red), int(ign)], fx=node)
+        elif name == "nll_bwd":
+            g, x, t, w, red, ign, tw = a
+            emit("L", name, outs, [vid(g), vid(x), vid(t), vid(w), vid(tw)], [int(red), int(ign)], fx=node)
+        elif name == "attention":
+            q, k, v = a[0], a[1], a[2]
+            bias = a[3] if len(a) > 3 else kw.get("attn_bias")
+            p = a[4] if len(a) > 4 else kw.get("dropout_p", 0.0)
+            causal = a[5] if len(a) > 5 else kw.get("is_causal", False)
+            dbg = a[6] if len(a) > 6 else kw.get("return_debug_mask", False)
+            scale = a[7] if len(a) > 7 else kw.get("scale")
+            if p != 0.0 or dbg:
+                return None
+            emit("L", name, outs, [vid(q), vid(k), vid(v), vid(bias)],
+                 [int(bool(causal)), "-" if scale is None else _float_tok(scale)[1:]], fx=node)
+        elif name == "attention_bwd":
+            (dout, q, k, v, bias, mask_req, out, lse, _cq, _ck, _mq, _mk, p, causal, _seed, _off) = a[:16]
+            scale = a[16] if len(a) > 16 else kw.get("scale")
+            if p != 0.0 or (mask_req[3] and bias is not None):
+                return None
+            emit("L", name, outs, [vid(dout), vid(q), vid(k), vid(v), vid(bias), vid(out), vid(lse)],
+                 [int(bool(causal)), "-" if scale is None else _float_tok(scale)[1:]], fx=node)
+        else:
+            return None
+    except (Unsupported, KeyError, ValueError, TypeError, IndexError):
+        return None
+    del o
+    return "L"
