@@ -15,6 +15,7 @@
  * units.  A reduction joins the unit of its input when its reduced dims give that unit's rows (ROW)
  * or columns (COL).  Views never become kernels; values of free nodes (constants) are inlined.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -2,7 +2,7 @@
  * and native_layer_norm_backward.
  *
  * Forward (per row): mean, var = biased variance (two passes, f64 sums), rstd = 1/sqrt(var + eps),
- * y = (x*rstd - mean*rstd) * w + b; mean and rstd are written in the input dtype.
+ * y = (x - mean)*rstd * w + b (bf16/f16: (x*rstd - rstd*mean) * w + b, as aten); mean and rstd are written in the input dtype.
  * Backward: xhat = (x - mean)*rstd, g = dy*w, dx = rstd*(g - mean(g) - xhat*mean(g*xhat)),
  * dw = sum over rows of dy*xhat, db = sum over rows of dy.
  * bf16/f16/f32 rows compute in f32 with f64 row sums; f64 computes in f64.
@@ -164,22 +164,37 @@ static double lanes_dot(const float *x, const float *y, int64_t n)
 	return s;
 }
 
-/* x = (x*scale + bias) [* w] [+ b] (PyTorch's order of operations). */
-static void affine(float *restrict x, int64_t n, float scale, float bias, const float *restrict w,
+/* x = ((x - shift)*scale + bias) [* w] [+ b], PyTorch's order of operations: f32 rows center first
+ * (shift = mean, bias = 0: (x - mean)*rstd, no cancellation when |mean| >> std), bf16/f16 rows use
+ * x*rstd + (-rstd*mean) (shift = 0), both as aten's CPU layer_norm kernels. */
+static void affine(float *restrict x, int64_t n, float shift, float scale, float bias, const float *restrict w,
 		   const float *restrict b)
 {
 	if (w && b)
 		for (int64_t j = 0; j < n; j++)
-			x[j] = (x[j] * scale + bias) * w[j] + b[j];
+			x[j] = ((x[j] - shift) * scale + bias) * w[j] + b[j];
 	else if (w)
 		for (int64_t j = 0; j < n; j++)
-			x[j] = (x[j] * scale + bias) * w[j];
+			x[j] = ((x[j] - shift) * scale + bias) * w[j];
 	else if (b)
 		for (int64_t j = 0; j < n; j++)
-			x[j] = x[j] * scale + bias + b[j];
+			x[j] = (x[j] - shift) * scale + bias + b[j];
 	else
 		for (int64_t j = 0; j < n; j++)
-			x[j] = x[j] * scale + bias;
+			x[j] = (x[j] - shift) * scale + bias;
+}
+
+/* The (shift, scale, bias) of affine() for a row of `dtype` with moments mean, rstd. */
+static void affine_consts(int dtype, double mean, double rstd, float *shift, float *scale, float *bias)
+{
+	*scale = (float)rstd;
+	if (dtype == NK_F32) {
+		*shift = (float)mean;
+		*bias = 0;
+	} else {
+		*shift = 0;
+		*bias = -*scale * (float)mean;
+	}
 }
 
 /* Weight and bias of a short row, converted once per task (NULL when absent or the row is long). */
@@ -207,7 +222,7 @@ static void ln_params_load(ln_params_t *p, const void *w, const void *b, int dty
  * over chunks (sum, squared deviations, output). */
 static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int64_t r)
 {
-	float x[CH], w[CH], b[CH], m;
+	float x[CH], w[CH], b[CH], m, sh, sc, bi;
 	double mean, var = 0, rstd;
 	int64_t base = r * a->cols, C = a->cols;
 
@@ -216,7 +231,8 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 		mean = lanes_sum(x, C) / (double)C;
 		var = lanes_sqdev(x, C, (float)mean) / (double)C;
 		rstd = 1.0 / sqrt(var + a->eps);
-		affine(x, C, (float)rstd, (float)(-mean * rstd), prm->pw, prm->pb);
+		affine_consts(a->dtype, mean, rstd, &sh, &sc, &bi);
+		affine(x, C, sh, sc, bi, prm->pw, prm->pb);
 		store_f32(a->y, a->dtype, base, x, C);
 	} else {
 		double s = 0;
@@ -237,6 +253,7 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 		}
 		var /= (double)C;
 		rstd = 1.0 / sqrt(var + a->eps);
+		affine_consts(a->dtype, mean, rstd, &sh, &sc, &bi);
 		for (int64_t c = 0; c < C; c += CH) {
 			int64_t n = min64(CH, C - c);
 
@@ -245,7 +262,7 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 				load_f32(w, a->w, a->dtype, c, n);
 			if (a->b)
 				load_f32(b, a->b, a->dtype, c, n);
-			affine(x, n, (float)rstd, (float)(-mean * rstd), a->w ? w : NULL, a->b ? b : NULL);
+			affine(x, n, sh, sc, bi, a->w ? w : NULL, a->b ? b : NULL);
 			store_f32(a->y, a->dtype, base + c, x, n);
 		}
 	}
@@ -259,13 +276,12 @@ static void ln_row_f64(const nk_layernorm_args_t *a, int64_t r)
 {
 	const double *x = (const double *)a->x + r * a->cols, *w = a->w, *b = a->b;
 	double *y = (double *)a->y + r * a->cols;
-	double mean, var, rstd, bias;
+	double mean, var, rstd;
 
 	row_moments(a, r, &mean, &var);
 	rstd = 1.0 / sqrt(var + a->eps);
-	bias = -mean * rstd;
 	for (int64_t j = 0; j < a->cols; j++) {
-		double v = x[j] * rstd + bias;
+		double v = (x[j] - mean) * rstd;
 
 		v = w ? v * w[j] : v;
 		y[j] = b ? v + b[j] : v;

@@ -89,6 +89,7 @@ typedef struct {
 	int64_t ia;               /* raw ia (flags for clamp / gelu / elu) */
 	int64_t is;               /* the op's integer scalar (alpha, fill value, exponent, ...) */
 	bool avx512;
+	bool round_q;             /* div_trunc on bf16/f16 tensors: round x/y to the dtype first (aten) */
 	atomic_int zero_div;      /* integer division by zero seen on some thread */
 } pw_ctx_t;
 
@@ -239,6 +240,10 @@ static int pw_prepare(pw_ctx_t *c, const nk_pointwise_args_t *a)
 	if (a->op == NK_OP_FILL && c->is_bool)
 		c->is = a->a != 0 || a->ia != 0;
 	c->avx512 = nk_cpu_avx512();
+	/* aten's div_trunc on two bf16/f16 tensors computes trunc(a / b) in scalar_t: the quotient is
+	 * rounded to the dtype before truncation (with a float scalar divisor it is not). */
+	c->round_q = a->op == NK_OP_DIV_TRUNC && (c->out_dt == NK_BF16 || c->out_dt == NK_F16) &&
+		     c->dt[c->src[0]] == c->out_dt && c->dt[c->src[1]] == c->out_dt;
 	return 0;
 }
 
@@ -367,8 +372,16 @@ static int64_t pw_int(const pw_ctx_t *c, int64_t x, int64_t y, int64_t z, int *z
 	}
 }
 
+/* v rounded to bf16 or f16 (dt) and widened back. */
+static inline float pw_round_to(int dt, float v)
+{
+	return dt == NK_BF16 ? nk_bf16_to_f32(nk_f32_to_bf16(v)) : nk_f16_to_f32(nk_f32_to_f16(v));
+}
+
 static inline float pw_f32(const pw_ctx_t *c, float x, float y, float z)
 {
+	if (c->round_q)
+		return truncf(pw_round_to(c->out_dt, x / y));
 	return pwf_scalar(c->op, x, y, z, c->af, c->bf, c->ad, c->ia);
 }
 

@@ -46,6 +46,13 @@ static void store_scalar(uint64_t *slot, at::ScalarType t, const c10::Scalar &s)
 	}), AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16);
 }
 
+// aten's CPU mul/div kernels on bf16/f16 take a scalar second operand at opmath (float) precision
+// instead of rounding it to the dtype: x * 0.1 multiplies by 0.1f.  Such scalars are passed as f32.
+static bool opmath_scalar_op(int op)
+{
+	return op == NK_OP_MUL || op == NK_OP_DIV || op == NK_OP_DIV_TRUNC || op == NK_OP_DIV_FLOOR;
+}
+
 static bool is_cpu_scalar(const at::Tensor &t)
 {
 	return t.dim() == 0 && t.device().is_cpu();
@@ -104,6 +111,8 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 		for (int k = 0; k < it.nops; k++) {
 			if (k >= iter.noutputs() && iter.is_cpu_scalar(k)) {
 				at::ScalarType t = (nocast >> (k - iter.noutputs()) & 1) ? iter.dtype(k) : common;
+				if (k == iter.noutputs() + 1 && at::isReducedFloatingType(common) && opmath_scalar_op(op))
+					t = at::kFloat;
 				store_scalar(&L.scal[k], t, at::Tensor(iter.tensor(k)).item());
 				it.data[k] = nullptr;
 				it.dtype[k] = (int8_t)nk_dtype(t, name);

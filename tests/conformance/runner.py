@@ -54,14 +54,16 @@ def swept_dtypes(op):
 # ---- moving samples ------------------------------------------------------------------------------
 
 def _to_device_strided(t, dev):
-    """A copy of t on dev with the same sizes, strides and storage offset (so non-contiguous and
-    overlapping layouts reach the device as they are); requires_grad kept, as a leaf."""
+    """A copy of t on dev with the same sizes, strides, storage offset and storage contents (so
+    non-contiguous and overlapping layouts reach the device as they are, and ops that read the
+    storage, like as_strided, see the same bytes); requires_grad kept, as a leaf."""
     with torch.no_grad():
-        if t.is_contiguous() or t.numel() == 0:
+        n = t.untyped_storage().nbytes() // t.element_size()
+        extent = t.storage_offset() + 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
+        if t.numel() == 0 or n < extent:  # (a storage smaller than the view would be a bug upstream)
             r = t.detach().to(dev)
         else:
-            extent = t.storage_offset() + 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride()))
-            flat = torch.as_strided(t.detach(), (extent,), (1,), 0).to(dev)
+            flat = torch.as_strided(t.detach(), (n,), (1,), 0).to(dev)
             r = flat.as_strided(t.shape, t.stride(), t.storage_offset())
     return r.requires_grad_(t.requires_grad)
 

@@ -1,9 +1,15 @@
 """The one list of op_db entries the conformance sweep does not compare value by value.
 
-SKIP: entries not run at all, each with the specific reason.  SHAPE_ONLY: entries whose results are
-random or uninitialized by definition; they run (so errors, fallbacks and crashes still show) but
-only the shapes, dtypes and devices of their results are compared.  Both lists appear in
-docs/conformance.md.  Nothing else is skipped: an entry that fails shows as failing.
+SKIP: entries not run at all, each with the specific reason.
+SHAPE_ONLY: entries whose results are random or uninitialized by definition; they run (so errors,
+fallbacks and crashes still show) but only the shapes, dtypes and devices of their results are
+compared.
+RANDOM_SAMPLES: entries where only some samples are random (dropout_p > 0, training-mode dropout):
+(predicate on the SampleInput, reason); those samples are compared by shape, the others by value.
+TOLERANCE: entries that get a looser tolerance than tolerances.py for one dtype:
+{dtype name: (rtol, atol)} and the reason.
+All of them appear in docs/conformance.md.  Nothing else is skipped: an entry that fails shows as
+failing.
 """
 
 SKIP = {
@@ -42,4 +48,18 @@ SHAPE_ONLY = {
     "empty_strided": _UNINIT,
     "new_empty": _UNINIT,
     "new_empty_strided": _UNINIT,
+}
+
+
+def _dropout_p(s):
+    return float(s.kwargs.get("dropout_p", 0.0) or 0.0) > 0
+
+
+RANDOM_SAMPLES = {
+    "nn.functional.scaled_dot_product_attention": (_dropout_p, "samples with dropout_p > 0 are random"),
+    "nn.functional.multi_head_attention_forward": (
+        lambda s: _dropout_p(s) and s.kwargs.get("training", True), "samples with dropout_p > 0 in training are random"),
+}
+
+TOLERANCE = {
 }

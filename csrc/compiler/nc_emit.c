@@ -1,0 +1,1049 @@
+/* nc_emit.c - C code generation for fused units, segments and the workspace plan.
+ *
+ * A fused unit covers R rows of L elements.  Every FULL value of the unit is indexed by (r, j), the
+ * row-major flat index r*L + j of its own shape (reshapes keep it), so a value needs no index
+ * arithmetic inside the row: a load from memory is base[a + j*s] where the row offset a is computed
+ * once per row (or tile) and s is 1 on contiguous paths, 0 for a broadcast, or a constant stride.
+ * Only an operand whose inner dims are not linear in j (a transposed broadcast, say) decomposes j per
+ * element.  Inner loops carry `#pragma omp simd` (the frontend compiles with -fopenmp-simd, no OpenMP
+ * runtime), with reduction clauses for row reductions.
+ *
+ * Kernel shapes:
+ *   PW   parallel over tiles (row r, chunk of NC_CHUNK elements of the row)
+ *   ROW  parallel over rows; pass p accumulates the reductions whose inputs need p earlier
+ *        reductions (softmax: max, then sum of exp, then the normalized output in a final pass)
+ *   COL  parallel over chunks of NC_CC columns; loops over all rows, accumulating per column
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nc_impl.h"
+
+#define NC_EXPR 4096
+
+static _Thread_local bool truncated; /* an expression did not fit its buffer: fail the compile */
+
+static void fmt(char *out, size_t n, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static void fmt(char *out, size_t n, const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	int r = vsnprintf(out, n, f, ap);
+	va_end(ap);
+	if (r < 0 || (size_t)r >= n)
+		truncated = true;
+}
+
+typedef struct {
+	nc_graph_t *g;
+	nc_sb_t *s;
+	int ui;
+	const nc_unit_t *u;
+	const char *R, *L;
+	int *level;   /* per value (roots of this unit) */
+	bool *needed; /* per node, for the pass being emitted */
+	int npass;    /* number of reduction passes */
+	int pass;     /* pass being emitted (names of row offsets) */
+	nc_sb_t *pre; /* where row offsets go (before the inner loop); NULL: in place */
+} kc_t;
+
+/* ---- small helpers -------------------------------------------------------------------------------- */
+
+static bool in_unit(const kc_t *k, int value)
+{
+	bool tr;
+	return nc_root_producer_unit(k->g, value, &tr) == k->ui && tr;
+}
+
+static bool is_free(const nc_graph_t *g, int value)
+{
+	int p = g->v[g->v[value].root].producer;
+	return p >= 0 && g->n[p].free;
+}
+
+static int ptr_index(const nc_graph_t *g, int seg, int root)
+{
+	const nc_seg_t *s = &g->seg[seg];
+	for (int i = 0; i < s->nroots; i++)
+		if (s->roots[i] == root)
+			return i;
+	return -1;
+}
+
+static const char *reg_of(int dt) { return nc_ctype_reg(dt); }
+
+/* compute type of a dtype: bf16/f16 compute in float */
+static const char *ctype(int dt) { return nc_ctype_reg(dt); }
+
+static bool is_double(int dt) { return dt == NC_F64; }
+
+/* expression X (of register type for dtype from) as compute dtype to */
+static void conv(char *out, size_t n, const char *x, int from, int to)
+{
+	(void)from;
+	if (to == NC_BOOL)
+		fmt(out, n, "((%s) != 0)", x);
+	else
+		fmt(out, n, "((%s)(%s))", ctype(to), x);
+}
+
+/* a computed expression (in compute dtype cd) as a register of dtype dt */
+static void to_reg(char *out, size_t n, const char *x, int cd, int dt)
+{
+	(void)cd;
+	switch (dt) {
+	case NC_BOOL: fmt(out, n, "((uint8_t)((%s) != 0))", x); break;
+	case NC_BF16: fmt(out, n, "nc_rbf((float)(%s))", x); break;
+	case NC_F16: fmt(out, n, "nc_rh((float)(%s))", x); break;
+	default: fmt(out, n, "((%s)(%s))", reg_of(dt), x); break;
+	}
+}
+
+static void load_conv(char *out, size_t n, const char *mem, int dt)
+{
+	switch (dt) {
+	case NC_BF16: fmt(out, n, "nc_bf2f(%s)", mem); break;
+	case NC_F16: fmt(out, n, "nc_h2f(%s)", mem); break;
+	default: fmt(out, n, "%s", mem); break;
+	}
+}
+
+static void store_conv(char *out, size_t n, const char *x, int dt)
+{
+	switch (dt) {
+	case NC_BF16: fmt(out, n, "nc_f2bf(%s)", x); break;
+	case NC_F16: fmt(out, n, "nc_f2h(%s)", x); break;
+	case NC_BOOL: fmt(out, n, "(uint8_t)((%s) != 0)", x); break;
+	default: fmt(out, n, "(%s)(%s)", nc_ctype_storage(dt), x); break;
+	}
+}
+
+/* ---- accesses: where element (r, j) / r / j of a value lives ---------------------------------------- */
+
+/* effective stride of operand o broadcast into shape S, for dim d of S */
+static const char *eff_stride(const nc_value_t *o, const nc_value_t *S, int d)
+{
+	int od = d - (S->rank - o->rank);
+	if (od < 0)
+		return "0";
+	if (nc_is_one(o->size[od]) && !nc_is_one(S->size[d]))
+		return "0";
+	return o->stride[od];
+}
+
+/* Emit `int64_t <name> = <offset of the first element of row `idx`>` for a FULL access, and return in
+ * inner (static buffer) the stride of j, or NULL if j must be decomposed (general path). */
+static const char *full_access(kc_t *k, const char *name, const nc_value_t *o, const nc_value_t *S, const char *L,
+			       const char *idx, int indent)
+{
+	nc_sb_t *s = k->pre ? k->pre : k->s;
+	if (k->pre)
+		indent = 16;
+	static _Thread_local char inner[NC_EXPR];
+	int ks = nc_sp_index(S, L);
+	if (ks < 0)
+		ks = S->rank; /* cannot happen for members; keeps the code defined */
+	int shift = S->rank - o->rank;
+	if (nc_streq(o->sp[0], S->sp[0]) && !nc_streq(o->lin[0], "x")) {
+		sb_printf(s, "%*sconst int64_t %s = (%s) + (%s) * ((%s) * (%s));\n", indent, "", name, o->off, idx, o->lin[0], L);
+		fmt(inner, sizeof inner, "%s", o->lin[0]);
+		return inner;
+	}
+	/* row part */
+	bool row_bcast = true;
+	for (int d = 0; d < ks; d++)
+		if (!nc_is_one(S->size[d]) && !nc_is_zero(eff_stride(o, S, d)))
+			row_bcast = false;
+	if (row_bcast) {
+		sb_printf(s, "%*sconst int64_t %s = (%s);\n", indent, "", name, o->off);
+	} else {
+		sb_printf(s, "%*sint64_t %s = (%s);\n%*s{\n%*sint64_t q = %s;\n", indent, "", name, o->off, indent, "", indent + 8,
+			  "", idx);
+		int outer = -1;
+		for (int d = 0; d < ks; d++)
+			if (!nc_is_one(S->size[d])) {
+				outer = d;
+				break;
+			}
+		for (int d = ks - 1; d >= 0; d--) {
+			if (nc_is_one(S->size[d]))
+				continue;
+			const char *st = eff_stride(o, S, d);
+			if (d == outer) {
+				if (!nc_is_zero(st))
+					sb_printf(s, "%*s%s += q * (%s);\n", indent + 8, "", name, st);
+			} else {
+				if (!nc_is_zero(st))
+					sb_printf(s, "%*s%s += (q %% (%s)) * (%s);\n", indent + 8, "", name, S->size[d], st);
+				sb_printf(s, "%*sq /= (%s);\n", indent + 8, "", S->size[d]);
+			}
+		}
+		sb_printf(s, "%*s}\n", indent, "");
+	}
+	/* inner part */
+	bool all0 = true, none0 = true;
+	for (int d = ks; d < S->rank; d++) {
+		if (nc_is_one(S->size[d]))
+			continue;
+		if (nc_is_zero(eff_stride(o, S, d)))
+			none0 = false;
+		else
+			all0 = false;
+	}
+	if (all0) {
+		fmt(inner, sizeof inner, "0");
+		return inner;
+	}
+	if (none0 && ks - shift >= 0 && !nc_streq(o->lin[ks - shift], "x")) {
+		fmt(inner, sizeof inner, "%s", o->lin[ks - shift]);
+		return inner;
+	}
+	return NULL;
+}
+
+/* index expression (into buf) of element j of a FULL access with row offset `name` */
+static void full_index(kc_t *k, char *buf, size_t n, const char *name, const char *inner, const nc_value_t *o,
+		       const nc_value_t *S, const char *L, const char *var, int indent)
+{
+	if (inner) {
+		if (nc_is_zero(inner))
+			fmt(buf, n, "%s", name);
+		else if (nc_is_one(inner))
+			fmt(buf, n, "%s + j", name);
+		else
+			fmt(buf, n, "%s + j * (%s)", name, inner);
+		return;
+	}
+	/* general: decompose j over the inner dims */
+	int ks = nc_sp_index(S, L);
+	nc_sb_t *s = k->s;
+	sb_printf(s, "%*sint64_t %s_j = %s;\n%*s{\n%*sint64_t q = j;\n", indent, "", var, name, indent, "", indent + 8, "");
+	for (int d = S->rank - 1; d >= ks; d--) {
+		if (nc_is_one(S->size[d]))
+			continue;
+		const char *st = eff_stride(o, S, d);
+		if (!nc_is_zero(st))
+			sb_printf(s, "%*s%s_j += (q %% (%s)) * (%s);\n", indent + 8, "", var, S->size[d], st);
+		sb_printf(s, "%*sq /= (%s);\n", indent + 8, "", S->size[d]);
+	}
+	sb_printf(s, "%*s}\n", indent, "");
+	fmt(buf, n, "%s_j", var);
+}
+
+/* Emit the offset (into variable `name`) of element `idx` of shape S (flat, all dims) of operand o. */
+static void whole_access(kc_t *k, const char *name, const nc_value_t *o, const nc_value_t *S, const char *idx, int indent)
+{
+	nc_sb_t *s = k->s;
+	if (nc_streq(o->sp[0], S->sp[0]) && !nc_streq(o->lin[0], "x")) {
+		sb_printf(s, "%*sconst int64_t %s = (%s) + (%s) * (%s);\n", indent, "", name, o->off, idx, o->lin[0]);
+		return;
+	}
+	sb_printf(s, "%*sint64_t %s = (%s);\n%*s{\n%*sint64_t q = %s;\n", indent, "", name, o->off, indent, "", indent + 8, "",
+		  idx);
+	for (int d = S->rank - 1; d >= 0; d--) {
+		if (nc_is_one(S->size[d]))
+			continue;
+		const char *st = eff_stride(o, S, d);
+		if (!nc_is_zero(st))
+			sb_printf(s, "%*s%s += (q %% (%s)) * (%s);\n", indent + 8, "", name, S->size[d], st);
+		sb_printf(s, "%*sq /= (%s);\n", indent + 8, "", S->size[d]);
+	}
+	sb_printf(s, "%*s}\n", indent, "");
+}
+
+/* ---- pointwise expressions ------------------------------------------------------------------------- */
+
+static const char *fsuf(int cd) { return is_double(cd) ? "" : "f"; }
+
+static int emit_op(kc_t *k, char *out, size_t n, const nc_node_t *m, char a[][NC_EXPR], int na)
+{
+	const char *op = m->op;
+	int cd = m->cdtype;
+	bool fl = nc_dtype_is_float(cd);
+	const char *T = ctype(cd), *f = fsuf(cd);
+#define OP(name) (!strcmp(op, name))
+#define ARGS(c) if (na < (c)) return nc_fail(k->g, NC_ERR_INVALID, "node %d: %s needs %d operands", m->id, op, c)
+	if (OP("copy")) { ARGS(1); fmt(out, n, "%s", a[0]); }
+	else if (OP("full")) { ARGS(1); fmt(out, n, "%s", a[0]); }
+	else if (OP("add")) { ARGS(2); fmt(out, n, "(%s + %s)", a[0], a[1]); }
+	else if (OP("sub")) { ARGS(2); fmt(out, n, "(%s - %s)", a[0], a[1]); }
+	else if (OP("add_alpha")) { ARGS(3); fmt(out, n, "(%s + %s * %s)", a[0], a[2], a[1]); }
+	else if (OP("sub_alpha")) { ARGS(3); fmt(out, n, "(%s - %s * %s)", a[0], a[2], a[1]); }
+	else if (OP("rsub_alpha")) { ARGS(3); fmt(out, n, "(%s - %s * %s)", a[1], a[2], a[0]); }
+	else if (OP("mul")) { ARGS(2); fmt(out, n, "(%s * %s)", a[0], a[1]); }
+	else if (OP("div")) { ARGS(2); fmt(out, n, fl ? "(%s / %s)" : "nc_idiv_trunc(%s, %s)", a[0], a[1]); }
+	else if (OP("div_trunc")) { ARGS(2); if (fl) fmt(out, n, "trunc%s(%s / %s)", f, a[0], a[1]); else fmt(out, n, "nc_idiv_trunc(%s, %s)", a[0], a[1]); }
+	else if (OP("div_floor")) { ARGS(2); if (fl) fmt(out, n, "floor%s(%s / %s)", f, a[0], a[1]); else fmt(out, n, "nc_idiv_floor(%s, %s)", a[0], a[1]); }
+	else if (OP("remainder")) { ARGS(2); fmt(out, n, fl ? (is_double(cd) ? "nc_rem(%s, %s)" : "nc_remf(%s, %s)") : "nc_irem(%s, %s)", a[0], a[1]); }
+	else if (OP("fmod")) { ARGS(2); if (fl) fmt(out, n, "fmod%s(%s, %s)", f, a[0], a[1]); else fmt(out, n, "nc_ifmod(%s, %s)", a[0], a[1]); }
+	else if (OP("pow")) { ARGS(2); if (fl) fmt(out, n, "pow%s(%s, %s)", f, a[0], a[1]); else fmt(out, n, "nc_ipow(%s, %s)", a[0], a[1]); }
+	else if (OP("atan2")) { ARGS(2); fmt(out, n, "atan2%s(%s, %s)", f, a[0], a[1]); }
+	else if (OP("hypot")) { ARGS(2); fmt(out, n, "hypot%s(%s, %s)", f, a[0], a[1]); }
+	else if (OP("copysign")) { ARGS(2); fmt(out, n, "copysign%s(%s, %s)", f, a[0], a[1]); }
+	else if (OP("maximum")) { ARGS(2); fmt(out, n, fl ? "((%1$s > %2$s || %1$s != %1$s) ? %1$s : %2$s)" : "(%1$s > %2$s ? %1$s : %2$s)", a[0], a[1]); }
+	else if (OP("minimum")) { ARGS(2); fmt(out, n, fl ? "((%1$s < %2$s || %1$s != %1$s) ? %1$s : %2$s)" : "(%1$s < %2$s ? %1$s : %2$s)", a[0], a[1]); }
+	else if (OP("fmax")) { ARGS(2); fmt(out, n, fl ? "fmax%3$s(%1$s, %2$s)" : "(%1$s > %2$s ? %1$s : %2$s)", a[0], a[1], f); }
+	else if (OP("fmin")) { ARGS(2); fmt(out, n, fl ? "fmin%3$s(%1$s, %2$s)" : "(%1$s < %2$s ? %1$s : %2$s)", a[0], a[1], f); }
+	else if (OP("eq")) { ARGS(2); fmt(out, n, "(%s == %s)", a[0], a[1]); }
+	else if (OP("ne")) { ARGS(2); fmt(out, n, "(%s != %s)", a[0], a[1]); }
+	else if (OP("lt")) { ARGS(2); fmt(out, n, "(%s < %s)", a[0], a[1]); }
+	else if (OP("le")) { ARGS(2); fmt(out, n, "(%s <= %s)", a[0], a[1]); }
+	else if (OP("gt")) { ARGS(2); fmt(out, n, "(%s > %s)", a[0], a[1]); }
+	else if (OP("ge")) { ARGS(2); fmt(out, n, "(%s >= %s)", a[0], a[1]); }
+	else if (OP("logical_and")) { ARGS(2); fmt(out, n, "(%s & %s)", a[0], a[1]); }
+	else if (OP("logical_or")) { ARGS(2); fmt(out, n, "(%s | %s)", a[0], a[1]); }
+	else if (OP("logical_xor")) { ARGS(2); fmt(out, n, "(%s ^ %s)", a[0], a[1]); }
+	else if (OP("logical_not")) { ARGS(1); fmt(out, n, "(!%s)", a[0]); }
+	else if (OP("bitwise_and")) { ARGS(2); fmt(out, n, "(%s & %s)", a[0], a[1]); }
+	else if (OP("bitwise_or")) { ARGS(2); fmt(out, n, "(%s | %s)", a[0], a[1]); }
+	else if (OP("bitwise_xor")) { ARGS(2); fmt(out, n, "(%s ^ %s)", a[0], a[1]); }
+	else if (OP("bitwise_not")) { ARGS(1); fmt(out, n, cd == NC_BOOL ? "(!%s)" : "(~%s)", a[0]); }
+	else if (OP("where")) { ARGS(3); fmt(out, n, "(%s ? %s : %s)", a[0], a[1], a[2]); }
+	else if (OP("clamp")) { ARGS(3); fmt(out, n, "({ %1$s t_ = %2$s < %3$s ? %3$s : %2$s; t_ > %4$s ? %4$s : t_; })", T, a[0], a[1], a[2]); }
+	else if (OP("clamp_min")) { ARGS(2); fmt(out, n, "(%1$s < %2$s ? %2$s : %1$s)", a[0], a[1]); }
+	else if (OP("clamp_max")) { ARGS(2); fmt(out, n, "(%1$s > %2$s ? %2$s : %1$s)", a[0], a[1]); }
+	else if (OP("neg")) { ARGS(1); fmt(out, n, "(-%s)", a[0]); }
+	else if (OP("abs")) { ARGS(1); fmt(out, n, fl ? "fabs%2$s(%1$s)" : "(%1$s < 0 ? -%1$s : %1$s)", a[0], f); }
+	else if (OP("sign")) { ARGS(1); fmt(out, n, "(%1$s > 0 ? (%2$s)1 : (%1$s < 0 ? (%2$s)-1 : %1$s))", a[0], T); }
+	else if (OP("reciprocal")) { ARGS(1); fmt(out, n, "((%s)1 / %s)", T, a[0]); }
+	else if (OP("square")) { ARGS(1); fmt(out, n, "(%1$s * %1$s)", a[0]); }
+	else if (OP("rsqrt")) { ARGS(1); fmt(out, n, "((%s)1 / sqrt%s(%s))", T, f, a[0]); }
+	else if (OP("sigmoid")) { ARGS(1); fmt(out, n, "((%1$s)1 / ((%1$s)1 + exp%2$s(-%3$s)))", T, f, a[0]); }
+	else if (OP("silu")) { ARGS(1); fmt(out, n, "(%3$s / ((%1$s)1 + exp%2$s(-%3$s)))", T, f, a[0]); }
+	else if (OP("relu")) { ARGS(1); fmt(out, n, "(%1$s < 0 ? (%2$s)0 : %1$s)", a[0], T); }
+	else if (OP("gelu")) { ARGS(1); fmt(out, n, "((%1$s)0.5 * %3$s * ((%1$s)1 + erf%2$s(%3$s * (%1$s)0.70710678118654752440)))", T, f, a[0]); }
+	else if (OP("gelu_tanh")) { ARGS(1); fmt(out, n, "((%1$s)0.5 * %3$s * ((%1$s)1 + tanh%2$s((%1$s)0.79788456080286535588 * (%3$s + (%1$s)0.044715 * %3$s * %3$s * %3$s))))", T, f, a[0]); }
+	else if (OP("frac")) { ARGS(1); fmt(out, n, "(%1$s - trunc%2$s(%1$s))", a[0], f); }
+	else if (OP("round")) { ARGS(1); fmt(out, n, "nearbyint%s(%s)", f, a[0]); }
+	else if (OP("isnan")) { ARGS(1); fmt(out, n, fl ? "(%1$s != %1$s)" : "0", a[0]); }
+	else if (OP("isinf")) { ARGS(1); fmt(out, n, fl ? "(fabs%2$s(%1$s) == INFINITY)" : "0", a[0], f); }
+	else if (OP("isfinite")) { ARGS(1); fmt(out, n, fl ? "(fabs%2$s(%1$s) < INFINITY)" : "1", a[0], f); }
+	else if (OP("sigmoid_backward")) { ARGS(2); fmt(out, n, "(%1$s * ((%3$s)1 - %2$s) * %2$s)", a[0], a[1], T); }
+	else if (OP("tanh_backward")) { ARGS(2); fmt(out, n, "(%1$s * ((%3$s)1 - %2$s * %2$s))", a[0], a[1], T); }
+	else if (OP("threshold_backward")) { ARGS(3); fmt(out, n, "(%2$s <= %3$s ? (%4$s)0 : %1$s)", a[0], a[1], a[2], T); }
+	else if (OP("arange")) { ARGS(2); fmt(out, n, "(%s + %s * (%s)(r * L + j))", a[0], a[1], T); }
+	else {
+		static const char *const unary[] = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos",
+						    "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+						    "erf", "erfc", "floor", "ceil", "trunc", NULL};
+		for (int i = 0; unary[i]; i++)
+			if (OP(unary[i])) {
+				ARGS(1);
+				if (!fl && (OP("floor") || OP("ceil") || OP("trunc")))
+					fmt(out, n, "%s", a[0]);
+				else
+					fmt(out, n, "%s%s(%s)", unary[i], f, a[0]);
+				return 0;
+			}
+		return nc_fail(k->g, NC_ERR_INVALID, "node %d: unknown pointwise op '%s'", m->id, op);
+	}
+#undef OP
+#undef ARGS
+	return 0;
+}
+
+/* The operand expressions of node m (converted to m's compute dtype), emitting loads for operands in
+ * memory.  mode: CLS_FULL (in the j loop), CLS_ROW (per row), CLS_COL (per column). */
+static int operands(kc_t *k, const nc_node_t *m, int mode, char a[][NC_EXPR], int indent)
+{
+	nc_graph_t *g = k->g;
+	const nc_value_t *S = &g->v[m->outs[0]];
+	int na = 0;
+	for (int i = 0; i < m->nin && na < 8; i++, na++) {
+		const nc_opnd_t *o = &m->ins[i];
+		int to = m->cdtype;
+		if (!strcmp(m->op, "where") && i == 0)
+			to = NC_BOOL;
+		char x[NC_EXPR];
+		int from = to;
+		if (o->kind == 'f') {
+			if (!strcmp(o->ftext, "inf"))
+				fmt(x, sizeof x, "INFINITY");
+			else if (!strcmp(o->ftext, "-inf"))
+				fmt(x, sizeof x, "(-INFINITY)");
+			else if (!strcmp(o->ftext, "nan"))
+				fmt(x, sizeof x, "NAN");
+			else
+				fmt(x, sizeof x, "%s", o->ftext);
+			from = NC_F64;
+		} else if (o->kind == 'i') {
+			fmt(x, sizeof x, "(int64_t)%lld", (long long)o->i);
+			from = NC_I64;
+		} else if (o->kind == 'e') {
+			fmt(x, sizeof x, "(int64_t)(%s)", o->e);
+			from = NC_I64;
+		} else if (o->v < 0) {
+			return nc_fail(g, NC_ERR_INVALID, "node %d: absent operand", m->id);
+		} else {
+			const nc_value_t *ov = &g->v[o->v];
+			from = ov->dtype;
+			if (is_free(g, o->v)) {
+				fmt(x, sizeof x, "c%d", ov->root);
+			} else if (in_unit(k, o->v)) {
+				fmt(x, sizeof x, "x%d", ov->root);
+			} else {
+				const nc_value_t *rv = &g->v[ov->root];
+				int pi = ptr_index(g, k->u->seg, rv->id);
+				if (pi < 0)
+					return nc_fail(g, NC_ERR_INVALID, "internal: value %d has no pointer in segment %d", rv->id, k->u->seg);
+				char name[48], idx[NC_EXPR], mem[NC_EXPR];
+				fmt(name, sizeof name, "l%d_%d_%d", m->index, i, k->pass);
+				if (mode == CLS_FULL) {
+					const char *inner = full_access(k, name, ov, S, k->L, "r", indent);
+					char innerbuf[NC_EXPR];
+					if (inner)
+						fmt(innerbuf, sizeof innerbuf, "%s", inner);
+					full_index(k, idx, sizeof idx, name, inner ? innerbuf : NULL, ov, S, k->L, name, indent);
+				} else {
+					whole_access(k, name, ov, S, mode == CLS_ROW ? "r" : "j", indent);
+					fmt(idx, sizeof idx, "%s", name);
+				}
+				char raw[NC_EXPR];
+				fmt(raw, sizeof raw, "((const %s *)P[%d])[%s]", nc_ctype_storage(rv->dtype), pi, idx);
+				load_conv(mem, sizeof mem, raw, ov->dtype);
+				sb_printf(k->s, "%*sconst %s %s_v = %s;\n", indent, "", reg_of(ov->dtype), name, mem);
+				fmt(x, sizeof x, "%s_v", name);
+			}
+		}
+		conv(a[na], sizeof a[na], x, from, to);
+	}
+	return na;
+}
+
+static int emit_node(kc_t *k, const nc_node_t *m, int mode, int indent)
+{
+	char a[8][NC_EXPR], e[4 * NC_EXPR], r[4 * NC_EXPR + 64];
+	int na = operands(k, m, mode, a, indent);
+	if (na < 0)
+		return na;
+	int st = emit_op(k, e, sizeof e, m, a, na);
+	if (st)
+		return st;
+	const nc_value_t *v = &k->g->v[m->outs[0]];
+	to_reg(r, sizeof r, e, m->cdtype, v->dtype);
+	sb_printf(k->s, "%*sconst %s x%d = %s;\n", indent, "", reg_of(v->dtype), v->root, r);
+	return 0;
+}
+
+/* store of value v (a root of this unit) at the current element */
+static void emit_store(kc_t *k, const nc_value_t *v, int mode, int indent)
+{
+	nc_graph_t *g = k->g;
+	int pi = ptr_index(g, k->u->seg, v->id);
+	char name[32], idx[NC_EXPR], x[64], sv[NC_EXPR];
+	fmt(name, sizeof name, "s%d_%d", v->id, k->pass);
+	if (mode == CLS_FULL) {
+		const char *inner = full_access(k, name, v, v, k->L, "r", indent);
+		char innerbuf[NC_EXPR];
+		if (inner)
+			fmt(innerbuf, sizeof innerbuf, "%s", inner);
+		full_index(k, idx, sizeof idx, name, inner ? innerbuf : NULL, v, v, k->L, name, indent);
+	} else {
+		whole_access(k, name, v, v, mode == CLS_ROW ? "r" : "j", indent);
+		fmt(idx, sizeof idx, "%s", name);
+	}
+	fmt(x, sizeof x, "x%d", v->id);
+	store_conv(sv, sizeof sv, x, v->dtype);
+	sb_printf(k->s, "%*s((%s *)P[%d])[%s] = %s;\n", indent, "", nc_ctype_storage(v->dtype), pi, idx, sv);
+}
+
+static bool stored(const nc_graph_t *g, const nc_node_t *m)
+{
+	const nc_value_t *v = &g->v[m->outs[0]];
+	return v->mat && v->storage != ST_NONE;
+}
+
+/* ---- reductions -------------------------------------------------------------------------------------- */
+
+static const char *acc_type(const nc_graph_t *g, const nc_node_t *m)
+{
+	const nc_value_t *in = &g->v[m->ins[0].v];
+	if (!strcmp(m->op, "amax") || !strcmp(m->op, "amin"))
+		return reg_of(in->dtype);
+	if (nc_dtype_is_float(m->cdtype))
+		return m->cdtype == NC_F64 ? "double" : "float";
+	return "int64_t";
+}
+
+static const char *acc_init(const nc_graph_t *g, const nc_node_t *m)
+{
+	const nc_value_t *in = &g->v[m->ins[0].v];
+	bool mx = !strcmp(m->op, "amax"), mn = !strcmp(m->op, "amin");
+	if (!mx && !mn)
+		return "0";
+	if (nc_dtype_is_float(in->dtype))
+		return mx ? "(-INFINITY)" : "INFINITY";
+	static const char *const lo[NC_NDTYPES] = {"0", "0", "INT8_MIN", "INT16_MIN", "INT32_MIN", "INT64_MIN"};
+	static const char *const hi[NC_NDTYPES] = {"1", "UINT8_MAX", "INT8_MAX", "INT16_MAX", "INT32_MAX", "INT64_MAX"};
+	return mx ? lo[in->dtype] : hi[in->dtype];
+}
+
+static bool red_is_float_ext(const nc_graph_t *g, const nc_node_t *m)
+{
+	return (!strcmp(m->op, "amax") || !strcmp(m->op, "amin")) && nc_dtype_is_float(g->v[m->ins[0].v].dtype);
+}
+
+/* accumulate input register of reduction m into acc (`acc` names the accumulator lvalue) */
+static void emit_acc_update(kc_t *k, const nc_node_t *m, const char *acc, const char *nanv, int indent)
+{
+	const nc_value_t *in = &k->g->v[m->ins[0].v];
+	char x[64];
+	fmt(x, sizeof x, "((%s)x%d)", acc_type(k->g, m), in->root);
+	if (!strcmp(m->op, "amax"))
+		sb_printf(k->s, "%*s%s = %s > %s ? %s : %s;\n", indent, "", acc, acc, x, acc, x);
+	else if (!strcmp(m->op, "amin"))
+		sb_printf(k->s, "%*s%s = %s < %s ? %s : %s;\n", indent, "", acc, acc, x, acc, x);
+	else
+		sb_printf(k->s, "%*s%s += %s;\n", indent, "", acc, x);
+	if (red_is_float_ext(k->g, m))
+		sb_printf(k->s, "%*s%s |= x%d != x%d;\n", indent, "", nanv, in->root, in->root);
+}
+
+static void emit_acc_final(kc_t *k, const nc_node_t *m, const char *acc, const char *nanv, const char *count, int indent)
+{
+	const nc_value_t *v = &k->g->v[m->outs[0]];
+	char e[NC_EXPR], r[NC_EXPR];
+	if (!strcmp(m->op, "mean"))
+		fmt(e, sizeof e, "(%s / (%s)(%s))", acc, acc_type(k->g, m), count);
+	else if (red_is_float_ext(k->g, m))
+		fmt(e, sizeof e, "(%s ? (%s)NAN : %s)", nanv, acc_type(k->g, m), acc);
+	else
+		fmt(e, sizeof e, "%s", acc);
+	to_reg(r, sizeof r, e, m->cdtype, v->dtype);
+	sb_printf(k->s, "%*sconst %s x%d = %s;\n", indent, "", reg_of(v->dtype), v->root, r);
+}
+
+/* ---- levels and needed sets ---------------------------------------------------------------------------- */
+
+static int operand_level(kc_t *k, const nc_opnd_t *o)
+{
+	if (o->kind != 'v' || o->v < 0 || !in_unit(k, o->v))
+		return 0;
+	return k->level[k->g->v[o->v].root];
+}
+
+static void compute_levels(kc_t *k)
+{
+	nc_graph_t *g = k->g;
+	k->npass = 0;
+	for (int i = 0; i < k->u->nnodes; i++) {
+		const nc_node_t *m = &g->n[k->u->nodes[i]];
+		int l = 0;
+		for (int j = 0; j < m->nin; j++) {
+			int ol = operand_level(k, &m->ins[j]);
+			if (ol > l)
+				l = ol;
+		}
+		if (m->kind == 'R')
+			l++;
+		k->level[m->outs[0]] = l;
+		if (m->kind == 'R' && l > k->npass)
+			k->npass = l;
+	}
+}
+
+/* mark FULL members needed (transitively) for value `root` */
+static void need(kc_t *k, int root)
+{
+	nc_graph_t *g = k->g;
+	int p = g->v[root].producer;
+	if (p < 0 || k->needed[p] || g->n[p].unit != k->ui || g->v[root].cls != CLS_FULL)
+		return;
+	k->needed[p] = true;
+	const nc_node_t *m = &g->n[p];
+	for (int j = 0; j < m->nin; j++)
+		if (m->ins[j].kind == 'v' && m->ins[j].v >= 0 && in_unit(k, m->ins[j].v))
+			need(k, g->v[m->ins[j].v].root);
+}
+
+/* the j-loop body of one pass: FULL members needed, then accumulations and stores */
+static int emit_full_body(kc_t *k, int pass, bool col, int indent)
+{
+	nc_graph_t *g = k->g;
+	for (int i = 0; i < k->u->nnodes; i++) {
+		const nc_node_t *m = &g->n[k->u->nodes[i]];
+		if (!k->needed[m->index] || m->kind != 'P')
+			continue;
+		int st = emit_node(k, m, CLS_FULL, indent);
+		if (st)
+			return st;
+	}
+	for (int i = 0; i < k->u->nnodes; i++) {
+		const nc_node_t *m = &g->n[k->u->nodes[i]];
+		if (m->kind == 'R' && k->level[m->outs[0]] - 1 == pass) {
+			char acc[48], nanv[48];
+			if (col) {
+				fmt(acc, sizeof acc, "acc%d[j - j0]", m->index);
+				fmt(nanv, sizeof nanv, "nan%d[j - j0]", m->index);
+			} else {
+				fmt(acc, sizeof acc, "acc%d", m->index);
+				fmt(nanv, sizeof nanv, "nan%d", m->index);
+			}
+			emit_acc_update(k, m, acc, nanv, indent);
+		}
+		if (m->kind == 'P' && g->v[m->outs[0]].cls == CLS_FULL && stored(g, m) && k->level[m->outs[0]] == pass)
+			emit_store(k, &g->v[m->outs[0]], CLS_FULL, indent);
+	}
+	return 0;
+}
+
+static void mark_pass(kc_t *k, int pass)
+{
+	nc_graph_t *g = k->g;
+	memset(k->needed, 0, sizeof(bool) * (size_t)g->nn);
+	for (int i = 0; i < k->u->nnodes; i++) {
+		const nc_node_t *m = &g->n[k->u->nodes[i]];
+		if (m->kind == 'R' && k->level[m->outs[0]] - 1 == pass)
+			need(k, g->v[m->ins[0].v].root);
+		if (m->kind == 'P' && g->v[m->outs[0]].cls == CLS_FULL && stored(g, m) && k->level[m->outs[0]] == pass)
+			need(k, m->outs[0]);
+	}
+}
+
+static bool pass_has_work(kc_t *k, int pass)
+{
+	nc_graph_t *g = k->g;
+	for (int i = 0; i < k->u->nnodes; i++) {
+		const nc_node_t *m = &g->n[k->u->nodes[i]];
+		if (m->kind == 'R' && k->level[m->outs[0]] - 1 == pass)
+			return true;
+		if (m->kind == 'P' && g->v[m->outs[0]].cls == CLS_FULL && stored(g, m) && k->level[m->outs[0]] == pass)
+			return true;
+	}
+	return false;
+}
+
+static void omp_clauses(kc_t *k, int pass, char *buf, size_t n)
+{
+	nc_graph_t *g = k->g;
+	size_t len = (size_t)snprintf(buf, n, "#pragma omp simd");
+	for (int i = 0; i < k->u->nnodes && len < n; i++) {
+		const nc_node_t *m = &g->n[k->u->nodes[i]];
+		if (m->kind != 'R' || k->level[m->outs[0]] - 1 != pass)
+			continue;
+		const char *op = !strcmp(m->op, "amax") ? "max" : !strcmp(m->op, "amin") ? "min" : "+";
+		len += (size_t)snprintf(buf + len, n - len, " reduction(%s:acc%d)", op, m->index);
+		if (red_is_float_ext(g, m) && len < n)
+			len += (size_t)snprintf(buf + len, n - len, " reduction(|:nan%d)", m->index);
+	}
+}
+
+/* ---- kernels ------------------------------------------------------------------------------------------- */
+
+static void prologue(kc_t *k, const char *lo, const char *hi)
+{
+	nc_graph_t *g = k->g;
+	nc_sb_t *s = k->s;
+	sb_printf(s, "static void nc_k%d(void *vctx, int64_t %s, int64_t %s)\n{\n", k->u->kid, lo, hi);
+	sb_printf(s, "\tconst int64_t *S = ((const nc_ctx_t *)vctx)->S;\n\tvoid *const *P = ((const nc_ctx_t *)vctx)->P;\n");
+	sb_printf(s, "\t(void)S; (void)P;\n");
+	for (int i = 0; i < g->nsyms; i++)
+		sb_printf(s, "\tconst int64_t S%d = S[%d]; (void)S%d;\n", i, i, i);
+	/* constants (free nodes) read by members, in graph order */
+	bool *used = calloc((size_t)g->nn + 1, 1);
+	if (!used)
+		return;
+	for (int i = 0; i < k->u->nnodes; i++) {
+		const nc_node_t *m = &g->n[k->u->nodes[i]];
+		for (int j = 0; j < m->nin; j++)
+			if (m->ins[j].kind == 'v' && m->ins[j].v >= 0 && is_free(g, m->ins[j].v))
+				used[g->v[g->v[m->ins[j].v].root].producer] = true;
+	}
+	for (int i = g->nn - 1; i >= 0; i--) /* free nodes read by used free nodes */
+		if (used[i])
+			for (int j = 0; j < g->n[i].nin; j++)
+				if (g->n[i].ins[j].kind == 'v' && g->n[i].ins[j].v >= 0)
+					used[g->v[g->v[g->n[i].ins[j].v].root].producer] = true;
+	for (int i = 0; i < g->nn; i++) {
+		if (!used[i])
+			continue;
+		const nc_node_t *m = &g->n[i];
+		char a[8][NC_EXPR], e[4 * NC_EXPR], r[4 * NC_EXPR + 64];
+		int na = 0;
+		for (int j = 0; j < m->nin && na < 8; j++, na++) {
+			const nc_opnd_t *o = &m->ins[j];
+			int to = (!strcmp(m->op, "where") && j == 0) ? NC_BOOL : m->cdtype;
+			char x[NC_EXPR];
+			int from = NC_F64;
+			if (o->kind == 'v') {
+				fmt(x, sizeof x, "c%d", g->v[o->v].root);
+				from = g->v[o->v].dtype;
+			} else if (o->kind == 'f') {
+				fmt(x, sizeof x, "%s", !strcmp(o->ftext, "inf") ? "INFINITY" : !strcmp(o->ftext, "-inf") ? "(-INFINITY)" :
+								!strcmp(o->ftext, "nan") ? "NAN" : o->ftext);
+			} else if (o->kind == 'i') {
+				fmt(x, sizeof x, "(int64_t)%lld", (long long)o->i);
+				from = NC_I64;
+			} else {
+				fmt(x, sizeof x, "(int64_t)(%s)", o->e);
+				from = NC_I64;
+			}
+			conv(a[na], sizeof a[na], x, from, to);
+		}
+		if (emit_op(k, e, sizeof e, m, a, na))
+			break;
+		const nc_value_t *v = &g->v[m->outs[0]];
+		to_reg(r, sizeof r, e, m->cdtype, v->dtype);
+		sb_printf(s, "\tconst %s c%d = %s;\n", reg_of(v->dtype), v->id, r);
+	}
+	free(used);
+	sb_printf(s, "\tconst int64_t R = (%s), L = (%s);\n\t(void)R; (void)L;\n", k->R, k->L);
+}
+
+/* members of class ROW/COL of level `lvl` (ROW) or all (COL), with their stores */
+static int emit_whole_nodes(kc_t *k, int cls, int lvl, int indent)
+{
+	nc_graph_t *g = k->g;
+	for (int i = 0; i < k->u->nnodes; i++) {
+		const nc_node_t *m = &g->n[k->u->nodes[i]];
+		const nc_value_t *v = &g->v[m->outs[0]];
+		if (v->cls != cls || (lvl >= 0 && k->level[v->id] != lvl))
+			continue;
+		if (m->kind == 'P') {
+			int st = emit_node(k, m, cls, indent);
+			if (st)
+				return st;
+		}
+		if (stored(g, m))
+			emit_store(k, v, cls, indent);
+	}
+	return 0;
+}
+
+/* One inner loop: row offsets first (at the row scope), then the loop with its body. */
+static int emit_loop(kc_t *k, int pass, bool col, const char *head, int body_indent)
+{
+	nc_sb_t *out = k->s, pre = {0}, body = {0};
+	k->pass = pass;
+	k->pre = &pre;
+	k->s = &body;
+	mark_pass(k, pass);
+	int st = emit_full_body(k, pass, col, body_indent);
+	k->s = out;
+	k->pre = NULL;
+	if (pre.oom || body.oom)
+		st = nc_fail(k->g, NC_ERR_NOMEM, "out of memory");
+	if (!st) {
+		if (pre.len)
+			sb_printf(out, "%s", pre.buf);
+		sb_printf(out, "%s", head);
+		if (body.len)
+			sb_printf(out, "%s", body.buf);
+	}
+	sb_free(&pre);
+	sb_free(&body);
+	return st;
+}
+
+static int emit_pw(kc_t *k)
+{
+	nc_sb_t *s = k->s;
+	prologue(k, "t0", "t1");
+	sb_printf(s, "\tconst int64_t CH = L < NC_CHUNK ? (L > 0 ? L : 1) : NC_CHUNK, NCH = (L + CH - 1) / CH;\n");
+	sb_printf(s, "\tfor (int64_t t = t0; t < t1; t++) {\n");
+	sb_printf(s, "\t\tconst int64_t r = t / NCH, j0 = (t %% NCH) * CH, j1 = nc_min(j0 + CH, L);\n");
+	int st = emit_loop(k, 0, false, "\t\t#pragma omp simd\n\t\tfor (int64_t j = j0; j < j1; j++) {\n", 24);
+	sb_printf(s, "\t\t}\n\t}\n}\n\n");
+	return st;
+}
+
+static int emit_row(kc_t *k)
+{
+	nc_graph_t *g = k->g;
+	nc_sb_t *s = k->s;
+	prologue(k, "r0", "r1");
+	sb_printf(s, "\tfor (int64_t r = r0; r < r1; r++) {\n");
+	int last = k->npass;
+	for (int p = 0; p <= last; p++) {
+		if (p > 0) {
+			/* finish the reductions of pass p-1, then the row values that need them */
+			for (int i = 0; i < k->u->nnodes; i++) {
+				const nc_node_t *m = &g->n[k->u->nodes[i]];
+				if (m->kind == 'R' && k->level[m->outs[0]] == p) {
+					char acc[32], nanv[32];
+					fmt(acc, sizeof acc, "acc%d", m->index);
+					fmt(nanv, sizeof nanv, "nan%d", m->index);
+					emit_acc_final(k, m, acc, nanv, "L", 16);
+				}
+			}
+			int st = emit_whole_nodes(k, CLS_ROW, p, 16);
+			if (st)
+				return st;
+		}
+		if (!pass_has_work(k, p))
+			continue;
+		for (int i = 0; i < k->u->nnodes; i++) {
+			const nc_node_t *m = &g->n[k->u->nodes[i]];
+			if (m->kind == 'R' && k->level[m->outs[0]] - 1 == p) {
+				sb_printf(s, "\t\t%s acc%d = %s;\n", acc_type(g, m), m->index, acc_init(g, m));
+				if (red_is_float_ext(g, m))
+					sb_printf(s, "\t\tint nan%d = 0;\n", m->index);
+			}
+		}
+		char pragma[1024], head[1200];
+		omp_clauses(k, p, pragma, sizeof pragma);
+		fmt(head, sizeof head, "\t\t%s\n\t\tfor (int64_t j = 0; j < L; j++) {\n", pragma);
+		int st = emit_loop(k, p, false, head, 24);
+		if (st)
+			return st;
+		sb_printf(s, "\t\t}\n");
+	}
+	sb_printf(s, "\t}\n}\n\n");
+	return 0;
+}
+
+static int emit_col(kc_t *k)
+{
+	nc_graph_t *g = k->g;
+	nc_sb_t *s = k->s;
+	prologue(k, "c0", "c1");
+	sb_printf(s, "\tfor (int64_t c = c0; c < c1; c++) {\n");
+	sb_printf(s, "\t\tconst int64_t j0 = c * NC_CC, j1 = nc_min(j0 + NC_CC, L);\n");
+	for (int i = 0; i < k->u->nnodes; i++) {
+		const nc_node_t *m = &g->n[k->u->nodes[i]];
+		if (m->kind != 'R')
+			continue;
+		sb_printf(s, "\t\t%s acc%d[NC_CC];\n", acc_type(g, m), m->index);
+		sb_printf(s, "\t\tint nan%d[NC_CC];\n", m->index);
+		sb_printf(s, "\t\tfor (int64_t j = 0; j < NC_CC; j++)\n\t\t\tacc%d[j] = %s, nan%d[j] = 0;\n", m->index,
+			  acc_init(g, m), m->index);
+	}
+	sb_printf(s, "\t\tfor (int64_t r = 0; r < R; r++) {\n");
+	int st = emit_loop(k, 0, true, "\t\t\t#pragma omp simd\n\t\t\tfor (int64_t j = j0; j < j1; j++) {\n", 32);
+	if (st)
+		return st;
+	sb_printf(s, "\t\t\t}\n\t\t}\n");
+	sb_printf(s, "\t\tfor (int64_t j = j0; j < j1; j++) {\n");
+	for (int i = 0; i < k->u->nnodes; i++) {
+		const nc_node_t *m = &g->n[k->u->nodes[i]];
+		if (m->kind == 'R') {
+			char acc[48], nanv[48];
+			fmt(acc, sizeof acc, "acc%d[j - j0]", m->index);
+			fmt(nanv, sizeof nanv, "nan%d[j - j0]", m->index);
+			emit_acc_final(k, m, acc, nanv, "R", 24);
+		}
+	}
+	st = emit_whole_nodes(k, CLS_COL, -1, 24);
+	sb_printf(s, "\t\t}\n\t}\n}\n\n");
+	return st;
+}
+
+/* For a PW unit: the longest row (a suffix product shared by every member) whose accesses are all
+ * linear, so contiguous tensors run as one flat loop. */
+static void pw_space(kc_t *k)
+{
+	nc_graph_t *g = k->g;
+	const nc_value_t *v0 = &g->v[g->n[k->u->nodes[0]].outs[0]];
+	for (int d = 0; d < v0->rank; d++) {
+		const char *L = v0->sp[d];
+		bool ok = true;
+		for (int i = 0; i < k->u->nnodes && ok; i++) {
+			const nc_node_t *m = &g->n[k->u->nodes[i]];
+			const nc_value_t *S = &g->v[m->outs[0]];
+			int ks = nc_sp_index(S, L);
+			if (ks < 0) {
+				ok = false;
+				break;
+			}
+			for (int j = 0; j < m->nin && ok; j++) {
+				const nc_opnd_t *o = &m->ins[j];
+				if (o->kind != 'v' || o->v < 0 || is_free(g, o->v) || in_unit(k, o->v))
+					continue;
+				const nc_value_t *ov = &g->v[o->v];
+				/* linear over the region if same numel and linear, or fully broadcast, or linear suffix */
+				if (nc_streq(ov->sp[0], S->sp[0]) && !nc_streq(ov->lin[0], "x"))
+					continue;
+				bool all0 = true, none0 = true;
+				for (int dd = ks; dd < S->rank; dd++) {
+					if (nc_is_one(S->size[dd]))
+						continue;
+					if (nc_is_zero(eff_stride(ov, S, dd)))
+						none0 = false;
+					else
+						all0 = false;
+				}
+				int od = ks - (S->rank - ov->rank);
+				ok = all0 || (none0 && od >= 0 && !nc_streq(ov->lin[od], "x"));
+			}
+			if (ok && stored(g, m))
+				ok = !nc_streq(S->lin[0], "x") || !nc_streq(S->lin[ks], "x");
+		}
+		if (ok) {
+			k->L = L;
+			k->R = v0->pp[d];
+			return;
+		}
+	}
+}
+
+static int emit_unit(nc_graph_t *g, nc_sb_t *s, int ui, int *level, bool *needed)
+{
+	kc_t k = {.g = g, .s = s, .ui = ui, .u = &g->u[ui], .level = level, .needed = needed};
+	k.R = k.u->R, k.L = k.u->L;
+	for (int i = 0; i < k.u->nnodes; i++)
+		level[g->n[k.u->nodes[i]].outs[0]] = 0;
+	compute_levels(&k);
+	sb_printf(s, "/* kernel %d (unit %d, %s):", k.u->kid, ui, k.u->kind == U_PW ? "pointwise" : k.u->kind == U_ROW ? "row reduction" : "column reduction");
+	for (int i = 0; i < k.u->nnodes; i++)
+		sb_printf(s, " %s", g->n[k.u->nodes[i]].op);
+	sb_printf(s, " */\n");
+	if (k.u->kind == U_PW) {
+		pw_space(&k);
+		((nc_unit_t *)k.u)->R = k.R, ((nc_unit_t *)k.u)->L = k.L;
+		return emit_pw(&k);
+	}
+	if (k.u->kind == U_ROW)
+		return emit_row(&k);
+	return emit_col(&k);
+}
+
+/* ---- segments, plan and entry points ----------------------------------------------------------------- */
+
+static void emit_launch(nc_graph_t *g, nc_sb_t *s, int ui)
+{
+	const nc_unit_t *u = &g->u[ui];
+	sb_printf(s, "\t{\n\t\tconst int64_t R_ = (%s), L_ = (%s);\n", u->R, u->L);
+	if (u->kind == U_PW) {
+		sb_printf(s, "\t\tconst int64_t CH_ = L_ < NC_CHUNK ? (L_ > 0 ? L_ : 1) : NC_CHUNK, T_ = R_ * ((L_ + CH_ - 1) / CH_);\n");
+		sb_printf(s, "\t\tif (T_ > 0 && L_ > 0)\n\t\t\tRT->parallel_for(T_, nc_max(1, 32768 / CH_), nc_k%d, &ctx);\n", u->kid);
+	} else if (u->kind == U_ROW) {
+		sb_printf(s, "\t\tif (R_ > 0)\n\t\t\tRT->parallel_for(R_, nc_max(1, 32768 / nc_max(L_, 1)), nc_k%d, &ctx);\n", u->kid);
+	} else {
+		sb_printf(s, "\t\tconst int64_t NCOL_ = (L_ + NC_CC - 1) / NC_CC;\n");
+		sb_printf(s, "\t\tif (NCOL_ > 0)\n\t\t\tRT->parallel_for(NCOL_, nc_max(1, 32768 / nc_max(R_ * NC_CC, 1)), nc_k%d, &ctx);\n", u->kid);
+	}
+	sb_printf(s, "\t}\n");
+}
+
+static int emit_plan_fn(nc_graph_t *g, nc_sb_t *s)
+{
+	sb_printf(s, "NC_EXPORT int64_t nc_plan(const int64_t *S, int64_t *off)\n{\n\t(void)S;\n");
+	for (int i = 0; i < g->nsyms; i++)
+		sb_printf(s, "\tconst int64_t S%d = S[%d]; (void)S%d;\n", i, i, i);
+	int n = g->nws;
+	sb_printf(s, "\tint64_t sz[%d];\n", n ? n : 1);
+	if (n) {
+		sb_printf(s, "\tstatic const int st[%d] = {", n);
+		for (int i = 0; i < n; i++)
+			sb_printf(s, "%s%d", i ? ", " : "", g->v[g->ws[i]].def_step);
+		sb_printf(s, "};\n\tstatic const int en[%d] = {", n);
+		for (int i = 0; i < n; i++)
+			sb_printf(s, "%s%d", i ? ", " : "", g->v[g->ws[i]].last_step);
+		sb_printf(s, "};\n");
+	}
+	for (int i = 0; i < n; i++) {
+		const nc_value_t *v = &g->v[g->ws[i]];
+		sb_printf(s, "\t{\n\t\tconst int64_t z[%d] = {", v->rank ? v->rank : 1);
+		for (int d = 0; d < v->rank; d++)
+			sb_printf(s, "%s(%s)", d ? ", " : "", v->size[d]);
+		if (!v->rank)
+			sb_printf(s, "1");
+		sb_printf(s, "}, t[%d] = {", v->rank ? v->rank : 1);
+		for (int d = 0; d < v->rank; d++)
+			sb_printf(s, "%s(%s)", d ? ", " : "", v->stride[d]);
+		if (!v->rank)
+			sb_printf(s, "1");
+		sb_printf(s, "};\n\t\tsz[%d] = nc_span(%d, z, t, %d);\n\t}\n", i, v->rank, nc_dtype_size(v->dtype));
+	}
+	if (n)
+		sb_printf(s, "\treturn nc_plan_greedy(%d, sz, st, en, off);\n}\n\n", n);
+	else
+		sb_printf(s, "\t(void)off; (void)sz;\n\treturn 0;\n}\n\n");
+	return 0;
+}
+
+int nc_emit(nc_graph_t *g, nc_sb_t *s)
+{
+	int st = 0;
+	truncated = false;
+	int *level = calloc((size_t)g->nv + 1, sizeof(int));
+	bool *needed = calloc((size_t)g->nn + 1, sizeof(bool));
+	if (!level || !needed) {
+		st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	sb_printf(s, "/* generated by the TorchNeuron graph compiler %s */\n#include \"nc_program.h\"\n\n", nc_version());
+	sb_printf(s, "static const nc_rt_t *RT;\n\n");
+	sb_printf(s, "NC_EXPORT int nc_init(const nc_rt_t *rt)\n{\n\tif (!rt || rt->abi != NC_RT_ABI)\n\t\treturn -1;\n\tRT = rt;\n\treturn 0;\n}\n\n");
+	for (int i = 0; i < g->nu && !st; i++)
+		if (g->u[i].kind <= U_COL)
+			st = emit_unit(g, s, i, level, needed);
+	if (st)
+		goto out;
+	for (int k = 0; k < g->nseg && !st; k++) {
+		const nc_seg_t *sg = &g->seg[k];
+		sb_printf(s, "NC_EXPORT int nc_seg%d(void *args)\n{\n", k);
+		sb_printf(s, "\tconst int64_t *S = (const int64_t *)args;\n\tvoid *const *P = (void *const *)(S + %d);\n", g->nsyms);
+		sb_printf(s, "\tnc_ctx_t ctx = {S, P};\n\t(void)ctx; (void)P;\n");
+		for (int i = 0; i < g->nsyms; i++)
+			sb_printf(s, "\tconst int64_t S%d = S[%d]; (void)S%d;\n", i, i, i);
+		for (int p = sg->first; p <= sg->last && !st; p++) {
+			int ui = g->sched[p];
+			const nc_unit_t *u = &g->u[ui];
+			if (u->kind == U_EAGER)
+				continue;
+			if (u->kind == U_LIB)
+				st = nc_emit_lib(g, s, u->nodes[0]);
+			else
+				emit_launch(g, s, ui);
+		}
+		sb_printf(s, "\treturn 0;\n}\n\n");
+	}
+	sb_printf(s, "NC_EXPORT const char *nc_seg_name(int k)\n{\n\tstatic const char *const names[] = {");
+	for (int k = 0; k < g->nseg; k++)
+		sb_printf(s, "%s\"neuron_compiled.seg%d\"", k ? ", " : "", k);
+	if (!g->nseg)
+		sb_printf(s, "\"\"");
+	sb_printf(s, "};\n\treturn k >= 0 && k < %d ? names[k] : \"neuron_compiled\";\n}\n\n", g->nseg);
+	st = emit_plan_fn(g, s);
+	if (!st && truncated)
+		st = nc_fail(g, NC_ERR_INVALID, "an index expression is too long for the code generator");
+out:
+	free(level);
+	free(needed);
+	return st;
+}
+
+int nc_emit_plan(nc_graph_t *g, nc_sb_t *p)
+{
+	static const char *const kinds[] = {"pw", "row", "col", "lib", "eager"};
+	sb_printf(p, "ncplan 1\nsyms %d\n", g->nsyms);
+	for (int s = 0; s < g->nsched; s++) {
+		const nc_unit_t *u = &g->u[g->sched[s]];
+		sb_printf(p, "unit %d %s %d", g->sched[s], kinds[u->kind], u->nnodes);
+		for (int i = 0; i < u->nnodes; i++)
+			sb_printf(p, " %d", g->n[u->nodes[i]].id);
+		sb_printf(p, "\n");
+	}
+	for (int k = 0; k < g->nseg; k++) {
+		const nc_seg_t *sg = &g->seg[k];
+		sb_printf(p, "seg %d %d", k, sg->nroots);
+		for (int i = 0; i < sg->nroots; i++)
+			sb_printf(p, " %d", sg->roots[i]);
+		sb_printf(p, "\n");
+	}
+	int last_seg = -1;
+	for (int s = 0; s < g->nsched; s++) {
+		const nc_unit_t *u = &g->u[g->sched[s]];
+		if (u->kind == U_EAGER) {
+			sb_printf(p, "step E %d\n", g->n[u->nodes[0]].id);
+		} else if (u->seg != last_seg) {
+			sb_printf(p, "step K %d\n", u->seg);
+			last_seg = u->seg;
+		}
+	}
+	sb_printf(p, "ws %d", g->nws);
+	for (int i = 0; i < g->nws; i++)
+		sb_printf(p, " %d", g->ws[i]);
+	int next = 0;
+	for (int i = 0; i < g->nv; i++)
+		next += g->v[i].storage == ST_EXT;
+	sb_printf(p, "\next %d", next);
+	for (int i = 0; i < g->nv; i++)
+		if (g->v[i].storage == ST_EXT)
+			sb_printf(p, " %d", i);
+	sb_printf(p, "\nkernels %d\nend\n", g->nkernels);
+	return 0;
+}

@@ -1,0 +1,230 @@
+/* nc_emit_lib.c - library calls inside a segment: fill the kernel library's argument struct from
+ * the operands' sizes, strides and buffers, and call it through the runtime table (RT->gemm, ...).
+ * A failing call returns from the segment with 1; the library kernel has already recorded the
+ * message with nrt_kernel_fail, so the queue's error names the cause.
+ *
+ * The frontend only emits an L node when the operands meet the kernel's layout contract (nk.h):
+ * contiguous rows for softmax/layer norm/embedding/nll, any strides for GEMM and attention.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nc_impl.h"
+
+static int pidx(const nc_graph_t *g, int seg, int value)
+{
+	int root = g->v[value].root;
+	const nc_seg_t *s = &g->seg[seg];
+	for (int i = 0; i < s->nroots; i++)
+		if (s->roots[i] == root)
+			return i;
+	return -1;
+}
+
+/* "((char *)P[i] + (off) * esize)" or "NULL" for an absent value */
+static const char *ptr(const nc_graph_t *g, int seg, int value, char *buf, size_t n)
+{
+	if (value < 0) {
+		snprintf(buf, n, "NULL");
+		return buf;
+	}
+	const nc_value_t *v = &g->v[value];
+	snprintf(buf, n, "((char *)P[%d] + (int64_t)(%s) * %d)", pidx(g, seg, value), v->off, nc_dtype_size(v->dtype));
+	return buf;
+}
+
+static int in_v(const nc_node_t *n, int i) { return i < n->nin && n->ins[i].kind == 'v' ? n->ins[i].v : -1; }
+static int out_v(const nc_node_t *n, int i) { return i < n->nout ? n->outs[i] : -1; }
+
+static int check_ptrs(nc_graph_t *g, int seg, const nc_node_t *n)
+{
+	for (int i = 0; i < n->nin; i++)
+		if (n->ins[i].kind == 'v' && n->ins[i].v >= 0 && pidx(g, seg, n->ins[i].v) < 0)
+			return nc_fail(g, NC_ERR_INVALID, "internal: operand %d of node %d has no pointer", n->ins[i].v, n->id);
+	for (int i = 0; i < n->nout; i++)
+		if (n->outs[i] >= 0 && pidx(g, seg, n->outs[i]) < 0)
+			return nc_fail(g, NC_ERR_INVALID, "internal: output %d of node %d has no pointer", n->outs[i], n->id);
+	return 0;
+}
+
+static void gemm(nc_graph_t *g, nc_sb_t *s, int seg, const nc_node_t *n, bool batched)
+{
+	const nc_value_t *A = &g->v[in_v(n, 0)], *B = &g->v[in_v(n, 1)], *C = &g->v[out_v(n, 0)];
+	int o = batched ? 1 : 0;
+	char pa[128], pb[128], pc[128];
+	sb_printf(s, "\t{ /* %s */\n\t\tnk_gemm_args_t a_;\n\t\tmemset(&a_, 0, sizeof a_);\n", n->op);
+	sb_printf(s, "\t\ta_.dtype = %d; a_.M = (%s); a_.N = (%s); a_.K = (%s); a_.batch = %s;\n", C->dtype, A->size[o],
+		  B->size[o + 1], A->size[o + 1], batched ? A->size[0] : "1");
+	sb_printf(s, "\t\ta_.alpha = 1.0; a_.beta = 0.0;\n");
+	sb_printf(s, "\t\ta_.A = %s; a_.rs_a = (%s); a_.cs_a = (%s); a_.bs_a = %s;\n", ptr(g, seg, A->id, pa, sizeof pa),
+		  A->stride[o], A->stride[o + 1], batched ? A->stride[0] : "0");
+	sb_printf(s, "\t\ta_.B = %s; a_.rs_b = (%s); a_.cs_b = (%s); a_.bs_b = %s;\n", ptr(g, seg, B->id, pb, sizeof pb),
+		  B->stride[o], B->stride[o + 1], batched ? B->stride[0] : "0");
+	sb_printf(s, "\t\ta_.C = %s; a_.rs_c = (%s); a_.cs_c = (%s); a_.bs_c = %s;\n", ptr(g, seg, C->id, pc, sizeof pc),
+		  C->stride[o], C->stride[o + 1], batched ? C->stride[0] : "0");
+	sb_printf(s, "\t\tif (a_.M > 0 && a_.N > 0 && a_.batch > 0) {\n");
+	sb_printf(s, "\t\t\tif (a_.K == 0) {\n\t\t\t\tfor (int64_t b = 0; b < a_.batch; b++)\n"
+		     "\t\t\t\t\tfor (int64_t i = 0; i < a_.M; i++)\n\t\t\t\t\t\tfor (int64_t j = 0; j < a_.N; j++)\n"
+		     "\t\t\t\t\t\t\tmemset((char *)a_.C + (b * a_.bs_c + i * a_.rs_c + j * a_.cs_c) * %d, 0, %d);\n",
+		  nc_dtype_size(C->dtype), nc_dtype_size(C->dtype));
+	sb_printf(s, "\t\t\t} else if (RT->gemm(&a_)) {\n\t\t\t\treturn 1;\n\t\t\t}\n\t\t}\n\t}\n");
+}
+
+static void stride4(nc_sb_t *s, const char *field, const nc_value_t *v, bool bcast)
+{
+	/* right-align into 4 dims; size-1 dims of a broadcast operand get stride 0 */
+	for (int d = 0; d < 4; d++) {
+		int vd = d - (4 - v->rank);
+		const char *st = vd < 0 ? "0" : (bcast && nc_is_one(v->size[vd])) ? "0" : v->stride[vd];
+		sb_printf(s, "\t\ta_%s[%d] = (%s);\n", field, d, st);
+	}
+}
+
+static void attention_args(nc_graph_t *g, nc_sb_t *s, int seg, const nc_node_t *n, const char *pfx, int q, int k, int v,
+			   int bias, int causal_attr)
+{
+	char p[128];
+	const nc_value_t *Q = &g->v[q], *K = &g->v[k], *V = &g->v[v];
+	sb_printf(s, "\t\t%sdtype = %d; %sB = (%s); %sHq = (%s); %sHkv = (%s); %sTq = (%s); %sTk = (%s); %sD = (%s); %sDv = (%s);\n",
+		  pfx, Q->dtype, pfx, Q->size[0], pfx, Q->size[1], pfx, K->size[1], pfx, Q->size[2], pfx, K->size[2], pfx,
+		  Q->size[3], pfx, V->size[3]);
+	const char *sc = n->attrs[causal_attr + 1];
+	if (!strcmp(sc, "-"))
+		sb_printf(s, "\t\t%sscale = 1.0 / sqrt((double)(%s));\n", pfx, Q->size[3]);
+	else
+		sb_printf(s, "\t\t%sscale = %s;\n", pfx, sc);
+	sb_printf(s, "\t\t%sdropout_p = 0.0; %scausal = %s; %sseed = 0; %soffset = 0;\n", pfx, pfx,
+		  atoi(n->attrs[causal_attr]) ? "true" : "false", pfx, pfx);
+	sb_printf(s, "\t\t%sq = %s;\n", pfx, ptr(g, seg, q, p, sizeof p));
+	sb_printf(s, "\t\t%sk = %s;\n", pfx, ptr(g, seg, k, p, sizeof p));
+	sb_printf(s, "\t\t%sv = %s;\n", pfx, ptr(g, seg, v, p, sizeof p));
+	for (int d = 0; d < 4; d++)
+		sb_printf(s, "\t\t%ssq[%d] = (%s); %ssk[%d] = (%s); %ssv[%d] = (%s);\n", pfx, d, Q->stride[d], pfx, d, K->stride[d],
+			  pfx, d, V->stride[d]);
+	if (bias >= 0) {
+		const nc_value_t *M = &g->v[bias];
+		sb_printf(s, "\t\t%smask = %s; %smask_dtype = %d;\n", pfx, ptr(g, seg, bias, p, sizeof p), pfx, M->dtype);
+		for (int d = 0; d < 4; d++) {
+			int vd = d - (4 - M->rank);
+			const char *st = vd < 0 ? "0" : nc_is_one(M->size[vd]) ? "0" : M->stride[vd];
+			sb_printf(s, "\t\t%ssmask[%d] = (%s);\n", pfx, d, st);
+		}
+	}
+}
+
+int nc_emit_lib(nc_graph_t *g, nc_sb_t *s, int node)
+{
+	const nc_node_t *n = &g->n[node];
+	int seg = g->u[n->unit].seg;
+	char p0[128], p1[128], p2[128], p3[128], p4[128], p5[128];
+	int st = check_ptrs(g, seg, n);
+	if (st)
+		return st;
+	const char *op = n->op;
+	if (!strcmp(op, "mm") || !strcmp(op, "bmm")) {
+		gemm(g, s, seg, n, op[0] == 'b');
+	} else if (!strcmp(op, "softmax") || !strcmp(op, "log_softmax")) {
+		const nc_value_t *x = &g->v[in_v(n, 0)];
+		int dim = atoi(n->attrs[0]);
+		sb_printf(s, "\t{ /* %s */\n\t\tnk_softmax_args_t a_;\n\t\tmemset(&a_, 0, sizeof a_);\n", op);
+		sb_printf(s, "\t\ta_.dtype = %d; a_.log = %s; a_.rows = (%s); a_.cols = (%s);\n", x->dtype,
+			  op[0] == 'l' ? "true" : "false", x->pp[dim], x->rank ? x->size[dim] : "1");
+		sb_printf(s, "\t\ta_.x = %s; a_.y = %s;\n", ptr(g, seg, x->id, p0, sizeof p0), ptr(g, seg, out_v(n, 0), p1, sizeof p1));
+		sb_printf(s, "\t\tif (a_.rows > 0 && a_.cols > 0 && RT->softmax(&a_))\n\t\t\treturn 1;\n\t}\n");
+	} else if (!strcmp(op, "layernorm")) {
+		const nc_value_t *x = &g->v[in_v(n, 0)];
+		int k = x->rank - atoi(n->attrs[0]);
+		sb_printf(s, "\t{ /* layer norm */\n\t\tnk_layernorm_args_t a_;\n\t\tmemset(&a_, 0, sizeof a_);\n");
+		sb_printf(s, "\t\ta_.dtype = %d; a_.rows = (%s); a_.cols = (%s); a_.eps = %s;\n", x->dtype, x->pp[k], x->sp[k], n->attrs[1]);
+		sb_printf(s, "\t\ta_.x = %s; a_.w = %s; a_.b = %s;\n", ptr(g, seg, x->id, p0, sizeof p0),
+			  ptr(g, seg, in_v(n, 1), p1, sizeof p1), ptr(g, seg, in_v(n, 2), p2, sizeof p2));
+		sb_printf(s, "\t\ta_.y = %s; a_.mean = %s; a_.rstd = %s;\n", ptr(g, seg, out_v(n, 0), p3, sizeof p3),
+			  ptr(g, seg, out_v(n, 1), p4, sizeof p4), ptr(g, seg, out_v(n, 2), p5, sizeof p5));
+		sb_printf(s, "\t\tif (a_.rows > 0 && RT->layernorm(&a_))\n\t\t\treturn 1;\n\t}\n");
+	} else if (!strcmp(op, "layernorm_bwd")) {
+		const nc_value_t *x = &g->v[in_v(n, 1)];
+		int k = x->rank - atoi(n->attrs[0]);
+		sb_printf(s, "\t{ /* layer norm backward */\n\t\tnk_layernorm_bwd_args_t a_;\n\t\tmemset(&a_, 0, sizeof a_);\n");
+		sb_printf(s, "\t\ta_.dtype = %d; a_.rows = (%s); a_.cols = (%s);\n", x->dtype, x->pp[k], x->sp[k]);
+		sb_printf(s, "\t\ta_.dy = %s; a_.x = %s; a_.mean = %s;\n", ptr(g, seg, in_v(n, 0), p0, sizeof p0),
+			  ptr(g, seg, x->id, p1, sizeof p1), ptr(g, seg, in_v(n, 2), p2, sizeof p2));
+		sb_printf(s, "\t\ta_.rstd = %s; a_.w = %s;\n", ptr(g, seg, in_v(n, 3), p3, sizeof p3), ptr(g, seg, in_v(n, 4), p4, sizeof p4));
+		sb_printf(s, "\t\ta_.dx = %s;\n", ptr(g, seg, out_v(n, 0), p0, sizeof p0));
+		sb_printf(s, "\t\ta_.dw = %s;\n", ptr(g, seg, out_v(n, 1), p1, sizeof p1));
+		sb_printf(s, "\t\ta_.db = %s;\n", ptr(g, seg, out_v(n, 2), p2, sizeof p2));
+		sb_printf(s, "\t\tif (RT->layernorm_bwd(&a_))\n\t\t\treturn 1;\n\t}\n");
+	} else if (!strcmp(op, "embedding")) {
+		const nc_value_t *w = &g->v[in_v(n, 0)], *idx = &g->v[in_v(n, 1)];
+		sb_printf(s, "\t{ /* embedding */\n\t\tnk_embedding_args_t a_;\n\t\tmemset(&a_, 0, sizeof a_);\n");
+		sb_printf(s, "\t\ta_.dtype = %d; a_.idx_dtype = %d; a_.n = (%s); a_.V = (%s); a_.C = (%s);\n", w->dtype, idx->dtype,
+			  idx->sp[0], w->size[0], w->size[1]);
+		sb_printf(s, "\t\ta_.weight = %s; a_.idx = %s; a_.out = %s;\n", ptr(g, seg, w->id, p0, sizeof p0),
+			  ptr(g, seg, idx->id, p1, sizeof p1), ptr(g, seg, out_v(n, 0), p2, sizeof p2));
+		sb_printf(s, "\t\tif (a_.n > 0 && a_.C > 0 && RT->embedding(&a_))\n\t\t\treturn 1;\n\t}\n");
+	} else if (!strcmp(op, "embedding_bwd")) {
+		const nc_value_t *gr = &g->v[in_v(n, 0)], *idx = &g->v[in_v(n, 1)], *o = &g->v[out_v(n, 0)];
+		sb_printf(s, "\t{ /* embedding backward */\n\t\tnk_embedding_bwd_args_t a_;\n\t\tmemset(&a_, 0, sizeof a_);\n");
+		sb_printf(s, "\t\ta_.dtype = %d; a_.idx_dtype = %d; a_.n = (%s); a_.V = (%s); a_.C = (%s); a_.padding_idx = %s;\n",
+			  gr->dtype, idx->dtype, idx->sp[0], o->size[0], o->size[1], n->attrs[1]);
+		sb_printf(s, "\t\ta_.grad_out = %s; a_.idx = %s; a_.grad_weight = %s;\n", ptr(g, seg, gr->id, p0, sizeof p0),
+			  ptr(g, seg, idx->id, p1, sizeof p1), ptr(g, seg, o->id, p2, sizeof p2));
+		sb_printf(s, "\t\tif (RT->embedding_bwd(&a_))\n\t\t\treturn 1;\n\t}\n");
+	} else if (!strcmp(op, "nll") || !strcmp(op, "nll_bwd")) {
+		bool bwd = op[3] == '_';
+		const nc_value_t *x = &g->v[in_v(n, bwd ? 1 : 0)];
+		const char *N = x->rank == 2 ? x->size[0] : "1", *C = x->rank == 2 ? x->size[1] : x->size[0];
+		if (!bwd) {
+			sb_printf(s, "\t{ /* nll loss */\n\t\tnk_nll_args_t a_;\n\t\tmemset(&a_, 0, sizeof a_);\n");
+			sb_printf(s, "\t\ta_.dtype = %d; a_.N = (%s); a_.C = (%s); a_.reduction = %s; a_.ignore_index = %s;\n", x->dtype,
+				  N, C, n->attrs[0], n->attrs[1]);
+			sb_printf(s, "\t\ta_.logp = %s; a_.target = %s; a_.weight = %s;\n", ptr(g, seg, x->id, p0, sizeof p0),
+				  ptr(g, seg, in_v(n, 1), p1, sizeof p1), ptr(g, seg, in_v(n, 2), p2, sizeof p2));
+			sb_printf(s, "\t\ta_.out = %s; a_.total_weight = %s;\n", ptr(g, seg, out_v(n, 0), p3, sizeof p3),
+				  ptr(g, seg, out_v(n, 1), p4, sizeof p4));
+			sb_printf(s, "\t\tif (RT->nll(&a_))\n\t\t\treturn 1;\n\t}\n");
+		} else {
+			sb_printf(s, "\t{ /* nll loss backward */\n\t\tnk_nll_bwd_args_t a_;\n\t\tmemset(&a_, 0, sizeof a_);\n");
+			sb_printf(s, "\t\ta_.dtype = %d; a_.N = (%s); a_.C = (%s); a_.reduction = %s; a_.ignore_index = %s;\n", x->dtype,
+				  N, C, n->attrs[0], n->attrs[1]);
+			sb_printf(s, "\t\ta_.grad_out = %s; a_.target = %s; a_.weight = %s;\n", ptr(g, seg, in_v(n, 0), p0, sizeof p0),
+				  ptr(g, seg, in_v(n, 2), p1, sizeof p1), ptr(g, seg, in_v(n, 3), p2, sizeof p2));
+			sb_printf(s, "\t\ta_.total_weight = %s; a_.grad_in = %s;\n", ptr(g, seg, in_v(n, 4), p3, sizeof p3),
+				  ptr(g, seg, out_v(n, 0), p4, sizeof p4));
+			sb_printf(s, "\t\tif (RT->nll_bwd(&a_))\n\t\t\treturn 1;\n\t}\n");
+		}
+	} else if (!strcmp(op, "attention")) {
+		const nc_value_t *O = &g->v[out_v(n, 0)];
+		sb_printf(s, "\t{ /* attention */\n\t\tnk_attention_args_t a_;\n\t\tmemset(&a_, 0, sizeof a_);\n");
+		attention_args(g, s, seg, n, "a_.", in_v(n, 0), in_v(n, 1), in_v(n, 2), in_v(n, 3), 0);
+		sb_printf(s, "\t\ta_.out = %s; a_.lse = %s;\n", ptr(g, seg, O->id, p0, sizeof p0), ptr(g, seg, out_v(n, 1), p1, sizeof p1));
+		for (int d = 0; d < 4; d++)
+			sb_printf(s, "\t\ta_.so[%d] = (%s);\n", d, O->stride[d]);
+		for (int i = 6; i <= 7; i++) /* philox seed and offset outputs: no dropout, 0 */
+			if (out_v(n, i) >= 0)
+				sb_printf(s, "\t\t*(int64_t *)%s = 0;\n", ptr(g, seg, out_v(n, i), p2, sizeof p2));
+		sb_printf(s, "\t\tif (a_.B * a_.Hq * a_.Tq * a_.Dv > 0 && RT->attention(&a_))\n\t\t\treturn 1;\n\t}\n");
+	} else if (!strcmp(op, "attention_bwd")) {
+		const nc_value_t *O = &g->v[in_v(n, 5)], *dO = &g->v[in_v(n, 0)];
+		sb_printf(s, "\t{ /* attention backward */\n\t\tnk_attention_bwd_args_t a_;\n\t\tmemset(&a_, 0, sizeof a_);\n");
+		attention_args(g, s, seg, n, "a_.f.", in_v(n, 1), in_v(n, 2), in_v(n, 3), in_v(n, 4), 0);
+		sb_printf(s, "\t\ta_.f.out = %s; a_.f.lse = %s;\n", ptr(g, seg, O->id, p0, sizeof p0), ptr(g, seg, in_v(n, 6), p1, sizeof p1));
+		sb_printf(s, "\t\ta_.dout = %s;\n", ptr(g, seg, dO->id, p2, sizeof p2));
+		for (int d = 0; d < 4; d++)
+			sb_printf(s, "\t\ta_.f.so[%d] = (%s); a_.sdo[%d] = (%s);\n", d, O->stride[d], d, dO->stride[d]);
+		static const char *const names[3] = {"dq", "dk", "dv"};
+		for (int i = 0; i < 3; i++) {
+			int o = out_v(n, i);
+			if (o < 0)
+				return nc_fail(g, NC_ERR_INVALID, "attention backward needs dq, dk and dv");
+			sb_printf(s, "\t\ta_.%s = %s;\n", names[i], ptr(g, seg, o, p3, sizeof p3));
+			for (int d = 0; d < 4; d++)
+				sb_printf(s, "\t\ta_.s%s[%d] = (%s);\n", names[i], d, g->v[o].stride[d]);
+		}
+		sb_printf(s, "\t\tif (a_.f.B * a_.f.Hq * a_.f.Tq > 0 && RT->attention_bwd(&a_))\n\t\t\treturn 1;\n\t}\n");
+	} else {
+		return nc_fail(g, NC_ERR_INVALID, "node %d: unknown library op '%s'", n->id, op);
+	}
+	(void)stride4;
+	return 0;
+}

@@ -1,0 +1,259 @@
+/* nc_plan.c - schedule the units, decide which values live in memory and where, and cut the
+ * schedule into segments (one queue launch each).
+ *
+ * Schedule: topological order of the unit graph, ties broken by graph order (so eager ops, and the
+ * random numbers they draw, keep the order of the program).
+ * Storage of a materialized root buffer: ST_INPUT (graph input), ST_EAGER (made by an eager op),
+ * ST_EXT (allocated by the frontend: graph outputs and eager operands, which must be torch tensors),
+ * ST_WS (everything else: a slice of the program's workspace, placed at run time by the generated
+ * nc_plan() from the sizes and the live ranges [def_step, last_step] computed here).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "nc_impl.h"
+
+static int schedule(nc_graph_t *g)
+{
+	int *indeg = calloc((size_t)g->nu + 1, sizeof(int));
+	int **rev = calloc((size_t)g->nu + 1, sizeof(int *));
+	int *nrev = calloc((size_t)g->nu + 1, sizeof(int));
+	bool *done = calloc((size_t)g->nu + 1, sizeof(bool));
+	int st = 0;
+	g->sched = nc_alloc(&g->A, sizeof(int) * (size_t)(g->nu + 1));
+	if (!indeg || !rev || !nrev || !done || !g->sched) {
+		st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < g->nu; i++)
+		for (int k = 0; k < g->u[i].ndeps; k++)
+			nrev[g->u[i].deps[k]]++;
+	for (int i = 0; i < g->nu; i++) {
+		rev[i] = malloc(sizeof(int) * (size_t)(nrev[i] + 1));
+		if (!rev[i]) {
+			st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
+			goto out;
+		}
+		nrev[i] = 0;
+	}
+	for (int i = 0; i < g->nu; i++) {
+		indeg[i] = g->u[i].ndeps;
+		for (int k = 0; k < g->u[i].ndeps; k++) {
+			int d = g->u[i].deps[k];
+			rev[d][nrev[d]++] = i;
+		}
+	}
+	g->nsched = 0;
+	for (int n = 0; n < g->nu; n++) {
+		int best = -1;
+		for (int i = 0; i < g->nu; i++)
+			if (!done[i] && indeg[i] == 0 && (best < 0 || g->u[i].first < g->u[best].first))
+				best = i;
+		if (best < 0) {
+			st = nc_fail(g, NC_ERR_INVALID, "internal error: the unit graph has a cycle");
+			goto out;
+		}
+		done[best] = true;
+		g->u[best].step = g->nsched;
+		g->sched[g->nsched++] = best;
+		for (int k = 0; k < nrev[best]; k++)
+			indeg[rev[best][k]]--;
+	}
+out:
+	if (rev)
+		for (int i = 0; i < g->nu; i++)
+			free(rev[i]);
+	free(rev);
+	free(nrev);
+	free(indeg);
+	free(done);
+	return st;
+}
+
+/* Walk the users of `value` through views: mark roots read by other units, by eager ops, or
+ * through non-reshape views inside the unit; track the last reading step. */
+static void scan_users(nc_graph_t *g, int value, int root, int unit, bool tr, bool *mem, bool *eager_use)
+{
+	nc_value_t *v = &g->v[value];
+	nc_value_t *rv = &g->v[root];
+	if (v->is_output)
+		*mem = true, *eager_use = true;
+	for (int i = 0; i < v->nusers; i++) {
+		const nc_node_t *u = &g->n[v->users[i]];
+		if (u->kind == 'V') {
+			scan_users(g, u->outs[0], root, unit, tr && g->v[u->outs[0]].reshape, mem, eager_use);
+			continue;
+		}
+		if (u->kind == 'E')
+			*eager_use = true;
+		if (u->unit < 0)
+			continue; /* a free node (reads only free values) */
+		if (u->unit != unit || !tr || u->kind == 'L' || u->kind == 'E')
+			*mem = true;
+		int s = g->u[u->unit].step;
+		if (s > rv->last_step)
+			rv->last_step = s;
+	}
+}
+
+static int storage(nc_graph_t *g)
+{
+	for (int i = 0; i < g->nv; i++) {
+		nc_value_t *v = &g->v[i];
+		v->last_step = -1;
+		v->def_step = -1;
+	}
+	for (int i = 0; i < g->nv; i++) {
+		nc_value_t *v = &g->v[i];
+		if (v->view_of >= 0)
+			continue;
+		int unit = -1;
+		bool mem = false, eager_use = false;
+		if (v->is_input) {
+			v->storage = ST_INPUT;
+			v->mat = true;
+		} else if (v->producer >= 0) {
+			const nc_node_t *p = &g->n[v->producer];
+			unit = p->unit;
+			if (p->kind == 'E') {
+				v->storage = ST_EAGER;
+				v->mat = true;
+			} else if (p->kind == 'L') {
+				v->mat = true;
+			}
+			if (unit >= 0)
+				v->def_step = g->u[unit].step;
+		}
+		scan_users(g, i, i, unit, true, &mem, &eager_use);
+		if (v->producer >= 0 && g->n[v->producer].kind == 'P' && g->n[v->producer].free && unit < 0)
+			continue; /* a constant, inlined by every reader */
+		if (mem)
+			v->mat = true;
+		if (!v->mat || v->storage != ST_NONE)
+			continue;
+		v->storage = eager_use ? ST_EXT : ST_WS;
+	}
+	g->ws = nc_alloc(&g->A, sizeof(int) * (size_t)(g->nv + 1));
+	if (!g->ws)
+		return nc_fail(g, NC_ERR_NOMEM, "out of memory");
+	for (int s = 0; s < g->nsched; s++)
+		for (int i = 0; i < g->nv; i++) {
+			nc_value_t *v = &g->v[i];
+			if (v->storage == ST_WS && v->def_step == s) {
+				v->ws_index = g->nws;
+				g->ws[g->nws++] = i;
+				if (v->last_step < v->def_step)
+					v->last_step = v->def_step;
+			}
+		}
+	return 0;
+}
+
+/* Roots a unit reads or writes through pointers (constants are inlined, so not listed). */
+static void unit_roots(nc_graph_t *g, int ui, void (*fn)(nc_graph_t *, int, void *), void *ctx)
+{
+	const nc_unit_t *u = &g->u[ui];
+	for (int k = 0; k < u->nnodes; k++) {
+		const nc_node_t *n = &g->n[u->nodes[k]];
+		for (int i = 0; i < n->nout; i++)
+			if (n->outs[i] >= 0 && g->v[n->outs[i]].mat && g->v[n->outs[i]].storage != ST_NONE)
+				fn(g, n->outs[i], ctx);
+		for (int i = 0; i < n->nin; i++) {
+			if (n->ins[i].kind != 'v' || n->ins[i].v < 0)
+				continue;
+			const nc_value_t *r = &g->v[g->v[n->ins[i].v].root];
+			if (r->producer >= 0 && g->n[r->producer].free && n->kind != 'L')
+				continue;
+			if (r->producer >= 0 && g->n[r->producer].unit == ui)
+				continue; /* computed in this unit */
+			if (r->storage != ST_NONE)
+				fn(g, r->id, ctx);
+		}
+	}
+}
+
+typedef struct {
+	int *list, n;
+	int *stamp, tag;
+} rootset_t;
+
+static void collect_root(nc_graph_t *g, int root, void *ctx)
+{
+	rootset_t *s = ctx;
+	(void)g;
+	if (s->stamp[root] != s->tag)
+		s->stamp[root] = s->tag, s->list[s->n++] = root;
+}
+
+static int segments(nc_graph_t *g)
+{
+	int st = 0;
+	int *stamp = malloc(sizeof(int) * (size_t)(g->nv + 1));
+	int *in_seg = malloc(sizeof(int) * (size_t)(g->nv + 1));
+	int *tmp = malloc(sizeof(int) * (size_t)(g->nv + 1));
+	g->seg_cap = g->nsched + 1;
+	g->seg = nc_alloc(&g->A, sizeof(nc_seg_t) * (size_t)g->seg_cap);
+	if (!stamp || !in_seg || !tmp || !g->seg) {
+		st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < g->nv; i++)
+		stamp[i] = -1, in_seg[i] = -1;
+	int cur = -1;
+	for (int s = 0; s < g->nsched; s++) {
+		int ui = g->sched[s];
+		nc_unit_t *u = &g->u[ui];
+		if (u->kind == U_EAGER) {
+			cur = -1;
+			continue;
+		}
+		rootset_t t = {.list = tmp, .stamp = stamp, .tag = s};
+		unit_roots(g, ui, collect_root, &t);
+		int fresh = 0;
+		for (int i = 0; i < t.n; i++)
+			fresh += cur < 0 || in_seg[tmp[i]] != cur;
+		if (cur >= 0 && g->seg[cur].nroots + fresh + g->nsyms > NC_MAX_PTRS)
+			cur = -1;
+		if (cur < 0) {
+			cur = g->nseg++;
+			nc_seg_t *sg = &g->seg[cur];
+			sg->first = s;
+			sg->roots = nc_alloc(&g->A, sizeof(int) * (size_t)(g->nv + 1));
+			if (!sg->roots) {
+				st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
+				goto out;
+			}
+		}
+		nc_seg_t *sg = &g->seg[cur];
+		sg->last = s;
+		u->seg = cur;
+		for (int i = 0; i < t.n; i++)
+			if (in_seg[tmp[i]] != cur) {
+				in_seg[tmp[i]] = cur;
+				sg->roots[sg->nroots++] = tmp[i];
+			}
+		if (sg->nroots + g->nsyms > NC_MAX_PTRS + 16) {
+			st = nc_fail(g, NC_ERR_INVALID, "unit %d alone needs %d pointers (limit %d)", ui, sg->nroots, NC_MAX_PTRS);
+			goto out;
+		}
+	}
+out:
+	free(stamp);
+	free(in_seg);
+	free(tmp);
+	return st;
+}
+
+int nc_plan(nc_graph_t *g)
+{
+	int st = schedule(g);
+	if (!st)
+		st = storage(g);
+	if (!st)
+		st = segments(g);
+	g->nkernels = 0;
+	for (int i = 0; i < g->nu; i++)
+		if (g->u[i].kind != U_EAGER)
+			g->u[i].kid = g->nkernels++;
+	return st;
+}

@@ -1,0 +1,400 @@
+"""The compiler toolchain: the graph compiler library (csrc/compiler, built with cc at first use),
+running the C compiler on generated programs, and the program cache (our "NEFF cache").
+
+Cache layout under NEURON_CACHE_DIR (default ~/.cache/torchneuron):
+
+    lib/libnc-<hash>.so                     the graph compiler, keyed by its sources and the compiler
+    programs/<k[:2]>/<key>/program.so       a compiled program
+    programs/<k[:2]>/<key>/entry.json       sha256 and size of program.so: written last, so an entry
+                                            without it (a killed compile) or with a mismatching .so
+                                            (a truncated or corrupted file) is a miss and is rebuilt
+    programs/<k[:2]>/<key>/program.c, graph.ir, plan.txt, fusion.log, cc.log
+                                            kept with NEURON_COMPILE_DEBUG=1 (program.c always when
+                                            the C compiler fails)
+    programs/<k[:2]>/<key>.lock             flock: concurrent processes compile a program once
+
+The key is a sha256 over the C source (with its prelude), the C compiler's resolved path and version
+line, the flags, the ISA (CPU model and flags), our version and the graph compiler's version.
+Writes are atomic (a temporary file, then rename).
+"""
+import ctypes
+import errno
+import fcntl
+import functools
+import hashlib
+import json
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import warnings
+
+log = logging.getLogger("torchneuron.compile")
+
+CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno"]
+LIBS = ["-lmvec", "-lm"]
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SRC_DIR = os.path.normpath(os.path.join(_HERE, "..", "..", "csrc", "compiler"))
+_NK_H = os.path.normpath(os.path.join(_HERE, "..", "..", "csrc", "kernels", "nk.h"))
+_lock = threading.Lock()
+_warned = set()
+
+
+class CompileError(RuntimeError):
+    """The C compiler failed on a generated program (or on the graph compiler itself)."""
+
+
+def cache_dir():
+    d = os.environ.get("NEURON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "torchneuron")
+    return os.path.abspath(d)
+
+
+def debug_enabled():
+    return os.environ.get("NEURON_COMPILE_DEBUG", "0") not in ("", "0")
+
+
+def c_compiler():
+    """The C compiler command: NEURON_CC, else CC, else cc (a command line, split like a shell)."""
+    return shlex.split(os.environ.get("NEURON_CC") or os.environ.get("CC") or "cc") or ["cc"]
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_identity(cmd):
+    """(resolved path, version line) of a compiler command."""
+    exe = cmd[0]
+    path = shutil.which(exe) or exe
+    try:
+        path = os.path.realpath(path)
+        out = subprocess.run(list(cmd) + ["--version"], capture_output=True, text=True, timeout=30)
+        version = (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else f"exit {out.returncode}"
+    except (OSError, subprocess.SubprocessError) as e:
+        version = f"unavailable ({e.__class__.__name__})"
+    return path, version
+
+
+@functools.lru_cache(maxsize=None)
+def isa():
+    model, flags = "", ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not model and line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                elif not flags and line.startswith("flags"):
+                    flags = line.split(":", 1)[1].strip()
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    import platform
+    return f"{platform.machine()}|{model}|{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
+def _version():
+    from .. import __version__
+    return __version__
+
+
+# ---- files -----------------------------------------------------------------------------------------------
+
+def _write_atomic(path, data):
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class FileLock:
+    """An exclusive flock on `path`, waiting up to `timeout` seconds (NEURON_COMPILE_LOCK_TIMEOUT,
+    default 600).  The kernel drops it when its holder dies (kill -9 included)."""
+
+    def __init__(self, path, timeout=None):
+        self.path = path
+        self.timeout = float(os.environ.get("NEURON_COMPILE_LOCK_TIMEOUT", "600")) if timeout is None else timeout
+        self.fd = None
+
+    def __enter__(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.timeout
+        delay = 0.005
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.monotonic() > deadline:
+                os.close(self.fd)
+                self.fd = None
+                raise TimeoutError(f"neuron compile: timed out after {self.timeout:.0f} s waiting for {self.path} "
+                                   "(another process is compiling the same program)")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+        return False
+
+
+def _run_cc(cmd, src, out, what):
+    """Compile src into out (atomically); raise CompileError naming the compiler and the source."""
+    tmp = f"{out}.tmp-{os.getpid()}-{threading.get_ident()}"
+    argv = list(cmd) + CFLAGS + ["-o", tmp, src] + LIBS
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True)
+    except OSError as e:
+        raise CompileError(f"neuron compile: cannot run the C compiler '{shlex.join(cmd)}' ({e.strerror}) for {what}; "
+                           f"the source is kept at {src}") from None
+    if p.returncode != 0 or not os.path.exists(tmp):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        tail = (p.stderr or p.stdout or "").strip()[-4000:]
+        raise CompileError(f"neuron compile: the C compiler '{shlex.join(cmd)}' failed (exit {p.returncode}) for {what}; "
+                           f"the source is kept at {src}" + (f"\n{tail}" if tail else ""))
+    os.replace(tmp, out)
+    return p.stderr
+
+
+# ---- the graph compiler library ------------------------------------------------------------------------
+
+class _NC:
+    def __init__(self, path):
+        lib = ctypes.CDLL(path)
+        lib.nc_compile.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+        lib.nc_compile.restype = ctypes.c_int
+        for f in ("nc_result_source", "nc_result_plan", "nc_result_log", "nc_result_error"):
+            getattr(lib, f).argtypes = [ctypes.c_void_p]
+            getattr(lib, f).restype = ctypes.c_char_p
+        lib.nc_result_free.argtypes = [ctypes.c_void_p]
+        lib.nc_result_free.restype = None
+        lib.nc_version.restype = ctypes.c_char_p
+        self.lib = lib
+        self.version = lib.nc_version().decode()
+
+    def compile(self, ir):
+        """(status, source, plan, log, error) for an IR text."""
+        r = ctypes.c_void_p()
+        st = self.lib.nc_compile(ir.encode(), ctypes.byref(r))
+        try:
+            get = lambda f: (getattr(self.lib, f)(r) or b"").decode()
+            return st, get("nc_result_source"), get("nc_result_plan"), get("nc_result_log"), get("nc_result_error")
+        finally:
+            self.lib.nc_result_free(r)
+
+
+_nc = None
+
+
+def graph_compiler():
+    """The graph compiler library, built from csrc/compiler at first use (cached like programs)."""
+    global _nc
+    if _nc is not None:
+        return _nc
+    with _lock:
+        if _nc is not None:
+            return _nc
+        names = sorted(f for f in os.listdir(_SRC_DIR) if f.endswith((".c", ".h")))
+        h = hashlib.sha256()
+        for n in names:
+            with open(os.path.join(_SRC_DIR, n), "rb") as f:
+                h.update(n.encode() + b"\0" + f.read())
+        cmd = c_compiler()
+        h.update(repr(_compiler_identity(tuple(cmd))).encode())
+        key = h.hexdigest()[:24]
+        d = os.path.join(cache_dir(), "lib")
+        so = os.path.join(d, f"libnc-{key}.so")
+        if not os.path.exists(so):
+            with FileLock(os.path.join(d, f"libnc-{key}.lock")):
+                if not os.path.exists(so):
+                    os.makedirs(d, exist_ok=True)
+                    tmp = f"{so}.tmp-{os.getpid()}"
+                    srcs = [os.path.join(_SRC_DIR, n) for n in names if n.endswith(".c")]
+                    argv = list(cmd) + ["-std=c11", "-D_GNU_SOURCE", "-O2", "-fPIC", "-shared", "-o", tmp] + srcs
+                    try:
+                        p = subprocess.run(argv, capture_output=True, text=True)
+                    except OSError as e:
+                        raise CompileError(f"neuron compile: cannot run the C compiler '{shlex.join(cmd)}' "
+                                           f"({e.strerror}) to build the graph compiler from {_SRC_DIR}") from None
+                    if p.returncode != 0:
+                        raise CompileError(f"neuron compile: the C compiler '{shlex.join(cmd)}' failed (exit "
+                                           f"{p.returncode}) building the graph compiler; its source is kept at "
+                                           f"{_SRC_DIR}\n{(p.stderr or '')[-4000:]}")
+                    os.replace(tmp, so)
+        _nc = _NC(so)
+        return _nc
+
+
+@functools.lru_cache(maxsize=None)
+def prelude():
+    """nc_program.h with nk.h pasted in, so generated sources compile on their own."""
+    with open(os.path.join(_SRC_DIR, "nc_program.h")) as f:
+        p = f.read()
+    with open(_NK_H) as f:
+        nk = f.read()
+    return p.replace('#include "nk.h"', nk)
+
+
+# ---- programs -------------------------------------------------------------------------------------------
+
+class Stats:
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.graphs_compiled = 0
+        self.memory_hits = 0
+        self.disk_hits = 0
+        self.misses = 0
+        self.compile_seconds = 0.0
+        self.cc_seconds = 0.0
+        self.rebuilt_corrupt = 0
+
+
+stats = Stats()
+_loaded = {}   # key -> CDLL
+
+
+def program_key(source):
+    cmd = tuple(c_compiler())
+    path, version = _compiler_identity(cmd)
+    h = hashlib.sha256()
+    for part in (source, path, version, " ".join(cmd[1:]), " ".join(CFLAGS + LIBS), isa(), _version(),
+                 graph_compiler().version):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _entry_dir(key):
+    return os.path.join(cache_dir(), "programs", key[:2], key)
+
+
+def _valid(d):
+    """True if the entry in d is complete and its program.so matches the recorded hash."""
+    so, meta = os.path.join(d, "program.so"), os.path.join(d, "entry.json")
+    if not os.path.exists(meta):
+        return False
+    try:
+        with open(meta) as f:
+            m = json.load(f)
+        return os.path.getsize(so) == m["size"] and _sha256_file(so) == m["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _corrupt(key, d, why):
+    if key not in _warned:
+        _warned.add(key)
+        msg = f"torchneuron: cache entry {d} is corrupted ({why}); rebuilding it"
+        warnings.warn(msg)
+        log.warning(msg)
+    stats.rebuilt_corrupt += 1
+    for n in ("entry.json", "program.so"):
+        try:
+            os.unlink(os.path.join(d, n))
+        except OSError:
+            pass
+
+
+def load_program(source, debug_files=None):
+    """A loaded program (ctypes.CDLL) for the generated C body `source`, from memory, from disk or
+    freshly compiled.  debug_files: {name: text} kept beside the entry with NEURON_COMPILE_DEBUG=1."""
+    full = prelude() + "\n" + source.replace('#include "nc_program.h"', "")
+    key = program_key(full)
+    with _lock:
+        lib = _loaded.get(key)
+    if lib is not None:
+        stats.memory_hits += 1
+        return key, lib
+    d = _entry_dir(key)
+    so = os.path.join(d, "program.so")
+    lib = None
+    if os.path.exists(os.path.join(d, "entry.json")):
+        lib = _try_load(key, d, so)
+    if lib is None:
+        with FileLock(d + ".lock"):
+            if os.path.exists(os.path.join(d, "entry.json")):
+                lib = _try_load(key, d, so)
+            if lib is None:
+                _compile_entry(key, d, so, full, debug_files)
+                lib = ctypes.CDLL(so)
+                stats.misses += 1
+            else:
+                stats.disk_hits += 1
+    else:
+        stats.disk_hits += 1
+    if debug_enabled():
+        _keep_debug(d, full, debug_files)
+    with _lock:
+        _loaded[key] = lib
+    return key, lib
+
+
+def _try_load(key, d, so):
+    if not _valid(d):
+        _corrupt(key, d, "program.so does not match entry.json")
+        return None
+    try:
+        return ctypes.CDLL(so)
+    except OSError as e:
+        _corrupt(key, d, f"cannot load: {e}")
+        return None
+
+
+def _compile_entry(key, d, so, full, debug_files):
+    os.makedirs(d, exist_ok=True)
+    src = os.path.join(d, "program.c")
+    _write_atomic(src, full)
+    t0 = time.perf_counter()
+    try:
+        err = _run_cc(c_compiler(), src, so, f"program {key[:16]}")
+    finally:
+        stats.cc_seconds += time.perf_counter() - t0
+    meta = {"sha256": _sha256_file(so), "size": os.path.getsize(so), "key": key, "created": time.time()}
+    _write_atomic(os.path.join(d, "entry.json"), json.dumps(meta))
+    if not debug_enabled():
+        try:
+            os.unlink(src)
+        except OSError:
+            pass
+    if err and err.strip():
+        _write_atomic(os.path.join(d, "cc.log"), err)
+
+
+def _keep_debug(d, full, files):
+    try:
+        _write_atomic(os.path.join(d, "program.c"), full)
+        for name, text in (files or {}).items():
+            _write_atomic(os.path.join(d, name), text)
+    except OSError as e:
+        log.warning("torchneuron: could not keep debug files in %s: %s", d, e)
