@@ -25,7 +25,8 @@ GROUPS = [
      "softmax and layer_norm over the last dim (1024). Bytes: binary ops 12/element, unary and "
      "softmax/layer_norm forward 8, reductions 4, backward 12. Backward rows call the ATen op autograd would call: "
      "`aten.gelu_backward`, `aten._softmax_backward_data`, `aten.native_layer_norm_backward` (dx, dw, db).",
-     "DRAM triad for 16M, cache-resident triad for 256K", workloads.memory_cases),
+     "DRAM triad for 16M, cache-resident triad for 256K (reductions: the read-only bandwidth of the same size)",
+     workloads.memory_cases),
     ("sdpa", "4. Scaled dot-product attention", "`F.scaled_dot_product_attention(q, k, v, is_causal=True)`, fp32; "
      "fwd+bwd sets the grads to None and calls `out.backward(grad)`.", "f32 FMA peak", workloads.sdpa_cases),
     ("gpt", "5. GPT training step", "The model of `examples/train_gpt.py`; one step = batch to device, forward, "

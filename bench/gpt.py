@@ -51,7 +51,7 @@ def char_data():
 
 def config(quick):
     if quick:
-        return dict(d_model=384, layers=6, heads=6, block=128, batch=4)
+        return dict(d_model=256, layers=4, heads=4, block=128, batch=4)
     return dict(d_model=384, layers=6, heads=6, block=256, batch=8)
 
 

@@ -1,7 +1,8 @@
 """Timing harness: one workload on neuron and on PyTorch CPU eager, interleaved round by round.
 
 For each device: setup(device) returns a step function; a few warmup calls, then the number of
-iterations per round N is chosen so that a round takes about `target_s`.  Then R rounds; each round
+iterations per round N is chosen so that a round takes about `target_s` (a round stops early, after
+a whole chunk of calls, once it has run for 3 x target_s: the machine may be shared).  Then R rounds; each round
 times N iterations per device (neuron and cpu alternating which goes first) with time.perf_counter
 around a synchronized region: torch.neuron.synchronize() before starting the clock and after the last
 iteration.  Results: the per-iteration median over rounds per device, and the per-round ratio
@@ -115,6 +116,24 @@ def _timed(fn, n, dev):
     return time.perf_counter() - t0
 
 
+def _timed_round(fn, n, dev, deadline_s):
+    """Like _timed, but stops early (whole chunks of calls) once deadline_s has passed, so that a round
+    calibrated at a quiet moment cannot run for long on a busy machine.  Returns (seconds, calls)."""
+    chunk = max(1, min(64, n // 8))
+    sync(dev)
+    t0 = time.perf_counter()
+    done = 0
+    while done < n:
+        k = min(chunk, n - done)
+        for _ in range(k):
+            fn()
+        done += k
+        if time.perf_counter() - t0 > deadline_s:
+            break
+    sync(dev)
+    return time.perf_counter() - t0, done
+
+
 def _short_error(e):
     msg = f"{type(e).__name__}: {e}".strip().splitlines()
     return msg[0][:160] if msg else type(e).__name__
@@ -168,8 +187,8 @@ class Runner:
                         continue
                     try:
                         n = res.iters[dev]
-                        dt = _timed(fns[dev], n, dev)
-                        res.times[dev].append(dt / n)
+                        dt, done = _timed_round(fns[dev], n, dev, 3 * self.target_s)
+                        res.times[dev].append(dt / done)
                         if dt > 3 * self.target_s and n > 1:   # calibrated on a fast moment: shorten
                             res.iters[dev] = max(1, int(n * self.target_s / dt))
                     except Exception as e:  # noqa: BLE001

@@ -3,6 +3,7 @@
  *   limits fma   THREADS SECONDS   f32 FMA peak: independent vector FMA chains, GFLOP/s over all threads
  *   limits bf16  THREADS SECONDS   bf16 dot-product peak (AVX512-BF16 vdpbf16ps), GFLOP/s; 0 if unsupported
  *   limits triad THREADS N REPS    STREAM triad a[i] = b[i] + s*c[i] on N f32 per array, GB/s (3*N*4 bytes)
+ *   limits read  THREADS N REPS    read-only bandwidth: sum of N f32, GB/s (N*4 bytes)
  *
  * Each prints one line "<value> <variant>".  Threads are pthreads; the time of a repetition is the wall time
  * between two barriers, and the best repetition is reported.
@@ -171,6 +172,53 @@ static void *triad_thread(void *arg) {
     return NULL;
 }
 
+typedef float v16f __attribute__((vector_size(64)));
+static volatile float read_sink;
+
+static void *read_thread(void *arg) {
+    long tid = (long)arg;
+    long lo = triad_n * tid / nthreads, hi = triad_n * (tid + 1) / nthreads;
+    lo = (lo + 127) & ~127L;                                 /* 128-element (512 B) chunks */
+    hi = tid == nthreads - 1 ? (triad_n & ~127L) : ((hi + 127) & ~127L);
+    for (long i = lo; i < hi; i++) B[i] = 1.0f;
+    for (long rep = 0; rep < triad_reps + 1; rep++) {
+        double t0 = 0;
+        pthread_barrier_wait(&bar);
+        if (tid == 0) t0 = now();
+        v16f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0}, s6 = {0}, s7 = {0};
+        for (long i = lo; i < hi; i += 128) {
+            s0 += *(const v16f *)(B + i);
+            s1 += *(const v16f *)(B + i + 16);
+            s2 += *(const v16f *)(B + i + 32);
+            s3 += *(const v16f *)(B + i + 48);
+            s4 += *(const v16f *)(B + i + 64);
+            s5 += *(const v16f *)(B + i + 80);
+            s6 += *(const v16f *)(B + i + 96);
+            s7 += *(const v16f *)(B + i + 112);
+        }
+        v16f s = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+        read_sink = s[0] + s[15];
+        pthread_barrier_wait(&bar);
+        if (tid == 0 && rep > 0) {
+            double dt = now() - t0;
+            if (dt < best_dt) best_dt = dt;
+        }
+    }
+    return NULL;
+}
+
+static double readbw(long n, long reps) {
+    n &= ~127L;
+    triad_n = n;
+    triad_reps = reps;
+    B = aligned_alloc(64, (size_t)n * sizeof(float));
+    if (!B) { fprintf(stderr, "out of memory\n"); exit(1); }
+    best_dt = 1e30;
+    run_threads(read_thread);
+    free(B);
+    return (double)n * sizeof(float) / best_dt / 1e9;
+}
+
 static double triad(long n, long reps) {
     triad_n = n;
     triad_reps = reps;
@@ -205,6 +253,10 @@ int main(int argc, char **argv) {
         long n = argc > 3 ? atol(argv[3]) : (16L << 20);
         long reps = argc > 4 ? atol(argv[4]) : 10;
         printf("%.3f triad\n", triad(n, reps));
+    } else if (!strcmp(argv[1], "read")) {
+        long n = argc > 3 ? atol(argv[3]) : (16L << 20);
+        long reps = argc > 4 ? atol(argv[4]) : 10;
+        printf("%.3f read\n", readbw(n, reps));
     } else {
         fprintf(stderr, "unknown mode %s\n", argv[1]);
         return 2;

@@ -1,7 +1,7 @@
 """Machine limits: small C microbenchmarks (bench/limits.c) compiled at bench time with cc -O3 -march=native.
 
 f32 FMA peak (one core, all cores), bf16 dot-product peak (AVX512-BF16, all cores) and STREAM-triad
-bandwidth (DRAM-sized arrays and cache-resident arrays, all cores).  The machine may be shared, so every
+bandwidth and read-only (sum) bandwidth (DRAM-sized arrays and cache-resident arrays, all cores).  The machine may be shared, so every
 number is the best of several short repetitions, and measure() can be called more than once (start and
 end of the run) with the best kept.
 """
@@ -19,6 +19,8 @@ LIMIT_LABELS = {
     "bf16": "bf16 dot peak (vdpbf16ps), all cores",
     "dram": "triad bandwidth, 3 x 64 MiB (DRAM)",
     "cache": "triad bandwidth, 3 x 1 MiB (cache-resident)",
+    "dram_read": "read bandwidth, 64 MiB (DRAM)",
+    "cache_read": "read bandwidth, 1 MiB (cache-resident)",
 }
 
 
@@ -83,6 +85,8 @@ class Limits:
             self._keep("triad_dram_1", self._run("triad", 1, 16 << 20, 5 if self.quick else 10))
             self._keep("triad_dram_all", self._run("triad", n, 16 << 20, 5 if self.quick else 10))
             self._keep("triad_cache_all", self._run("triad", n, 256 << 10, 1000 if self.quick else 3000))
+            self._keep("read_dram_all", self._run("read", n, 16 << 20, 5 if self.quick else 10))
+            self._keep("read_cache_all", self._run("read", n, 256 << 10, 1000 if self.quick else 3000))
         except Exception as e:  # noqa: BLE001
             self.error = f"microbenchmark failed: {e}"
 
@@ -94,8 +98,10 @@ class Limits:
             one, allc = self._v("fma_1"), self._v("fma_all")
             if one is None and allc is None:
                 return None
-            # on a shared machine the all-core run is often short of n x one-core: use the larger
-            return max(x for x in (allc, (one or 0) * n) if x is not None)
+            # on a shared machine the all-core run is often short of n x one-core: then use n x one-core
+            if allc is not None and (one is None or allc >= 0.9 * one * n):
+                return allc
+            return one * n
         if key == "bf16":
             v = self._v("bf16_all")
             return v if v else None
@@ -103,6 +109,10 @@ class Limits:
             return self._v("triad_dram_all")
         if key == "cache":
             return self._v("triad_cache_all")
+        if key == "dram_read":
+            return self._v("read_dram_all")
+        if key == "cache_read":
+            return self._v("read_cache_all")
         return None
 
     def _v(self, name):
@@ -136,4 +146,8 @@ class Limits:
         out.append((f"triad 3 x 64 MiB, {n} cores", v, "limit for 16M-element ops"))
         v, var = fmt("triad_cache_all", "GB/s")
         out.append((f"triad 3 x 1 MiB, {n} cores", v, "limit for 256K-element ops (cache-resident)"))
+        v, var = fmt("read_dram_all", "GB/s")
+        out.append((f"read (sum) 64 MiB, {n} cores", v, "limit for 16M-element reductions"))
+        v, var = fmt("read_cache_all", "GB/s")
+        out.append((f"read (sum) 1 MiB, {n} cores", v, "limit for 256K-element reductions"))
         return out

@@ -244,7 +244,8 @@ def build(groups, limits, info, meta):
     md.append("")
     md.append("C microbenchmarks (`bench/limits.c`) compiled at bench time with `cc -O3 -march=native`, best of "
               "several repetitions (run at the start and the end of the bench, best kept); threads are pthreads. "
-              "Triad is `a[i] = b[i] + s*c[i]` on f32, 12 bytes counted per element.")
+              "Triad is `a[i] = b[i] + s*c[i]` on f32, 12 bytes counted per element (the write-allocate read of `a` "
+              "is not counted, as for the ops); read is a vectorised sum, 4 bytes per element.")
     md.append("")
     lrows = limits.rows() if limits is not None else [("skipped", "--no-limits", "")]
     if limits is not None and limits.error:
@@ -311,8 +312,10 @@ def build(groups, limits, info, meta):
               "`setup(device)` builds the inputs (CPU-seeded, moved to the device) and a step function; warmup "
               "calls, then the iterations per round N are chosen so that a round takes about the target time; then R "
               "rounds, alternating which device goes first. A round is `time.perf_counter()` around "
-              "`sync; N x step; sync` (`torch.neuron.synchronize()` for neuron, nothing for cpu). GC is disabled "
-              "during the rounds.")
+              "`sync; N x step; sync` (`torch.neuron.synchronize()` for neuron, nothing for cpu), stopped early "
+              "after a whole chunk of steps once it has run 3x the target (a calibration made at a quiet moment "
+              "must not run for long on a busy machine); the per-step time is the round time / steps run. GC is "
+              "disabled during the rounds.")
     md.append("- Per-op latency: `[enqueue]` = N ops back to back with one synchronize at the end, divided by N "
               "(the host-side dispatch + enqueue cost once the queue is full, i.e. the op throughput); `[sync each]` "
               "= a synchronize after every op (the round-trip latency). On the CPU both are the plain op.")
@@ -325,6 +328,9 @@ def build(groups, limits, info, meta):
               "is given. On this VM, CPU-eager ops that open an OpenMP parallel region sometimes take milliseconds "
               "when a worker thread has to be woken on a busy or idle vCPU, which shows up as huge ratios on small "
               "ops; read those rows with the range.")
+    md.append("- `sum`/`amax` are compared with the read-only bandwidth, the other memory-bound ops with triad; a "
+              "share above 100% is possible where the op's traffic pattern beats the microbenchmark's, or when the "
+              "limit was measured at a busy moment.")
     md.append("- The machine has 2 cores and may be shared with other jobs: absolute numbers are noisy, the "
               "interleaved ratios less so. Both devices use the same cores (neuron's kernel thread pool vs "
               "PyTorch's OpenMP/MKL/oneDNN threads).")

@@ -43,6 +43,10 @@ def _register():
         torch._register_device_module("neuron", _device)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     _registered = True
+    try:  # torch.compile backend "neuron" (registers when torch._dynamo is imported); never fails the device
+        from .compile import register as _reg_compile; _reg_compile()  # noqa: E702
+    except Exception:
+        pass
 
 
 import torch  # noqa: E402  (with the package imported first, torch's autoload calls _autoload here)

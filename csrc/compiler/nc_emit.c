@@ -344,6 +344,34 @@ static int emit_op(kc_t *k, char *out, size_t n, const nc_node_t *m, char a[][NC
 	return 0;
 }
 
+/* Emit a load of `value` (read at the element (r, j) of shape S, or at r / j) into a register named
+ * <name>_v; its name goes to out. */
+static int load_value(kc_t *k, const char *name, int value, const nc_value_t *S, int mode, int indent, char *out, size_t n)
+{
+	nc_graph_t *g = k->g;
+	const nc_value_t *ov = &g->v[value];
+	const nc_value_t *rv = &g->v[ov->root];
+	int pi = ptr_index(g, k->u->seg, rv->id);
+	if (pi < 0)
+		return nc_fail(g, NC_ERR_INVALID, "internal: value %d has no pointer in segment %d", rv->id, k->u->seg);
+	char idx[NC_EXPR], mem[NC_EXPR], raw[NC_EXPR];
+	if (mode == CLS_FULL) {
+		const char *inner = full_access(k, name, ov, S, k->L, "r", indent);
+		char innerbuf[NC_EXPR];
+		if (inner)
+			fmt(innerbuf, sizeof innerbuf, "%s", inner);
+		full_index(k, idx, sizeof idx, name, inner ? innerbuf : NULL, ov, S, k->L, name, indent);
+	} else {
+		whole_access(k, name, ov, S, mode == CLS_ROW ? "r" : "j", indent);
+		fmt(idx, sizeof idx, "%s", name);
+	}
+	fmt(raw, sizeof raw, "((const %s *)P[%d])[%s]", nc_ctype_storage(rv->dtype), pi, idx);
+	load_conv(mem, sizeof mem, raw, ov->dtype);
+	sb_printf(k->s, "%*sconst %s %s_v = %s;\n", indent, "", reg_of(ov->dtype), name, mem);
+	fmt(out, n, "%s_v", name);
+	return 0;
+}
+
 /* The operand expressions of node m (converted to m's compute dtype), emitting loads for operands in
  * memory.  mode: CLS_FULL (in the j loop), CLS_ROW (per row), CLS_COL (per column). */
 static int operands(kc_t *k, const nc_node_t *m, int mode, char a[][NC_EXPR], int indent)
@@ -384,27 +412,11 @@ static int operands(kc_t *k, const nc_node_t *m, int mode, char a[][NC_EXPR], in
 			} else if (in_unit(k, o->v)) {
 				fmt(x, sizeof x, "x%d", ov->root);
 			} else {
-				const nc_value_t *rv = &g->v[ov->root];
-				int pi = ptr_index(g, k->u->seg, rv->id);
-				if (pi < 0)
-					return nc_fail(g, NC_ERR_INVALID, "internal: value %d has no pointer in segment %d", rv->id, k->u->seg);
-				char name[48], idx[NC_EXPR], mem[NC_EXPR];
+				char name[48];
 				fmt(name, sizeof name, "l%d_%d_%d", m->index, i, k->pass);
-				if (mode == CLS_FULL) {
-					const char *inner = full_access(k, name, ov, S, k->L, "r", indent);
-					char innerbuf[NC_EXPR];
-					if (inner)
-						fmt(innerbuf, sizeof innerbuf, "%s", inner);
-					full_index(k, idx, sizeof idx, name, inner ? innerbuf : NULL, ov, S, k->L, name, indent);
-				} else {
-					whole_access(k, name, ov, S, mode == CLS_ROW ? "r" : "j", indent);
-					fmt(idx, sizeof idx, "%s", name);
-				}
-				char raw[NC_EXPR];
-				fmt(raw, sizeof raw, "((const %s *)P[%d])[%s]", nc_ctype_storage(rv->dtype), pi, idx);
-				load_conv(mem, sizeof mem, raw, ov->dtype);
-				sb_printf(k->s, "%*sconst %s %s_v = %s;\n", indent, "", reg_of(ov->dtype), name, mem);
-				fmt(x, sizeof x, "%s_v", name);
+				int st = load_value(k, name, o->v, S, mode, indent, x, sizeof x);
+				if (st)
+					return st;
 			}
 		}
 		conv(a[na], sizeof a[na], x, from, to);
@@ -486,11 +498,20 @@ static bool red_is_float_ext(const nc_graph_t *g, const nc_node_t *m)
 }
 
 /* accumulate input register of reduction m into acc (`acc` names the accumulator lvalue) */
-static void emit_acc_update(kc_t *k, const nc_node_t *m, const char *acc, const char *nanv, int indent)
+static int emit_acc_update(kc_t *k, const nc_node_t *m, const char *acc, const char *nanv, int indent)
 {
 	const nc_value_t *in = &k->g->v[m->ins[0].v];
-	char x[64];
-	fmt(x, sizeof x, "((%s)x%d)", acc_type(k->g, m), in->root);
+	char x[NC_EXPR], reg[NC_EXPR];
+	if (in_unit(k, in->id)) {
+		fmt(reg, sizeof reg, "x%d", in->root);
+	} else {
+		char name[48];
+		fmt(name, sizeof name, "l%d_0_%d", m->index, k->pass);
+		int st = load_value(k, name, in->id, in, CLS_FULL, indent, reg, sizeof reg);
+		if (st)
+			return st;
+	}
+	fmt(x, sizeof x, "((%s)%s)", acc_type(k->g, m), reg);
 	if (!strcmp(m->op, "amax"))
 		sb_printf(k->s, "%*s%s = %s > %s ? %s : %s;\n", indent, "", acc, acc, x, acc, x);
 	else if (!strcmp(m->op, "amin"))
@@ -498,7 +519,8 @@ static void emit_acc_update(kc_t *k, const nc_node_t *m, const char *acc, const 
 	else
 		sb_printf(k->s, "%*s%s += %s;\n", indent, "", acc, x);
 	if (red_is_float_ext(k->g, m))
-		sb_printf(k->s, "%*s%s |= x%d != x%d;\n", indent, "", nanv, in->root, in->root);
+		sb_printf(k->s, "%*s%s |= %s != %s;\n", indent, "", nanv, reg, reg);
+	return 0;
 }
 
 static void emit_acc_final(kc_t *k, const nc_node_t *m, const char *acc, const char *nanv, const char *count, int indent)
@@ -581,7 +603,9 @@ static int emit_full_body(kc_t *k, int pass, bool col, int indent)
 				fmt(acc, sizeof acc, "acc%d", m->index);
 				fmt(nanv, sizeof nanv, "nan%d", m->index);
 			}
-			emit_acc_update(k, m, acc, nanv, indent);
+			int st = emit_acc_update(k, m, acc, nanv, indent);
+			if (st)
+				return st;
 		}
 		if (m->kind == 'P' && g->v[m->outs[0]].cls == CLS_FULL && stored(g, m) && k->level[m->outs[0]] == pass)
 			emit_store(k, &g->v[m->outs[0]], CLS_FULL, indent);
@@ -968,7 +992,7 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 	sb_printf(s, "static const nc_rt_t *RT;\n\n");
 	sb_printf(s, "NC_EXPORT int nc_init(const nc_rt_t *rt)\n{\n\tif (!rt || rt->abi != NC_RT_ABI)\n\t\treturn -1;\n\tRT = rt;\n\treturn 0;\n}\n\n");
 	for (int i = 0; i < g->nu && !st; i++)
-		if (g->u[i].kind <= U_COL)
+		if (g->u[i].kind <= U_COL && !g->u[i].dead)
 			st = emit_unit(g, s, i, level, needed);
 	if (st)
 		goto out;

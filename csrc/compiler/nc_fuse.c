@@ -148,50 +148,6 @@ static bool row_broadcast(nc_graph_t *g, const nc_value_t *o, const nc_value_t *
 	return true;
 }
 
-/* The class node x would have in unit G, or CLS_NONE if it cannot join G. */
-static int join_class(nc_graph_t *g, const nc_node_t *x, int G)
-{
-	const nc_unit_t *u = &g->u[G];
-	const nc_value_t *vx = &g->v[x->outs[0]];
-	bool full_ok = nc_streq(numel(vx), u->N) && nc_sp_index(vx, u->L) >= 0;
-	bool row_ok = u->kind == U_ROW && nc_streq(numel(vx), u->R);
-	bool col_ok = u->kind == U_COL && nc_streq(numel(vx), u->L);
-	bool any = false;
-	for (int k = 0; k < x->nin; k++) {
-		const nc_opnd_t *o = &x->ins[k];
-		if (o->kind != 'v')
-			continue;
-		bool tr;
-		int uo = nc_root_producer_unit(g, o->v, &tr);
-		if (uo != G) {
-			if (uo >= 0 && depends(g, uo, G))
-				return CLS_NONE; /* G -> uo -> x would be a cycle */
-			continue;
-		}
-		if (!tr)
-			return CLS_NONE;
-		any = true;
-		const nc_value_t *ov = &g->v[o->v];
-		int c = g->v[ov->root].cls;
-		if (c == CLS_FULL) {
-			full_ok = full_ok && nc_streq(numel(ov), numel(vx));
-			row_ok = col_ok = false;
-		} else if (c == CLS_ROW) {
-			full_ok = full_ok && row_broadcast(g, ov, vx, u);
-			row_ok = row_ok && nc_streq(numel(ov), u->R);
-			col_ok = false;
-		} else if (c == CLS_COL) {
-			full_ok = row_ok = false;
-			col_ok = col_ok && nc_streq(numel(ov), u->L);
-		} else {
-			return CLS_NONE;
-		}
-	}
-	if (!any)
-		return CLS_NONE;
-	return full_ok ? CLS_FULL : row_ok ? CLS_ROW : col_ok ? CLS_COL : CLS_NONE;
-}
-
 static void add_operand_deps(nc_graph_t *g, int unit, const nc_node_t *x)
 {
 	for (int k = 0; k < x->nin; k++)
@@ -202,50 +158,8 @@ static void add_operand_deps(nc_graph_t *g, int unit, const nc_node_t *x)
 		}
 }
 
-static int new_space_unit(nc_graph_t *g, int kind, const char *N, const char *R, const char *L, int node, int last_barrier)
-{
-	int ui;
-	nc_unit_t *u = nc_new_unit(g, kind, &ui);
-	if (!u)
-		return nc_fail(g, NC_ERR_INVALID, "too many units");
-	u->N = N, u->R = R, u->L = L;
-	int st = nc_unit_add(g, ui, node);
-	if (st)
-		return st;
-	add_operand_deps(g, ui, &g->n[node]);
-	nc_add_dep(g, ui, last_barrier);
-	return ui;
-}
-
 static const char *last_dim(const nc_value_t *v) { return v->rank ? v->sp[v->rank - 1] : "1"; }
 static const char *rows_of(const nc_value_t *v) { return v->rank ? v->pp[v->rank - 1] : "1"; }
-
-static int fuse_pointwise(nc_graph_t *g, int ni, int last_barrier)
-{
-	nc_node_t *x = &g->n[ni];
-	for (int k = 0; k < x->nin; k++) {
-		if (x->ins[k].kind != 'v')
-			continue;
-		int G = nc_root_producer_unit(g, x->ins[k].v, NULL);
-		if (G < 0 || g->u[G].closed || g->u[G].kind > U_COL)
-			continue;
-		int c = join_class(g, x, G);
-		if (c == CLS_NONE)
-			continue;
-		int st = nc_unit_add(g, G, ni);
-		if (st)
-			return st;
-		add_operand_deps(g, G, x);
-		g->v[x->outs[0]].cls = c;
-		return 0;
-	}
-	const nc_value_t *vx = &g->v[x->outs[0]];
-	int u = new_space_unit(g, U_PW, numel(vx), rows_of(vx), last_dim(vx), ni, last_barrier);
-	if (u < 0)
-		return u;
-	g->v[x->outs[0]].cls = CLS_FULL;
-	return 0;
-}
 
 /* Classify a reduction: 'r' row (reduced dims after kept dims), 'c' column, 0 neither.  *k is the
  * split: rows = pp[k], L = sp[k]. */
@@ -289,56 +203,189 @@ static char reduction_kind(const nc_graph_t *g, const nc_node_t *x, int *k)
 	return 0;
 }
 
-static bool members_have_L(const nc_graph_t *g, const nc_unit_t *u, const char *L)
+typedef struct {
+	int kind;
+	const char *N, *R, *L;
+} space_t;
+
+/* the index space of a set of members (sorted node indices), or false if they cannot share one */
+static bool unit_space(nc_graph_t *g, const int *mem, int n, space_t *sp)
 {
-	for (int i = 0; i < u->nnodes; i++) {
-		const nc_node_t *m = &g->n[u->nodes[i]];
-		if (nc_sp_index(&g->v[m->outs[0]], L) < 0)
+	sp->kind = U_PW;
+	sp->N = sp->R = sp->L = NULL;
+	for (int i = 0; i < n; i++) {
+		const nc_node_t *m = &g->n[mem[i]];
+		if (m->kind != 'R')
+			continue;
+		int k;
+		char rk = reduction_kind(g, m, &k);
+		const nc_value_t *in = &g->v[m->ins[0].v];
+		int kind = rk == 'r' ? U_ROW : U_COL;
+		if (!rk)
+			return false;
+		if (sp->kind == U_PW) {
+			sp->kind = kind, sp->N = numel(in), sp->R = in->pp[k], sp->L = in->sp[k];
+		} else if (sp->kind != kind || !nc_streq(sp->N, numel(in)) || !nc_streq(sp->R, in->pp[k]) ||
+			   !nc_streq(sp->L, in->sp[k])) {
+			return false;
+		}
+	}
+	if (sp->kind != U_PW)
+		return true;
+	/* pointwise: N of the first member; L the last dim of the first member if every member has it
+	 * as a suffix product, else the whole tensor (R = 1) */
+	const nc_value_t *v0 = &g->v[g->n[mem[0]].outs[0]];
+	sp->N = numel(v0);
+	sp->L = last_dim(v0), sp->R = rows_of(v0);
+	for (int i = 1; i < n; i++)
+		if (nc_sp_index(&g->v[g->n[mem[i]].outs[0]], sp->L) < 0) {
+			sp->L = sp->N, sp->R = "1";
+			break;
+		}
+	return true;
+}
+
+/* Stamped membership: member index + 1 of node i for the set being checked. */
+typedef struct {
+	int *pos;   /* per node */
+	int *stamp; /* per node */
+	int tag;
+	int *cls;   /* per member */
+} memb_t;
+
+static int member(const nc_graph_t *g, const memb_t *mb, int value, bool *tr)
+{
+	bool t = true;
+	int v = value;
+	while (g->v[v].view_of >= 0) {
+		if (!g->v[v].reshape)
+			t = false;
+		v = g->v[v].view_of;
+	}
+	*tr = t;
+	int p = g->v[v].producer;
+	if (p < 0 || mb->stamp[p] != mb->tag)
+		return -1;
+	return mb->pos[p];
+}
+
+/* Classes of the members in space sp; false if some member cannot be indexed in it. */
+static bool classify(nc_graph_t *g, const int *mem, int n, const space_t *sp, memb_t *mb)
+{
+	mb->tag++;
+	for (int i = 0; i < n; i++)
+		mb->stamp[mem[i]] = mb->tag, mb->pos[mem[i]] = i;
+	nc_unit_t fake = {.kind = sp->kind, .N = sp->N, .R = sp->R, .L = sp->L};
+	for (int i = 0; i < n; i++) {
+		const nc_node_t *m = &g->n[mem[i]];
+		const nc_value_t *vx = &g->v[m->outs[0]];
+		if (m->kind == 'R') {
+			bool tr;
+			int p = member(g, mb, m->ins[0].v, &tr);
+			if (p >= 0 && (!tr || mb->cls[p] != CLS_FULL))
+				return false;
+			mb->cls[i] = sp->kind == U_ROW ? CLS_ROW : CLS_COL;
+			continue;
+		}
+		bool full_ok = nc_streq(numel(vx), sp->N) && nc_sp_index(vx, sp->L) >= 0;
+		bool row_ok = sp->kind == U_ROW && nc_streq(numel(vx), sp->R);
+		bool col_ok = sp->kind == U_COL && nc_streq(numel(vx), sp->L);
+		for (int k = 0; k < m->nin; k++) {
+			const nc_opnd_t *o = &m->ins[k];
+			if (o->kind != 'v' || o->v < 0)
+				continue;
+			bool tr;
+			int p = member(g, mb, o->v, &tr);
+			if (p < 0)
+				continue;
+			if (!tr)
+				return false;
+			const nc_value_t *ov = &g->v[o->v];
+			int c = mb->cls[p];
+			if (c == CLS_FULL) {
+				full_ok = full_ok && nc_streq(numel(ov), numel(vx));
+				row_ok = col_ok = false;
+			} else if (c == CLS_ROW) {
+				full_ok = full_ok && row_broadcast(g, ov, vx, &fake);
+				row_ok = row_ok && nc_streq(numel(ov), sp->R);
+				col_ok = false;
+			} else {
+				full_ok = row_ok = false;
+				col_ok = col_ok && nc_streq(numel(ov), sp->L);
+			}
+		}
+		mb->cls[i] = full_ok ? CLS_FULL : row_ok ? CLS_ROW : col_ok ? CLS_COL : CLS_NONE;
+		if (mb->cls[i] == CLS_NONE)
 			return false;
 	}
 	return true;
 }
 
-static int fuse_reduction(nc_graph_t *g, int ni, int last_barrier)
+static void remove_dep(nc_unit_t *u, int dep)
 {
-	nc_node_t *x = &g->n[ni];
-	const nc_value_t *in = &g->v[x->ins[0].v];
-	int k;
-	char kind = reduction_kind(g, x, &k);
-	if (!kind) {
-		x->kind = 'E'; /* interleaved reduced dims: the frontend runs it */
-		nc_log(g, "node %d: %s over interleaved dims runs eagerly", x->id, x->op);
-		return 1;
-	}
-	const char *R = in->pp[k], *L = in->sp[k];
-	bool tr;
-	int G = nc_root_producer_unit(g, x->ins[0].v, &tr);
-	if (G >= 0 && tr && !g->u[G].closed && g->u[G].kind <= U_COL && g->v[in->root].cls == CLS_FULL &&
-	    nc_streq(g->u[G].N, numel(in))) {
-		nc_unit_t *u = &g->u[G];
-		bool ok = false;
-		if (kind == 'r' && u->kind == U_PW && members_have_L(g, u, L))
-			ok = true, u->kind = U_ROW;
-		else if (kind == 'r' && u->kind == U_ROW && nc_streq(u->L, L) && nc_streq(u->R, R))
-			ok = true;
-		else if (kind == 'c' && u->kind == U_PW && members_have_L(g, u, L))
-			ok = true, u->kind = U_COL;
-		else if (kind == 'c' && u->kind == U_COL && nc_streq(u->L, L) && nc_streq(u->R, R))
-			ok = true;
-		if (ok) {
-			u->R = R, u->L = L;
-			int st = nc_unit_add(g, G, ni);
-			if (st)
-				return st;
-			g->v[x->outs[0]].cls = kind == 'r' ? CLS_ROW : CLS_COL;
-			return 0;
+	for (int i = 0; i < u->ndeps; i++)
+		if (u->deps[i] == dep) {
+			u->deps[i] = u->deps[--u->ndeps];
+			return;
 		}
+}
+
+/* Merge unit b into unit a if their members share an index space and no other unit lies on a path
+ * between them.  Returns 1 if merged, 0 if not, <0 on error. */
+static int try_merge(nc_graph_t *g, int a, int b, memb_t *mb, int *tmp)
+{
+	if (a == b || g->u[a].dead || g->u[b].dead)
+		return 0;
+	nc_unit_t *A = &g->u[a], *B = &g->u[b];
+	if (A->kind > U_COL || B->kind > U_COL)
+		return 0;
+	if ((A->kind == U_ROW && B->kind == U_COL) || (A->kind == U_COL && B->kind == U_ROW))
+		return 0;
+	/* cycle: a path a -> x -> b or b -> x -> a through another unit x */
+	for (int i = 0; i < B->ndeps; i++)
+		if (B->deps[i] != a && depends(g, B->deps[i], a))
+			return 0;
+	for (int i = 0; i < A->ndeps; i++)
+		if (A->deps[i] != b && depends(g, A->deps[i], b))
+			return 0;
+	/* members, merged in node order */
+	int n = 0, i = 0, j = 0;
+	while (i < A->nnodes || j < B->nnodes)
+		tmp[n++] = (j >= B->nnodes || (i < A->nnodes && A->nodes[i] < B->nodes[j])) ? A->nodes[i++] : B->nodes[j++];
+	space_t sp;
+	if (!unit_space(g, tmp, n, &sp) || !classify(g, tmp, n, &sp, mb))
+		return 0;
+	/* commit */
+	int *nodes = nc_alloc(&g->A, sizeof(int) * (size_t)n);
+	if (!nodes)
+		return nc_fail(g, NC_ERR_NOMEM, "out of memory");
+	memcpy(nodes, tmp, sizeof(int) * (size_t)n);
+	A->nodes = nodes, A->nnodes = A->nodes_cap = n;
+	A->kind = sp.kind, A->N = sp.N, A->R = sp.R, A->L = sp.L;
+	if (B->first < A->first)
+		A->first = B->first;
+	for (int k = 0; k < n; k++) {
+		g->n[nodes[k]].unit = a;
+		g->v[g->n[nodes[k]].outs[0]].cls = mb->cls[k];
 	}
-	int u = new_space_unit(g, kind == 'r' ? U_ROW : U_COL, numel(in), R, L, ni, last_barrier);
-	if (u < 0)
-		return u;
-	g->v[x->outs[0]].cls = kind == 'r' ? CLS_ROW : CLS_COL;
-	return 0;
+	for (int k = 0; k < B->ndeps; k++)
+		nc_add_dep(g, a, B->deps[k]);
+	remove_dep(A, b);
+	remove_dep(A, a);
+	B->dead = true;
+	B->nnodes = 0;
+	for (int u = 0; u < g->nu; u++) {
+		nc_unit_t *U = &g->u[u];
+		if (U->dead || u == a)
+			continue;
+		for (int k = 0; k < U->ndeps; k++)
+			if (U->deps[k] == b) {
+				remove_dep(U, b);
+				nc_add_dep(g, u, a);
+				break;
+			}
+	}
+	return 1;
 }
 
 /* A free node (constant) whose value must exist in memory: read by a library call, an eager op or
@@ -370,62 +417,13 @@ static void add_consumer_deps(nc_graph_t *g, int value, int unit)
 	}
 }
 
-int nc_fuse(nc_graph_t *g)
+static void log_units(nc_graph_t *g)
 {
-	g->u_cap = 2 * g->nn + 8;
-	g->u = nc_alloc(&g->A, sizeof(nc_unit_t) * (size_t)g->u_cap);
-	if (!g->u)
-		return nc_fail(g, NC_ERR_NOMEM, "out of memory");
-	int last_barrier = -1, last_eager = -1;
-	for (int i = 0; i < g->nn; i++) {
-		nc_node_t *x = &g->n[i];
-		int st = 0;
-		if (x->kind == 'V' || (x->kind == 'P' && x->free))
-			continue;
-		if (x->kind == 'P')
-			st = fuse_pointwise(g, i, last_barrier);
-		else if (x->kind == 'R')
-			st = fuse_reduction(g, i, last_barrier);
-		if (st < 0)
-			return st;
-		if (x->kind == 'L' || x->kind == 'E') {
-			int ui;
-			nc_unit_t *u = nc_new_unit(g, x->kind == 'L' ? U_LIB : U_EAGER, &ui);
-			if (!u)
-				return nc_fail(g, NC_ERR_INVALID, "too many units");
-			if ((st = nc_unit_add(g, ui, i)))
-				return st;
-			add_operand_deps(g, ui, x);
-			nc_add_dep(g, ui, last_barrier);
-			if (x->kind == 'E') {
-				nc_add_dep(g, ui, last_eager); /* eager ops keep their order (random numbers) */
-				last_eager = ui;
-			}
-			if (x->barrier) {
-				for (int k = 0; k < ui; k++) {
-					nc_add_dep(g, ui, k);
-					g->u[k].closed = true;
-				}
-				last_barrier = ui;
-			}
-		}
-	}
-	for (int i = 0; i < g->nn; i++) {
-		nc_node_t *x = &g->n[i];
-		if (x->kind != 'P' || !x->free || !free_needs_memory(g, x->outs[0]))
-			continue;
-		const nc_value_t *vx = &g->v[x->outs[0]];
-		int ui = new_space_unit(g, U_PW, numel(vx), rows_of(vx), last_dim(vx), i, -1);
-		if (ui < 0)
-			return ui;
-		g->v[x->outs[0]].cls = CLS_FULL;
-		add_consumer_deps(g, x->outs[0], ui);
-	}
-	if (g->A.oom)
-		return nc_fail(g, NC_ERR_NOMEM, "out of memory");
+	static const char *const kinds[] = {"pw", "row", "col", "lib", "eager"};
 	for (int i = 0; i < g->nu; i++) {
 		const nc_unit_t *u = &g->u[i];
-		static const char *const kinds[] = {"pw", "row", "col", "lib", "eager"};
+		if (u->dead)
+			continue;
 		char line[400];
 		int n = snprintf(line, sizeof line, "unit %d %s", i, kinds[u->kind]);
 		if (u->kind <= U_COL)
@@ -435,5 +433,139 @@ int nc_fuse(nc_graph_t *g)
 			n += snprintf(line + n, sizeof line - (size_t)n, " %d:%s", g->n[u->nodes[k]].id, g->n[u->nodes[k]].op);
 		nc_log(g, "%s", line);
 	}
+}
+
+/* One unit per compute node; dependencies from operands, eager order and barriers. */
+static int singletons(nc_graph_t *g)
+{
+	int last_barrier = -1, last_eager = -1;
+	for (int i = 0; i < g->nn; i++) {
+		nc_node_t *x = &g->n[i];
+		if (x->kind == 'V' || (x->kind == 'P' && x->free))
+			continue;
+		int kind = U_PW, k = 0;
+		if (x->kind == 'R') {
+			char rk = reduction_kind(g, x, &k);
+			if (!rk) {
+				x->kind = 'E'; /* interleaved reduced dims: the frontend runs it */
+				nc_log(g, "node %d: %s over interleaved dims runs eagerly", x->id, x->op);
+			}
+			kind = rk == 'r' ? U_ROW : U_COL;
+		}
+		if (x->kind == 'L')
+			kind = U_LIB;
+		else if (x->kind == 'E')
+			kind = U_EAGER;
+		int ui;
+		nc_unit_t *u = nc_new_unit(g, kind, &ui);
+		if (!u)
+			return nc_fail(g, NC_ERR_INVALID, "too many units");
+		int st = nc_unit_add(g, ui, i);
+		if (st)
+			return st;
+		const nc_value_t *vx = x->nout > 0 && x->outs[0] >= 0 ? &g->v[x->outs[0]] : NULL;
+		if (kind == U_PW) {
+			u->N = numel(vx), u->R = rows_of(vx), u->L = last_dim(vx);
+			g->v[vx->id].cls = CLS_FULL;
+		} else if (kind == U_ROW || kind == U_COL) {
+			const nc_value_t *in = &g->v[x->ins[0].v];
+			u->N = numel(in), u->R = in->pp[k], u->L = in->sp[k];
+			g->v[vx->id].cls = kind == U_ROW ? CLS_ROW : CLS_COL;
+		}
+		add_operand_deps(g, ui, x);
+		nc_add_dep(g, ui, last_barrier);
+		if (kind == U_EAGER) {
+			nc_add_dep(g, ui, last_eager); /* eager ops keep their order (random numbers) */
+			last_eager = ui;
+		}
+		if (x->barrier) {
+			for (int k2 = 0; k2 < ui; k2++)
+				nc_add_dep(g, ui, k2);
+			last_barrier = ui;
+		}
+	}
 	return 0;
+}
+
+int nc_fuse(nc_graph_t *g)
+{
+	g->u_cap = 2 * g->nn + 8;
+	g->u = nc_alloc(&g->A, sizeof(nc_unit_t) * (size_t)g->u_cap);
+	memb_t mb = {0};
+	mb.pos = calloc((size_t)g->nn + 1, sizeof(int));
+	mb.stamp = calloc((size_t)g->nn + 1, sizeof(int));
+	mb.cls = calloc((size_t)g->nn + 1, sizeof(int));
+	int *tmp = calloc((size_t)g->nn + 1, sizeof(int));
+	int st = 0;
+	if (!g->u || !mb.pos || !mb.stamp || !mb.cls || !tmp) {
+		st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	if ((st = singletons(g)))
+		goto out;
+	/* producer -> consumer: merge a node's unit with the units of the values it reads */
+	for (int i = 0; i < g->nn && st >= 0; i++) {
+		const nc_node_t *x = &g->n[i];
+		if ((x->kind != 'P' && x->kind != 'R') || x->unit < 0)
+			continue;
+		for (int k = 0; k < x->nin && st >= 0; k++) {
+			if (x->ins[k].kind != 'v' || x->ins[k].v < 0)
+				continue;
+			bool tr;
+			int uo = nc_root_producer_unit(g, x->ins[k].v, &tr);
+			if (uo >= 0 && tr && uo != g->n[i].unit)
+				st = try_merge(g, uo, g->n[i].unit, &mb, tmp);
+		}
+	}
+	/* siblings: units reading the same buffer */
+	for (int v = 0; v < g->nv && st >= 0; v++) {
+		if (g->v[v].view_of >= 0)
+			continue;
+		int readers[64], nr = 0;
+		for (int w = 0; w < g->nv && nr < 64; w++) {
+			if (g->v[w].root != v)
+				continue;
+			for (int i = 0; i < g->v[w].nusers && nr < 64; i++) {
+				const nc_node_t *x = &g->n[g->v[w].users[i]];
+				if ((x->kind == 'P' || x->kind == 'R') && x->unit >= 0)
+					readers[nr++] = g->v[w].users[i];
+			}
+		}
+		for (int a = 0; a < nr && st >= 0; a++)
+			for (int b = a + 1; b < nr && st >= 0; b++) {
+				int ua = g->n[readers[a]].unit, ub = g->n[readers[b]].unit;
+				if (ua != ub)
+					st = try_merge(g, ua < ub ? ua : ub, ua < ub ? ub : ua, &mb, tmp);
+			}
+	}
+	if (st < 0)
+		goto out;
+	st = 0;
+	for (int i = 0; i < g->nn; i++) {
+		nc_node_t *x = &g->n[i];
+		if (x->kind != 'P' || !x->free || !free_needs_memory(g, x->outs[0]))
+			continue;
+		const nc_value_t *vx = &g->v[x->outs[0]];
+		int ui;
+		nc_unit_t *u = nc_new_unit(g, U_PW, &ui);
+		if (!u) {
+			st = nc_fail(g, NC_ERR_INVALID, "too many units");
+			goto out;
+		}
+		u->N = numel(vx), u->R = rows_of(vx), u->L = last_dim(vx);
+		if ((st = nc_unit_add(g, ui, i)))
+			goto out;
+		g->v[x->outs[0]].cls = CLS_FULL;
+		add_consumer_deps(g, x->outs[0], ui);
+	}
+	if (g->A.oom)
+		st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
+	else
+		log_units(g);
+out:
+	free(mb.pos);
+	free(mb.stamp);
+	free(mb.cls);
+	free(tmp);
+	return st;
 }

@@ -25,9 +25,13 @@ static int schedule(nc_graph_t *g)
 		st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	for (int i = 0; i < g->nu; i++)
+	int live = 0;
+	for (int i = 0; i < g->nu; i++) {
+		done[i] = g->u[i].dead;
+		live += !g->u[i].dead;
 		for (int k = 0; k < g->u[i].ndeps; k++)
 			nrev[g->u[i].deps[k]]++;
+	}
 	for (int i = 0; i < g->nu; i++) {
 		rev[i] = malloc(sizeof(int) * (size_t)(nrev[i] + 1));
 		if (!rev[i]) {
@@ -44,7 +48,7 @@ static int schedule(nc_graph_t *g)
 		}
 	}
 	g->nsched = 0;
-	for (int n = 0; n < g->nu; n++) {
+	for (int n = 0; n < live; n++) {
 		int best = -1;
 		for (int i = 0; i < g->nu; i++)
 			if (!done[i] && indeg[i] == 0 && (best < 0 || g->u[i].first < g->u[best].first))
@@ -253,7 +257,7 @@ int nc_plan(nc_graph_t *g)
 		st = segments(g);
 	g->nkernels = 0;
 	for (int i = 0; i < g->nu; i++)
-		if (g->u[i].kind != U_EAGER)
+		if (g->u[i].kind != U_EAGER && !g->u[i].dead)
 			g->u[i].kid = g->nkernels++;
 	return st;
 }

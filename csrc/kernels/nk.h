@@ -310,6 +310,89 @@ typedef struct {
 int nk_adam_run(void *args);
 int nk_adam_ref(void *args);
 
+
+/* ---- indexing: gather / scatter along one dim (index.c) ------------------------------------------ */
+/* An iteration space of ndim dims (shape, outermost first).  At each point p, k = idx[p] (i64 or i32;
+ * with wrap, -bound <= k < 0 counts from the end) must lie in [0, bound), else the kernel fails with
+ * "index k is out of bounds for dimension err_dim with size bound" before anything is written.  The
+ * indexed element is x + sum_d p[d]*xs[d] + k*xk (element strides; xs is 0 along an indexed dim) and
+ *   GATHER:                    y[p] = x[..k..]
+ *   SCATTER:                   x[..k..] = y[p]            (y NULL: the scalar value / ivalue)
+ *   SCATTER_ADD/MUL/AMAX/AMIN: x[..k..] op= y[p]          (AMAX/AMIN propagate NaN)
+ * x and y have dtype `dtype`.  Scatters may collide only along iteration dim `dim` (updates applied in
+ * increasing order along it; dim < 0: any points may collide, applied in row-major order, serially). */
+typedef enum {
+	NK_IDX_GATHER, NK_IDX_SCATTER, NK_IDX_SCATTER_ADD, NK_IDX_SCATTER_MUL, NK_IDX_SCATTER_AMAX,
+	NK_IDX_SCATTER_AMIN
+} nk_index_op_t;
+typedef struct {
+	int op, dtype, idx_dtype;
+	int ndim, dim;
+	bool wrap;
+	int err_dim;
+	int64_t shape[NK_MAX_DIMS];
+	int64_t bound;
+	void *x; int64_t xs[NK_MAX_DIMS]; int64_t xk;
+	void *y; int64_t ys[NK_MAX_DIMS];
+	const void *idx; int64_t is[NK_MAX_DIMS];
+	double value; int64_t ivalue;
+} nk_index_args_t;
+int nk_index_run(void *args);
+int nk_index_ref(void *args);
+
+/* nonzero of a strided tensor (any dtype; NaN counts as nonzero): the count, and the coordinates of the
+ * first max_rows nonzero elements in row-major order into out [rows, ndim] (int64, contiguous).
+ * Synchronous helpers for the caller's thread (the output size depends on the data). */
+typedef struct {
+	int dtype, ndim;
+	int64_t shape[NK_MAX_DIMS], strides[NK_MAX_DIMS];
+	const void *x;
+} nk_nonzero_args_t;
+int64_t nk_nonzero_count(const nk_nonzero_args_t *a);
+void nk_nonzero_write(const nk_nonzero_args_t *a, int64_t *out, int64_t max_rows);
+
+/* ---- scans: cumulative ops along R of a contiguous [O, R, I] (scan.c) ---------------------------- */
+/* in and out have dtype `dtype` (cummax/cummin also write int64 indices to idx); accumulation in aten's
+ * acc_type (f64 for f32/f64, f32 for bf16/f16, int64 for integers). */
+typedef enum { NK_SCAN_SUM, NK_SCAN_PROD, NK_SCAN_MAX, NK_SCAN_MIN, NK_SCAN_LOGSUMEXP } nk_scan_op_t;
+typedef struct {
+	int op, dtype;
+	int64_t O, R, I;
+	const void *in;
+	void *out;
+	int64_t *idx;
+} nk_scan_args_t;
+int nk_scan_run(void *args);
+int nk_scan_ref(void *args);
+
+/* ---- sort: stable, along R of a contiguous [O, R, I] (sort.c) ------------------------------------ */
+/* values into out (may equal in), int64 indices into idx.  NaN sorts last ascending, first descending.
+ * Lines longer than 1024 elements need work: nk_sort_workspace(R, O*I) bytes. */
+typedef struct {
+	int dtype;
+	bool descending;
+	int64_t O, R, I;
+	const void *in;
+	void *out;
+	int64_t *idx;
+	void *work;
+} nk_sort_args_t;
+int nk_sort_run(void *args);
+int nk_sort_ref(void *args);
+size_t nk_sort_workspace(int64_t R, int64_t lines);
+
+/* ---- triangle mask: out = tril/triu(in) on [B, M, N] with element strides (shape.c) -------------- */
+/* lower: keep j - i <= k (tril), else keep j - i >= k (triu); other elements are 0.  out may equal in. */
+typedef struct {
+	int dtype;
+	bool lower;
+	int64_t k, B, M, N;
+	const void *in; int64_t si[3];
+	void *out; int64_t so[3];
+} nk_tri_args_t;
+int nk_tri_run(void *args);
+int nk_tri_ref(void *args);
+
 #ifdef __cplusplus
 }
 #endif

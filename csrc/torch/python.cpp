@@ -95,6 +95,31 @@ static PyObject *py_num_threads(PyObject *, PyObject *)
 	return PyLong_FromLong(nrt_num_threads());
 }
 
+static PyObject *py_trace_enable(PyObject *, PyObject *arg)
+{
+	nrt_trace_enable(PyObject_IsTrue(arg));
+	Py_RETURN_NONE;
+}
+
+// [(op name, device, queue, start_ns, end_ns), ...] recorded since the last drain.
+static PyObject *py_trace_drain(PyObject *, PyObject *)
+{
+	PyObject *out = PyList_New(0);
+	nrt_trace_rec_t recs[1024];
+	int n;
+	while ((n = nrt_trace_drain(recs, 1024)) > 0) {
+		for (int i = 0; i < n; i++) {
+			PyObject *t = Py_BuildValue("(siiLL)", recs[i].name, recs[i].dev, recs[i].queue,
+						    (long long)recs[i].start_ns, (long long)recs[i].end_ns);
+			PyList_Append(out, t);
+			Py_DECREF(t);
+		}
+		if (n < 1024)
+			break;
+	}
+	return out;
+}
+
 static PyMethodDef methods[] = {
 	{"_init", py_init, METH_NOARGS, "Initialize the runtime; raises on bad NEURON_* settings."},
 	{"_init_error", py_init_error, METH_NOARGS, "None, or why the runtime cannot initialize."},
@@ -107,6 +132,8 @@ static PyMethodDef methods[] = {
 	{"_fault_inject_alloc", py_fault_inject_alloc, METH_O, "Fail the n-th segment allocation (tests)."},
 	{"_launch_blocking", py_launch_blocking, METH_NOARGS, "NEURON_LAUNCH_BLOCKING is set."},
 	{"_num_threads", py_num_threads, METH_NOARGS, "Kernel thread pool size."},
+	{"_trace_enable", py_trace_enable, METH_O, "Record every kernel launch (name, queue, start/end)."},
+	{"_trace_drain", py_trace_drain, METH_NOARGS, "Kernel records since the last drain."},
 	{nullptr, nullptr, 0, nullptr},
 };
 

@@ -230,6 +230,19 @@ def write_report(results, path, seconds, limits, jobs, partial):
     if fb:
         L.append("## Ops that fall back, by the number of entries that use them\n")
         L.append(", ".join(f"`{op}` {k}" for op, k in fb.most_common(60)) + "\n")
+    L.append("## Skipped and specially compared entries (tests/conformance/skips.py)\n")
+    special = [(k, "not run", v) for k, v in skips.SKIP.items()]
+    special += [(k, "shapes only", v.split(":")[0]) for k, v in skips.SHAPE_ONLY.items()]
+    special += [(k, "random samples shape-compared", v[1]) for k, v in skips.RANDOM_SAMPLES.items()]
+    special += [(k, "tolerance " + ", ".join(f"{SHORT[d]} {r}/{a}" for d, (r, a) in v[0].items()), v[1])
+                for k, v in skips.TOLERANCE.items()]
+    if special:
+        L.append("| entry | treatment | reason |\n|---|---|---|")
+        for k, t, why in sorted(special):
+            L.append(f"| `{k}` | {t} | {_md(why)} |")
+    else:
+        L.append("None.")
+    L.append("")
     L.append("## Entries\n")
     L.append("| entry | status | execution | samples pass/wrong/error | dtypes | notes |")
     L.append("|---|---|---|---|---|---|")
@@ -255,6 +268,10 @@ def write_report(results, path, seconds, limits, jobs, partial):
             notes.append(r["skip"])
         if r.get("shape_only"):
             notes.append("shape only: " + r["shape_only"].split(":")[0])
+        if r.get("random_samples"):
+            notes.append("shape only for " + r["random_samples"])
+        if r.get("tolerance"):
+            notes.append("looser tolerance: " + r["tolerance"])
         if r.get("crash"):
             notes.append(r["crash"])
         if r.get("truncated"):

@@ -195,6 +195,11 @@ class Serialized:
         self.ex = Exprs()
         self.bindings = []    # per symbol: (placeholder index, 'size'|'stride'|'offset'|'int', dim)
         self.kinds = {}       # IR node kind counts
+        self._next = 0
+
+    def new_id(self):
+        self._next += 1
+        return self._next - 1
 
 
 def _is_tensor(x):
@@ -251,11 +256,9 @@ def serialize(gm, example_inputs=None):
 
     lines = []
     nid = [0]
-    vid = [0]
 
     def new_value(val, root=None, off=0):
-        v = Value(vid[0], val, root, off)
-        vid[0] += 1
+        v = Value(S.new_id(), val, root, off)
         S.values[v.id] = v
         return v
 
@@ -425,7 +428,7 @@ def serialize(gm, example_inputs=None):
 def view_value(S, emit, base, m, reshape=False):
     b = S.values[base]
     rootv = S.values[b.root]
-    v = Value(max(S.values) + 1, m, root=b.root, off=b.off + (to_expr(m.storage_offset()) - b.meta_offset))
+    v = Value(S.new_id(), m, root=b.root, off=b.off + (to_expr(m.storage_offset()) - b.meta_offset))
     S.values[v.id] = v
     emit("V", "view", [v.id], [f"v{base}"], [int(bool(reshape))])
     del rootv
@@ -494,7 +497,7 @@ def library(S, emit, operand, node, outs):
             if beta != 1 or alpha != 1:
                 return None
             m = node.meta["val"]
-            tmp = Value(max(S.values) + 1, m)
+            tmp = Value(S.new_id(), m)
             S.values[tmp.id] = tmp
             emit("L", "mm", [tmp.id], [vid(a[1]), vid(a[2])], fx=node)
             emit("P", "add", outs, [f"v{tmp.id}", vid(a[0])], [_DTYPES[m.dtype]], fx=node)

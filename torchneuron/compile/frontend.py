@@ -1,0 +1,76 @@
+"""The Dynamo backend `neuron`: AOTAutograd with core ATen decompositions and the min-cut
+rematerialization partitioner; each forward, backward and inference graph goes through
+serialize -> graph compiler (C) -> C compiler -> cached shared object -> Program."""
+import functools
+import itertools
+import logging
+import time
+import warnings
+
+import torch
+
+from . import ops, runtime, serialize, toolchain
+
+log = logging.getLogger("torchneuron.compile")
+_counter = itertools.count()
+programs = []          # every Program / EagerProgram built in this process (for compile_stats)
+
+
+@functools.lru_cache(maxsize=None)
+def decompositions():
+    from torch._decomp import core_aten_decompositions
+
+    table = dict(core_aten_decompositions())
+    keep = set(ops.KEEP_UNDECOMPOSED)
+    return {op: fn for op, fn in table.items() if op.name().split("::")[1].split(".")[0] not in keep}
+
+
+def compile_graph(gm, example_inputs, kind="forward"):
+    """Compile one ATen FX graph into a callable taking the (boxed) list of its inputs."""
+    name = f"{kind}{next(_counter)}"
+    t0 = time.perf_counter()
+    try:
+        ser = serialize.serialize(gm, example_inputs)
+    except serialize.Unsupported as e:
+        warnings.warn(f"torchneuron: graph {name} runs op by op (not compiled): {e}")
+        prog = runtime.EagerProgram(gm, name, str(e))
+        programs.append(prog)
+        return prog
+    nc = toolchain.graph_compiler()
+    st, source, plan_text, fusion_log, err = nc.compile(ser.ir)
+    if st != 0:
+        raise RuntimeError(f"neuron compile: the graph compiler rejected graph {name}: {err}")
+    plan = runtime.Plan(plan_text)
+    lib, key = None, None
+    if plan.segs:
+        key, lib = toolchain.load_program(source, {"graph.ir": ser.ir, "plan.txt": plan_text,
+                                                   "fusion.log": fusion_log})
+    prog = runtime.Program(ser, plan, lib, key, gm, name)
+    prog.aten_ops = sum(n for k, n in ser.kinds.items() if k != "V")
+    prog.fusion_log = fusion_log
+    prog.compile_seconds = time.perf_counter() - t0
+    toolchain.stats.graphs_compiled += 1
+    toolchain.stats.compile_seconds += prog.compile_seconds
+    programs.append(prog)
+    log.info("torchneuron: compiled %s: %d ATen ops -> %d kernels (%d eager), %d launches, %.3f s",
+             name, prog.aten_ops, plan.nkernels, prog.eager_steps, prog.launches_per_call, prog.compile_seconds)
+    return prog
+
+
+@functools.lru_cache(maxsize=None)
+def _aot_backend():
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(
+        fw_compiler=functools.partial(compile_graph, kind="forward"),
+        bw_compiler=functools.partial(compile_graph, kind="backward"),
+        inference_compiler=functools.partial(compile_graph, kind="inference"),
+        decompositions=decompositions(),
+        partition_fn=min_cut_rematerialization_partition,
+    )
+
+
+def backend(gm, example_inputs, **kwargs):
+    """The Dynamo backend function (`torch.compile(model, backend="neuron")`)."""
+    return _aot_backend()(gm, example_inputs)
