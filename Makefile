@@ -22,7 +22,7 @@ CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC))
 
-.PHONY: all venv build install clib ctest test test-sanitize pytest demo bench clean
+.PHONY: all venv build install clib ctest test test-sanitize test-tsan pytest demo bench clean conformance
 
 all: install
 
@@ -39,6 +39,8 @@ $(1)/tests/%: tests/c/%.c tests/c/ctest.h $(1)/libneuron.a
 	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) -Itests/c $$< $(1)/libneuron.a -lm -o $$@
 endef
 $(eval $(call c_rules,$(BUILD),$(CFLAGS)))
+TSAN_BUILD := build-tsan
+$(eval $(call c_rules,$(TSAN_BUILD),-O1 -g -fsanitize=thread))
 SANFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 $(eval $(call c_rules,$(SAN_BUILD),$(SANFLAGS)))
 
@@ -49,6 +51,10 @@ ctest: $(addprefix $(BUILD)/tests/,$(CTESTS))
 
 test-sanitize: $(addprefix $(SAN_BUILD)/tests/,$(CTESTS))
 	@set -e; for t in $^; do echo "== $$t (asan+ubsan)"; ASAN_OPTIONS=detect_leaks=1 ./$$t; done
+
+# ThreadSanitizer over the runtime tests (queues, allocator, pool); not part of `make test`
+test-tsan: $(TSAN_BUILD)/tests/test_runtime $(TSAN_BUILD)/tests/test_alloc
+	@set -e; for t in $^; do echo "== $$t (tsan)"; ./$$t; done
 
 # ---- Python environment and the extension
 $(VENV)/.torch-installed:
@@ -81,4 +87,4 @@ bench: install
 	$(VPY) -m bench
 
 clean:
-	rm -rf $(BUILD) $(SAN_BUILD) torchneuron/*.so *.egg-info
+	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD) torchneuron/*.so *.egg-info

@@ -68,6 +68,7 @@ struct nrt_queue {
 	_Alignas(64) atomic_uint_fast64_t tail;
 	_Alignas(64) atomic_uint_fast64_t head;
 	_Alignas(64) atomic_int worker_parked; /* worker waits on work_cv */
+	atomic_int exec;                       /* 1 while some thread runs the record at head */
 	atomic_int waiters;                    /* threads waiting on done_cv for head to move */
 	atomic_bool shutdown;
 	atomic_int err_flag;                   /* sticky error pending */

@@ -134,34 +134,95 @@ static bool spin_for_work(struct nrt_queue *q, uint64_t head)
 	return false;
 }
 
+/* Records run under the queue's exec claim: normally the worker holds it, but a thread that waits for
+ * the queue (synchronize, .item(), an event) claims it when it is free and runs the pending records
+ * itself, so a synchronized small op costs no thread hand-off.  The claim orders the records: whoever
+ * holds it runs the record at head, then publishes head + 1. */
+static bool exec_claim(struct nrt_queue *q)
+{
+	int free_ = 0;
+
+	return atomic_load_explicit(&q->exec, memory_order_relaxed) == 0 &&
+	       atomic_compare_exchange_strong(&q->exec, &free_, 1);
+}
+
+static void exec_release(struct nrt_queue *q)
+{
+	atomic_store(&q->exec, 0); /* seq_cst: ordered before the worker_parked load */
+	if (atomic_load(&q->worker_parked)) {
+		pthread_mutex_lock(&q->lock);
+		pthread_cond_signal(&q->work_cv);
+		pthread_mutex_unlock(&q->lock);
+	}
+}
+
+/* Runs the record at head (the caller holds the claim and tail > head) and publishes it. */
+static void exec_one(struct nrt_queue *q, uint64_t head)
+{
+	struct nrt_launch_rec *r = &q->ring[head & NRT_RING_MASK];
+	int ret = run_record(q, r);
+
+	if (ret && r->kind == NRT_REC_KERNEL)
+		set_sticky(q, r->name, ret);
+	atomic_store(&q->head, head + 1);
+}
+
+/* Worker: park until there is work nobody else is running (or shutdown). */
+static void worker_park(struct nrt_queue *q)
+{
+	pthread_mutex_lock(&q->lock);
+	atomic_store(&q->worker_parked, 1);
+	while (!atomic_load(&q->shutdown) &&
+	       (atomic_load(&q->tail) == atomic_load(&q->head) || atomic_load(&q->exec)))
+		pthread_cond_wait(&q->work_cv, &q->lock);
+	atomic_store(&q->worker_parked, 0);
+	pthread_mutex_unlock(&q->lock);
+}
+
 static void *queue_worker(void *arg)
 {
 	struct nrt_queue *q = arg;
-	uint64_t head = atomic_load(&q->head);
 
 	cur_queue = q;
 	for (;;) {
-		struct nrt_launch_rec *r;
-		int ret;
+		uint64_t head = atomic_load(&q->head);
 
-		if (atomic_load_explicit(&q->tail, memory_order_acquire) == head && !spin_for_work(q, head)) {
-			pthread_mutex_lock(&q->lock);
-			atomic_store(&q->worker_parked, 1);
-			while (atomic_load(&q->tail) == head && !atomic_load(&q->shutdown))
-				pthread_cond_wait(&q->work_cv, &q->lock);
-			atomic_store(&q->worker_parked, 0);
-			pthread_mutex_unlock(&q->lock);
-			if (atomic_load(&q->tail) == head)
+		if (atomic_load_explicit(&q->tail, memory_order_acquire) == head) {
+			if (spin_for_work(q, head))
+				continue;
+			worker_park(q);
+			if (atomic_load(&q->shutdown) && atomic_load(&q->tail) == atomic_load(&q->head))
 				break; /* shutdown with nothing left to run */
+			continue;
 		}
-		r = &q->ring[head & NRT_RING_MASK];
-		ret = run_record(q, r);
-		if (ret && r->kind == NRT_REC_KERNEL)
-			set_sticky(q, r->name, ret);
-		atomic_store(&q->head, ++head);
+		if (!exec_claim(q)) {
+			worker_park(q); /* a waiting thread is running records: it signals when done */
+			continue;
+		}
+		head = atomic_load(&q->head);
+		if (atomic_load_explicit(&q->tail, memory_order_acquire) != head)
+			exec_one(q, head);
+		exec_release(q);
 		wake_waiters(q);
 	}
 	return NULL;
+}
+
+/* The calling thread runs q's records up to seq if nobody else is running them. */
+static void help_until(struct nrt_queue *q, uint64_t seq)
+{
+	struct nrt_queue *prev = cur_queue;
+	uint64_t head;
+
+	if (!q->ring || !exec_claim(q))
+		return;
+	cur_queue = q;
+	head = atomic_load(&q->head);
+	while (head < seq && head < atomic_load_explicit(&q->tail, memory_order_acquire))
+		exec_one(q, head++);
+	cur_queue = prev;
+	exec_release(q);
+	wake_waiters(q);
 }
 
 void nrt_queue_wait_seq(struct nrt_queue *q, uint64_t seq)
@@ -170,6 +231,7 @@ void nrt_queue_wait_seq(struct nrt_queue *q, uint64_t seq)
 
 	if (nrt_queue_reached(q, seq))
 		return;
+	help_until(q, seq);
 	deadline = nrt_mono_ns() + NRT_SPIN_NS;
 	while (nrt_mono_ns() < deadline) {
 		for (int i = 0; i < 64; i++) {
