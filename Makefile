@@ -61,7 +61,7 @@ $(VENV)/.torch-installed:
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(VPY) -m pip install --quiet torch==2.13.0
-	$(VPY) -m pip install --quiet numpy pytest ninja
+	$(VPY) -m pip install --quiet numpy pytest ninja expecttest
 	@touch $@
 
 venv: $(VENV)/.torch-installed
@@ -79,6 +79,10 @@ pytest: install
 
 test: ctest test-sanitize install
 	$(VPY) -m pytest -q tests/python
+
+# PyTorch's OpInfo database on neuron vs CPU (tests/conformance): writes docs/conformance.md
+conformance: install
+	$(VPY) -m tests.conformance
 
 demo: install
 	$(VPY) examples/train_gpt.py --compare

@@ -34,6 +34,7 @@ setup(
     cmdclass={"build_ext": Build.with_options(use_ninja=True)},
     entry_points={
         "torch.backends": ["torchneuron = torchneuron:_autoload"],
+        "torch_dynamo_backends": ["neuron = torchneuron.compile:backend"],
         "console_scripts": ["torchneuron = torchneuron.cli:main"],
     },
 )

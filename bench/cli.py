@@ -51,6 +51,10 @@ def main(argv=None):
                     help="comma-separated groups: " + ",".join(g[0] for g in GROUPS))
     ap.add_argument("--no-limits", action="store_true", help="skip the C microbenchmarks")
     ap.add_argument("--no-mem", action="store_true", help="skip the GPT peak-RSS subprocesses")
+    ap.add_argument("--retries", type=int, default=1,
+                    help="full run: re-measure a case (under 10 s) up to this many times when other processes "
+                         "used >= 25%% of the CPUs during it, keeping the least busy run; at most 60 s of "
+                         "re-runs in all (default 1; --quick: 0)")
     ap.add_argument("-v", "--verbose", action="count", default=1)
     a = ap.parse_args(argv)
 
@@ -88,7 +92,8 @@ def main(argv=None):
         if limits.error:
             print(f"  {limits.error}")
 
-    runner = Runner(rounds=rounds, warmup=3 if a.quick else 5, target_s=target, verbose=a.verbose)
+    runner = Runner(rounds=rounds, warmup=3 if a.quick else 5, target_s=target, verbose=a.verbose,
+                    retry_busy=0 if a.quick else a.retries)
     groups = []
     for key, title, desc, limit_desc, mk in GROUPS:
         if only and key not in only:

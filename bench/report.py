@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from .harness import DEVICES, fmt_time
+from .harness import BUSY, DEVICES, fmt_time
 from .limits import LIMIT_LABELS
 
 
@@ -68,7 +68,6 @@ def loadavg():
 
 
 # ------------------------------------------------------------------------------------------ rows
-BUSY = 0.25   # other processes' share of all cores during the rounds above this is flagged in the notes
 NOISY = 1.5   # a device's slowest round / fastest round above this is flagged in the notes
 
 HEAD = ["workload", "neuron", "cpu", "neuron rate", "cpu rate", "neuron % lim", "cpu % lim",
@@ -117,7 +116,8 @@ def result_row(res, limits):
         notes.append("noisy: " + ", ".join(spread))
     ol = res.extra.get("other_load")
     if ol is not None and ol >= BUSY:
-        notes.append(f"busy: other processes used {100 * ol:.0f}% of the CPUs")
+        notes.append(f"busy: other processes used {100 * ol:.0f}% of the CPUs"
+                     + (f" (least busy of {res.extra['retries'] + 1} runs)" if res.extra.get("retries") else ""))
     row.append("; ".join(notes) if notes else "none")
     return row
 
@@ -323,7 +323,8 @@ def build(groups, limits, info, meta):
               "faults for the 64 MiB outputs; neuron uses its caching allocator). `add (out=)` shows the kernel "
               "alone.")
     md.append(f"- `busy:` in the notes: other processes used at least {100 * BUSY:.0f}% of all CPU time during the "
-              "case's rounds.")
+              "case's rounds. A full run measures such a case again (once, cases under 10 s, at most 60 s of re-runs "
+              "in all) and keeps the least busy run.")
     md.append(f"- `noisy:` in the notes: a device's slowest round was more than {NOISY}x its fastest; the range "
               "is given. On this VM, CPU-eager ops that open an OpenMP parallel region sometimes take milliseconds "
               "when a worker thread has to be woken on a busy or idle vCPU, which shows up as huge ratios on small "

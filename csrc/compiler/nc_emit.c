@@ -46,6 +46,7 @@ typedef struct {
 	bool *needed; /* per node, for the pass being emitted */
 	int npass;    /* number of reduction passes */
 	int pass;     /* pass being emitted (names of row offsets) */
+	const char *ridx, *cidx; /* the row index of FULL elements, the index of COL values */
 	nc_sb_t *pre; /* where row offsets go (before the inner loop); NULL: in place */
 } kc_t;
 
@@ -300,6 +301,9 @@ static int emit_op(kc_t *k, char *out, size_t n, const nc_node_t *m, char a[][NC
 	else if (OP("bitwise_or")) { ARGS(2); fmt(out, n, "(%s | %s)", a[0], a[1]); }
 	else if (OP("bitwise_xor")) { ARGS(2); fmt(out, n, "(%s ^ %s)", a[0], a[1]); }
 	else if (OP("bitwise_not")) { ARGS(1); fmt(out, n, cd == NC_BOOL ? "(!%s)" : "(~%s)", a[0]); }
+	else if (OP("addcmul")) { ARGS(4); fmt(out, n, "(%s + %s * %s * %s)", a[0], a[3], a[1], a[2]); }
+	else if (OP("addcdiv")) { ARGS(4); fmt(out, n, "(%s + %s * %s / %s)", a[0], a[3], a[1], a[2]); }
+	else if (OP("lerp")) { ARGS(3); fmt(out, n, "(%1$s + %3$s * (%2$s - %1$s))", a[0], a[1], a[2]); }
 	else if (OP("where")) { ARGS(3); fmt(out, n, "(%s ? %s : %s)", a[0], a[1], a[2]); }
 	else if (OP("clamp")) { ARGS(3); fmt(out, n, "({ %1$s t_ = %2$s < %3$s ? %3$s : %2$s; t_ > %4$s ? %4$s : t_; })", T, a[0], a[1], a[2]); }
 	else if (OP("clamp_min")) { ARGS(2); fmt(out, n, "(%1$s < %2$s ? %2$s : %1$s)", a[0], a[1]); }
@@ -323,7 +327,7 @@ static int emit_op(kc_t *k, char *out, size_t n, const nc_node_t *m, char a[][NC
 	else if (OP("sigmoid_backward")) { ARGS(2); fmt(out, n, "(%1$s * ((%3$s)1 - %2$s) * %2$s)", a[0], a[1], T); }
 	else if (OP("tanh_backward")) { ARGS(2); fmt(out, n, "(%1$s * ((%3$s)1 - %2$s * %2$s))", a[0], a[1], T); }
 	else if (OP("threshold_backward")) { ARGS(3); fmt(out, n, "(%2$s <= %3$s ? (%4$s)0 : %1$s)", a[0], a[1], a[2], T); }
-	else if (OP("arange")) { ARGS(2); fmt(out, n, "(%s + %s * (%s)(r * L + j))", a[0], a[1], T); }
+	else if (OP("arange")) { ARGS(2); fmt(out, n, "(%s + %s * (%s)(%s * L + j))", a[0], a[1], T, k->ridx); }
 	else {
 		static const char *const unary[] = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos",
 						    "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
@@ -356,13 +360,13 @@ static int load_value(kc_t *k, const char *name, int value, const nc_value_t *S,
 		return nc_fail(g, NC_ERR_INVALID, "internal: value %d has no pointer in segment %d", rv->id, k->u->seg);
 	char idx[NC_EXPR], mem[NC_EXPR], raw[NC_EXPR];
 	if (mode == CLS_FULL) {
-		const char *inner = full_access(k, name, ov, S, k->L, "r", indent);
+		const char *inner = full_access(k, name, ov, S, k->L, k->ridx, indent);
 		char innerbuf[NC_EXPR];
 		if (inner)
 			fmt(innerbuf, sizeof innerbuf, "%s", inner);
 		full_index(k, idx, sizeof idx, name, inner ? innerbuf : NULL, ov, S, k->L, name, indent);
 	} else {
-		whole_access(k, name, ov, S, mode == CLS_ROW ? "r" : "j", indent);
+		whole_access(k, name, ov, S, mode == CLS_ROW ? "r" : k->cidx, indent);
 		fmt(idx, sizeof idx, "%s", name);
 	}
 	fmt(raw, sizeof raw, "((const %s *)P[%d])[%s]", nc_ctype_storage(rv->dtype), pi, idx);
@@ -447,13 +451,13 @@ static void emit_store(kc_t *k, const nc_value_t *v, int mode, int indent)
 	char name[32], idx[NC_EXPR], x[64], sv[NC_EXPR];
 	fmt(name, sizeof name, "s%d_%d", v->id, k->pass);
 	if (mode == CLS_FULL) {
-		const char *inner = full_access(k, name, v, v, k->L, "r", indent);
+		const char *inner = full_access(k, name, v, v, k->L, k->ridx, indent);
 		char innerbuf[NC_EXPR];
 		if (inner)
 			fmt(innerbuf, sizeof innerbuf, "%s", inner);
 		full_index(k, idx, sizeof idx, name, inner ? innerbuf : NULL, v, v, k->L, name, indent);
 	} else {
-		whole_access(k, name, v, v, mode == CLS_ROW ? "r" : "j", indent);
+		whole_access(k, name, v, v, mode == CLS_ROW ? "r" : k->cidx, indent);
 		fmt(idx, sizeof idx, "%s", name);
 	}
 	fmt(x, sizeof x, "x%d", v->id);
@@ -779,6 +783,9 @@ static int emit_row(kc_t *k)
 	nc_sb_t *s = k->s;
 	prologue(k, "r0", "r1");
 	sb_printf(s, "\tfor (int64_t r = r0; r < r1; r++) {\n");
+	int st0 = emit_whole_nodes(k, CLS_ROW, 0, 16); /* row values that need no reduction of this unit */
+	if (st0)
+		return st0;
 	int last = k->npass;
 	for (int p = 0; p <= last; p++) {
 		if (p > 0) {
@@ -822,9 +829,12 @@ static int emit_col(kc_t *k)
 {
 	nc_graph_t *g = k->g;
 	nc_sb_t *s = k->s;
-	prologue(k, "c0", "c1");
-	sb_printf(s, "\tfor (int64_t c = c0; c < c1; c++) {\n");
-	sb_printf(s, "\t\tconst int64_t j0 = c * NC_CC, j1 = nc_min(j0 + NC_CC, L);\n");
+	prologue(k, "t0", "t1");
+	sb_printf(s, "\tconst int64_t NCOL = (L + NC_CC - 1) / NC_CC;\n");
+	sb_printf(s, "\tfor (int64_t t = t0; t < t1; t++) {\n");
+	sb_printf(s, "\t\tconst int64_t o = t / NCOL, j0 = (t %% NCOL) * NC_CC, j1 = nc_min(j0 + NC_CC, L);\n\t\t(void)o;\n");
+	k->ridx = "rr";
+	k->cidx = "(o * L + j)";
 	for (int i = 0; i < k->u->nnodes; i++) {
 		const nc_node_t *m = &g->n[k->u->nodes[i]];
 		if (m->kind != 'R')
@@ -834,7 +844,7 @@ static int emit_col(kc_t *k)
 		sb_printf(s, "\t\tfor (int64_t j = 0; j < NC_CC; j++)\n\t\t\tacc%d[j] = %s, nan%d[j] = 0;\n", m->index,
 			  acc_init(g, m), m->index);
 	}
-	sb_printf(s, "\t\tfor (int64_t r = 0; r < R; r++) {\n");
+	sb_printf(s, "\t\tfor (int64_t r = 0; r < R; r++) {\n\t\t\tconst int64_t rr = o * R + r;\n");
 	int st = emit_loop(k, 0, true, "\t\t\t#pragma omp simd\n\t\t\tfor (int64_t j = j0; j < j1; j++) {\n", 32);
 	if (st)
 		return st;
@@ -904,7 +914,7 @@ static void pw_space(kc_t *k)
 
 static int emit_unit(nc_graph_t *g, nc_sb_t *s, int ui, int *level, bool *needed)
 {
-	kc_t k = {.g = g, .s = s, .ui = ui, .u = &g->u[ui], .level = level, .needed = needed};
+	kc_t k = {.g = g, .s = s, .ui = ui, .u = &g->u[ui], .level = level, .needed = needed, .ridx = "r", .cidx = "j"};
 	k.R = k.u->R, k.L = k.u->L;
 	for (int i = 0; i < k.u->nnodes; i++)
 		level[g->n[k.u->nodes[i]].outs[0]] = 0;
@@ -935,8 +945,8 @@ static void emit_launch(nc_graph_t *g, nc_sb_t *s, int ui)
 	} else if (u->kind == U_ROW) {
 		sb_printf(s, "\t\tif (R_ > 0)\n\t\t\tRT->parallel_for(R_, nc_max(1, 32768 / nc_max(L_, 1)), nc_k%d, &ctx);\n", u->kid);
 	} else {
-		sb_printf(s, "\t\tconst int64_t NCOL_ = (L_ + NC_CC - 1) / NC_CC;\n");
-		sb_printf(s, "\t\tif (NCOL_ > 0)\n\t\t\tRT->parallel_for(NCOL_, nc_max(1, 32768 / nc_max(R_ * NC_CC, 1)), nc_k%d, &ctx);\n", u->kid);
+		sb_printf(s, "\t\tconst int64_t O_ = (%s), NCOL_ = (L_ + NC_CC - 1) / NC_CC;\n", u->O);
+		sb_printf(s, "\t\tif (O_ * NCOL_ > 0)\n\t\t\tRT->parallel_for(O_ * NCOL_, nc_max(1, 32768 / nc_max(R_ * NC_CC, 1)), nc_k%d, &ctx);\n", u->kid);
 	}
 	sb_printf(s, "\t}\n");
 }
@@ -990,6 +1000,21 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 	}
 	sb_printf(s, "/* generated by the TorchNeuron graph compiler %s */\n#include \"nc_program.h\"\n\n", nc_version());
 	sb_printf(s, "static const nc_rt_t *RT;\n\n");
+	/* per-kernel names (and times with profiling) for compile_stats */
+	sb_printf(s, "NC_EXPORT int64_t nc_prof_ns[%d], nc_prof_calls[%d];\n", g->nkernels + 1, g->nkernels + 1);
+	sb_printf(s, "NC_EXPORT const char *const nc_kernel_names[%d] = {", g->nkernels + 1);
+	for (int i = 0, first = 1; i < g->nu; i++) {
+		const nc_unit_t *u = &g->u[i];
+		if (u->kind == U_EAGER || u->dead)
+			continue;
+		static const char *const kn[] = {"pw", "row", "col", "lib"};
+		sb_printf(s, "%s\n\t\"%s:", first ? "" : ",", kn[u->kind]);
+		for (int k = 0; k < u->nnodes && k < 24; k++)
+			sb_printf(s, " %s", g->n[u->nodes[k]].op);
+		sb_printf(s, "%s\"", u->nnodes > 24 ? " ..." : "");
+		first = 0;
+	}
+	sb_printf(s, "};\nNC_EXPORT const int nc_nkernels = %d;\n\n", g->nkernels);
 	sb_printf(s, "NC_EXPORT int nc_init(const nc_rt_t *rt)\n{\n\tif (!rt || rt->abi != NC_RT_ABI)\n\t\treturn -1;\n\tRT = rt;\n\treturn 0;\n}\n\n");
 	for (int i = 0; i < g->nu && !st; i++)
 		if (g->u[i].kind <= U_COL && !g->u[i].dead)
@@ -1008,10 +1033,14 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 			const nc_unit_t *u = &g->u[ui];
 			if (u->kind == U_EAGER)
 				continue;
+			if (g->profile)
+				sb_printf(s, "\tint64_t t%d_ = nc_now_ns();\n", u->kid);
 			if (u->kind == U_LIB)
 				st = nc_emit_lib(g, s, u->nodes[0]);
 			else
 				emit_launch(g, s, ui);
+			if (g->profile)
+				sb_printf(s, "\tnc_prof_ns[%d] += nc_now_ns() - t%d_;\n\tnc_prof_calls[%d]++;\n", u->kid, u->kid, u->kid);
 		}
 		sb_printf(s, "\treturn 0;\n}\n\n");
 	}

@@ -124,6 +124,26 @@ int nc_emit_lib(nc_graph_t *g, nc_sb_t *s, int node)
 	const char *op = n->op;
 	if (!strcmp(op, "mm") || !strcmp(op, "bmm")) {
 		gemm(g, s, seg, n, op[0] == 'b');
+	} else if (!strcmp(op, "cat")) {
+		const nc_value_t *o = &g->v[out_v(n, 0)];
+		int dim = atoi(n->attrs[0]);
+		sb_printf(s, "\t{ /* cat along dim %d: one strided copy per input */\n\t\tint64_t at_ = 0;\n", dim);
+		for (int i = 0; i < n->nin; i++) {
+			const nc_value_t *x = &g->v[in_v(n, i)];
+			sb_printf(s, "\t\t{\n\t\t\tnk_iter_t it_;\n\t\t\tmemset(&it_, 0, sizeof it_);\n");
+			sb_printf(s, "\t\t\tit_.ndim = %d; it_.nops = 2; it_.dtype[0] = %d; it_.dtype[1] = %d;\n", x->rank, o->dtype, x->dtype);
+			for (int d = 0; d < x->rank; d++) {
+				int e = x->rank - 1 - d; /* innermost first */
+				sb_printf(s, "\t\t\tit_.shape[%d] = (%s); it_.strides[0][%d] = (int64_t)(%s) * %d; it_.strides[1][%d] = (int64_t)(%s) * %d;\n",
+					  d, x->size[e], d, o->stride[e], nc_dtype_size(o->dtype), d, x->stride[e], nc_dtype_size(x->dtype));
+			}
+			sb_printf(s, "\t\t\tit_.data[0] = %s + at_ * (int64_t)(%s) * %d;\n", ptr(g, seg, o->id, p0, sizeof p0), o->stride[dim],
+				  nc_dtype_size(o->dtype));
+			sb_printf(s, "\t\t\tit_.data[1] = %s;\n", ptr(g, seg, x->id, p1, sizeof p1));
+			sb_printf(s, "\t\t\tint64_t n_ = 1;\n\t\t\tfor (int d = 0; d < it_.ndim; d++)\n\t\t\t\tn_ *= it_.shape[d];\n");
+			sb_printf(s, "\t\t\tif (n_ > 0 && RT->copy(&it_))\n\t\t\t\treturn 1;\n\t\t\tat_ += (%s);\n\t\t}\n", x->size[dim]);
+		}
+		sb_printf(s, "\t}\n");
 	} else if (!strcmp(op, "softmax") || !strcmp(op, "log_softmax")) {
 		const nc_value_t *x = &g->v[in_v(n, 0)];
 		int dim = atoi(n->attrs[0]);

@@ -161,16 +161,17 @@ static void add_operand_deps(nc_graph_t *g, int unit, const nc_node_t *x)
 static const char *last_dim(const nc_value_t *v) { return v->rank ? v->sp[v->rank - 1] : "1"; }
 static const char *rows_of(const nc_value_t *v) { return v->rank ? v->pp[v->rank - 1] : "1"; }
 
-/* Classify a reduction: 'r' row (reduced dims after kept dims), 'c' column, 0 neither.  *k is the
- * split: rows = pp[k], L = sp[k]. */
-static char reduction_kind(const nc_graph_t *g, const nc_node_t *x, int *k)
+/* Classify a reduction: 'r' row (reduced dims after kept dims: R = pp[lo], L = sp[lo]), 'c' column
+ * (a block of reduced dims [lo, hi) with kept dims around it: O = pp[lo], R*L = sp[lo], L = sp[hi]),
+ * 0 neither (kept dims between reduced dims).  Size-1 dims are ignored. */
+static char reduction_split(const nc_graph_t *g, const nc_node_t *x, int *lo, int *hi)
 {
 	const nc_value_t *in = &g->v[x->ins[0].v];
 	bool red[NC_MAX_RANK] = {0};
 	for (int i = 0; i < x->ndims; i++)
 		if (x->dims[i] >= 0 && x->dims[i] < in->rank)
 			red[x->dims[i]] = true;
-	int first_red = -1, last_red = -1, first_keep = -1, last_keep = -1;
+	int first_red = -1, last_red = -1, last_keep = -1;
 	for (int d = 0; d < in->rank; d++) {
 		if (nc_is_one(in->size[d]))
 			continue;
@@ -179,56 +180,70 @@ static char reduction_kind(const nc_graph_t *g, const nc_node_t *x, int *k)
 				first_red = d;
 			last_red = d;
 		} else {
-			if (first_keep < 0)
-				first_keep = d;
 			last_keep = d;
 		}
 	}
 	if (first_red < 0) { /* nothing (nontrivial) reduced: every row has one element */
-		*k = in->rank;
+		*lo = *hi = in->rank;
 		return 'r';
 	}
-	if (first_keep < 0) { /* everything reduced */
-		*k = 0;
-		return 'r';
-	}
+	for (int d = first_red; d <= last_red; d++)
+		if (!red[d] && !nc_is_one(in->size[d]))
+			return 0;
+	*lo = first_red;
 	if (last_keep < first_red) {
-		*k = first_red;
+		*hi = in->rank;
 		return 'r';
 	}
-	if (last_red < first_keep) {
-		*k = first_keep;
-		return 'c';
-	}
-	return 0;
+	*hi = last_red + 1;
+	return 'c';
 }
 
 typedef struct {
 	int kind;
-	const char *N, *R, *L;
+	const char *N, *R, *L, *O, *RL, *C;
 } space_t;
+
+/* the space of a lone reduction */
+static int reduction_space(nc_graph_t *g, const nc_node_t *m, space_t *sp)
+{
+	int lo, hi;
+	char rk = reduction_split(g, m, &lo, &hi);
+	const nc_value_t *in = &g->v[m->ins[0].v];
+	if (!rk)
+		return -1;
+	sp->N = numel(in);
+	sp->C = numel(&g->v[m->outs[0]]);
+	if (rk == 'r') {
+		sp->kind = U_ROW, sp->R = in->pp[lo], sp->L = in->sp[lo], sp->O = "1", sp->RL = sp->N;
+		return 0;
+	}
+	sp->kind = U_COL, sp->O = in->pp[lo], sp->RL = in->sp[lo], sp->L = in->sp[hi];
+	char *r = nc_alloc(&g->A, strlen(sp->RL) + strlen(sp->L) + 8);
+	if (!r)
+		return nc_fail(g, NC_ERR_NOMEM, "out of memory");
+	sprintf(r, "((%s)/(%s))", sp->RL, sp->L);
+	sp->R = r;
+	return 0;
+}
 
 /* the index space of a set of members (sorted node indices), or false if they cannot share one */
 static bool unit_space(nc_graph_t *g, const int *mem, int n, space_t *sp)
 {
 	sp->kind = U_PW;
-	sp->N = sp->R = sp->L = NULL;
+	sp->N = sp->R = sp->L = sp->O = sp->RL = sp->C = NULL;
 	for (int i = 0; i < n; i++) {
 		const nc_node_t *m = &g->n[mem[i]];
 		if (m->kind != 'R')
 			continue;
-		int k;
-		char rk = reduction_kind(g, m, &k);
-		const nc_value_t *in = &g->v[m->ins[0].v];
-		int kind = rk == 'r' ? U_ROW : U_COL;
-		if (!rk)
+		space_t r;
+		if (reduction_space(g, m, &r))
 			return false;
-		if (sp->kind == U_PW) {
-			sp->kind = kind, sp->N = numel(in), sp->R = in->pp[k], sp->L = in->sp[k];
-		} else if (sp->kind != kind || !nc_streq(sp->N, numel(in)) || !nc_streq(sp->R, in->pp[k]) ||
-			   !nc_streq(sp->L, in->sp[k])) {
+		if (sp->kind == U_PW)
+			*sp = r;
+		else if (sp->kind != r.kind || !nc_streq(sp->N, r.N) || !nc_streq(sp->L, r.L) || !nc_streq(sp->RL, r.RL) ||
+			 !nc_streq(sp->O, r.O) || !nc_streq(sp->C, r.C) || (r.kind == U_ROW && !nc_streq(sp->R, r.R)))
 			return false;
-		}
 	}
 	if (sp->kind != U_PW)
 		return true;
@@ -236,7 +251,7 @@ static bool unit_space(nc_graph_t *g, const int *mem, int n, space_t *sp)
 	 * as a suffix product, else the whole tensor (R = 1) */
 	const nc_value_t *v0 = &g->v[g->n[mem[0]].outs[0]];
 	sp->N = numel(v0);
-	sp->L = last_dim(v0), sp->R = rows_of(v0);
+	sp->L = last_dim(v0), sp->R = rows_of(v0), sp->O = "1", sp->RL = sp->N, sp->C = NULL;
 	for (int i = 1; i < n; i++)
 		if (nc_sp_index(&g->v[g->n[mem[i]].outs[0]], sp->L) < 0) {
 			sp->L = sp->N, sp->R = "1";
@@ -287,9 +302,10 @@ static bool classify(nc_graph_t *g, const int *mem, int n, const space_t *sp, me
 			mb->cls[i] = sp->kind == U_ROW ? CLS_ROW : CLS_COL;
 			continue;
 		}
-		bool full_ok = nc_streq(numel(vx), sp->N) && nc_sp_index(vx, sp->L) >= 0;
+		bool full_ok = nc_streq(numel(vx), sp->N) && nc_sp_index(vx, sp->L) >= 0 &&
+			       (sp->kind != U_COL || nc_sp_index(vx, sp->RL) >= 0);
 		bool row_ok = sp->kind == U_ROW && nc_streq(numel(vx), sp->R);
-		bool col_ok = sp->kind == U_COL && nc_streq(numel(vx), sp->L);
+		bool col_ok = sp->kind == U_COL && nc_streq(numel(vx), sp->C);
 		for (int k = 0; k < m->nin; k++) {
 			const nc_opnd_t *o = &m->ins[k];
 			if (o->kind != 'v' || o->v < 0)
@@ -311,7 +327,7 @@ static bool classify(nc_graph_t *g, const int *mem, int n, const space_t *sp, me
 				col_ok = false;
 			} else {
 				full_ok = row_ok = false;
-				col_ok = col_ok && nc_streq(numel(ov), sp->L);
+				col_ok = col_ok && nc_streq(numel(ov), sp->C);
 			}
 		}
 		mb->cls[i] = full_ok ? CLS_FULL : row_ok ? CLS_ROW : col_ok ? CLS_COL : CLS_NONE;
@@ -361,7 +377,7 @@ static int try_merge(nc_graph_t *g, int a, int b, memb_t *mb, int *tmp)
 		return nc_fail(g, NC_ERR_NOMEM, "out of memory");
 	memcpy(nodes, tmp, sizeof(int) * (size_t)n);
 	A->nodes = nodes, A->nnodes = A->nodes_cap = n;
-	A->kind = sp.kind, A->N = sp.N, A->R = sp.R, A->L = sp.L;
+	A->kind = sp.kind, A->N = sp.N, A->R = sp.R, A->L = sp.L, A->O = sp.O, A->RL = sp.RL, A->C = sp.C;
 	if (B->first < A->first)
 		A->first = B->first;
 	for (int k = 0; k < n; k++) {
@@ -443,14 +459,17 @@ static int singletons(nc_graph_t *g)
 		nc_node_t *x = &g->n[i];
 		if (x->kind == 'V' || (x->kind == 'P' && x->free))
 			continue;
-		int kind = U_PW, k = 0;
+		int kind = U_PW;
+		space_t rs;
 		if (x->kind == 'R') {
-			char rk = reduction_kind(g, x, &k);
-			if (!rk) {
+			int st = reduction_space(g, x, &rs);
+			if (st < -1)
+				return st;
+			if (st) {
 				x->kind = 'E'; /* interleaved reduced dims: the frontend runs it */
 				nc_log(g, "node %d: %s over interleaved dims runs eagerly", x->id, x->op);
 			}
-			kind = rk == 'r' ? U_ROW : U_COL;
+			kind = rs.kind;
 		}
 		if (x->kind == 'L')
 			kind = U_LIB;
@@ -465,11 +484,10 @@ static int singletons(nc_graph_t *g)
 			return st;
 		const nc_value_t *vx = x->nout > 0 && x->outs[0] >= 0 ? &g->v[x->outs[0]] : NULL;
 		if (kind == U_PW) {
-			u->N = numel(vx), u->R = rows_of(vx), u->L = last_dim(vx);
+			u->N = numel(vx), u->R = rows_of(vx), u->L = last_dim(vx), u->O = "1", u->RL = u->N;
 			g->v[vx->id].cls = CLS_FULL;
 		} else if (kind == U_ROW || kind == U_COL) {
-			const nc_value_t *in = &g->v[x->ins[0].v];
-			u->N = numel(in), u->R = in->pp[k], u->L = in->sp[k];
+			u->N = rs.N, u->R = rs.R, u->L = rs.L, u->O = rs.O, u->RL = rs.RL, u->C = rs.C;
 			g->v[vx->id].cls = kind == U_ROW ? CLS_ROW : CLS_COL;
 		}
 		add_operand_deps(g, ui, x);
@@ -552,7 +570,7 @@ int nc_fuse(nc_graph_t *g)
 			st = nc_fail(g, NC_ERR_INVALID, "too many units");
 			goto out;
 		}
-		u->N = numel(vx), u->R = rows_of(vx), u->L = last_dim(vx);
+		u->N = numel(vx), u->R = rows_of(vx), u->L = last_dim(vx), u->O = "1", u->RL = u->N;
 		if ((st = nc_unit_add(g, ui, i)))
 			goto out;
 		g->v[x->outs[0]].cls = CLS_FULL;

@@ -100,9 +100,10 @@ enum { U_PW, U_ROW, U_COL, U_LIB, U_EAGER };
 typedef struct {
 	int kind;
 	const char *N, *R, *L; /* PW/ROW/COL: elements, rows, row length (column count for COL) */
+	const char *O, *RL, *C; /* COL: outer count, R*L (a suffix product), elements of a COL value;
+				 * ROW: C = R.  A COL unit covers O blocks of R rows of L columns. */
 	int *nodes, nnodes, nodes_cap;
 	int *deps, ndeps, deps_cap; /* units this one reads from (or must follow) */
-	bool closed;      /* no more joins (an eager barrier came after it) */
 	int first;        /* smallest node index: the scheduling priority */
 	int step;         /* position in the schedule */
 	int seg;          /* segment, -1 for eager units */
@@ -118,6 +119,7 @@ typedef struct {
 typedef struct {
 	nc_arena_t A;
 	int nsyms;
+	bool profile;             /* time every kernel (NEURON_COMPILE_PROFILE) */
 	nc_value_t *v;
 	int nv;
 	nc_node_t *n;

@@ -347,12 +347,117 @@ static void parse_node(lexer_t *L, int index)
 		L->err = nc_fail(g, NC_ERR_INVALID, "IR line %d: bad view node %d", L->line, n->id);
 }
 
+/* ---- validation: the passes after parsing may then trust the structure --------------------------- */
+
+static int rank_of(const nc_graph_t *g, int value) { return value >= 0 ? g->v[value].rank : -1; }
+static int in_at(const nc_node_t *n, int i) { return i < n->nin && n->ins[i].kind == 'v' ? n->ins[i].v : -2; }
+static int out_at(const nc_node_t *n, int i) { return i < n->nout ? n->outs[i] : -2; }
+
+/* library node: operand/output presence and ranks per op */
+static bool lib_ok(const nc_graph_t *g, const nc_node_t *n)
+{
+	const char *op = n->op;
+	int a = in_at(n, 0), b = in_at(n, 1), o = out_at(n, 0);
+	if (!strcmp(op, "mm") || !strcmp(op, "bmm")) {
+		int r = op[0] == 'b' ? 3 : 2;
+		return n->nin == 2 && rank_of(g, a) == r && rank_of(g, b) == r && rank_of(g, o) == r;
+	}
+	if (!strcmp(op, "cat")) {
+		if (n->nin < 1 || n->nattr != 1 || o < 0 || g->v[o].rank < 1)
+			return false;
+		int dim = atoi(n->attrs[0]);
+		if (dim < 0 || dim >= g->v[o].rank)
+			return false;
+		for (int i = 0; i < n->nin; i++)
+			if (rank_of(g, in_at(n, i)) != g->v[o].rank)
+				return false;
+		return true;
+	}
+	if (!strcmp(op, "softmax") || !strcmp(op, "log_softmax")) {
+		int dim = n->nattr == 1 ? atoi(n->attrs[0]) : -1;
+		return n->nin == 1 && a >= 0 && o >= 0 && dim >= 0 && dim < (g->v[a].rank ? g->v[a].rank : 1);
+	}
+	if (!strcmp(op, "layernorm") || !strcmp(op, "layernorm_bwd")) {
+		bool bwd = op[9] == '_';
+		int x = bwd ? b : a;
+		int nn = n->nattr >= 1 ? atoi(n->attrs[0]) : -1;
+		if (x < 0 || nn < 0 || nn > g->v[x].rank || n->nout != 3)
+			return false;
+		if (!bwd)
+			return n->nin == 3 && n->nattr == 2 && o >= 0 && out_at(n, 1) >= 0 && out_at(n, 2) >= 0;
+		return n->nin == 6 && a >= 0 && in_at(n, 2) >= 0 && in_at(n, 3) >= 0;
+	}
+	if (!strcmp(op, "embedding"))
+		return n->nin == 2 && rank_of(g, a) == 2 && b >= 0 && o >= 0;
+	if (!strcmp(op, "embedding_bwd"))
+		return n->nin == 2 && a >= 0 && b >= 0 && rank_of(g, o) == 2 && n->nattr == 2;
+	if (!strcmp(op, "nll")) {
+		int r = rank_of(g, a);
+		return n->nin == 3 && (r == 1 || r == 2) && b >= 0 && o >= 0 && out_at(n, 1) >= 0 && n->nattr == 2;
+	}
+	if (!strcmp(op, "nll_bwd")) {
+		int r = rank_of(g, b);
+		return n->nin == 5 && a >= 0 && (r == 1 || r == 2) && in_at(n, 2) >= 0 && in_at(n, 4) >= 0 && o >= 0 &&
+		       n->nattr == 2;
+	}
+	if (!strcmp(op, "attention")) {
+		int m = in_at(n, 3);
+		return n->nin == 4 && rank_of(g, a) == 4 && rank_of(g, b) == 4 && rank_of(g, in_at(n, 2)) == 4 &&
+		       (m == -1 || (m >= 0 && g->v[m].rank <= 4)) && rank_of(g, o) == 4 && out_at(n, 1) >= 0 && n->nattr == 2;
+	}
+	if (!strcmp(op, "attention_bwd")) {
+		int m = in_at(n, 4);
+		for (int i = 0; i < 4; i++)
+			if (rank_of(g, in_at(n, i)) != 4)
+				return false;
+		for (int i = 0; i < 3; i++)
+			if (rank_of(g, out_at(n, i)) != 4)
+				return false;
+		return n->nin == 7 && (m == -1 || (m >= 0 && g->v[m].rank <= 4)) && rank_of(g, in_at(n, 5)) == 4 &&
+		       in_at(n, 6) >= 0 && n->nattr == 2;
+	}
+	return false;
+}
+
+static int validate(nc_graph_t *g)
+{
+	for (int i = 0; i < g->nn; i++) {
+		const nc_node_t *n = &g->n[i];
+		if (n->kind == 'L' && !lib_ok(g, n))
+			return nc_fail(g, NC_ERR_INVALID, "IR: library node %d (%s) has bad operands", n->id, n->op);
+		if (n->kind == 'P' || n->kind == 'R' || n->kind == 'V')
+			for (int k = 0; k < n->nin; k++)
+				if (n->ins[k].kind == 'v' && n->ins[k].v < 0)
+					return nc_fail(g, NC_ERR_INVALID, "IR: node %d has an absent operand", n->id);
+		if (n->kind == 'R') {
+			const nc_value_t *in = &g->v[n->ins[0].v];
+			for (int k = 0; k < n->ndims; k++)
+				if (n->dims[k] < 0 || n->dims[k] >= (in->rank ? in->rank : 1))
+					return nc_fail(g, NC_ERR_INVALID, "IR: reduction %d: dim %d out of range", n->id, n->dims[k]);
+		}
+		if (n->kind == 'V' && g->v[n->outs[0]].dtype != g->v[n->ins[0].v].dtype)
+			return nc_fail(g, NC_ERR_INVALID, "IR: view %d changes the dtype", n->id);
+	}
+	for (int i = 0; i < g->nv; i++)
+		if (g->v[i].producer < 0 && !g->v[i].is_input && g->v[i].nusers)
+			return nc_fail(g, NC_ERR_INVALID, "IR: value %d is read but neither an input nor produced", i);
+	return 0;
+}
+
 static int finish(nc_graph_t *g)
 {
 	for (int i = 0; i < g->nn; i++) {
 		nc_node_t *n = &g->n[i];
 		if (n->id != i)
 			return nc_fail(g, NC_ERR_INVALID, "IR: node ids must be 0..%d in order (node %d at %d)", g->nn - 1, n->id, i);
+		for (int k = 0; k < n->nin; k++) { /* operands first: a node cannot read its own output */
+			const nc_opnd_t *o = &n->ins[k];
+			if (o->kind != 'v' || o->v < 0)
+				continue;
+			if (g->v[o->v].producer < 0 && !g->v[o->v].is_input)
+				return nc_fail(g, NC_ERR_INVALID, "IR: node %d reads value %d before it is produced", i, o->v);
+			add_user(g, o->v, i);
+		}
 		for (int k = 0; k < n->nout; k++) {
 			int o = n->outs[k];
 			if (o < 0)
@@ -360,14 +465,6 @@ static int finish(nc_graph_t *g)
 			if (g->v[o].producer >= 0 || g->v[o].is_input)
 				return nc_fail(g, NC_ERR_INVALID, "IR: value %d has two producers", o);
 			g->v[o].producer = i;
-		}
-		for (int k = 0; k < n->nin; k++) {
-			const nc_opnd_t *o = &n->ins[k];
-			if (o->kind != 'v' || o->v < 0)
-				continue;
-			if (g->v[o->v].producer < 0 && !g->v[o->v].is_input)
-				return nc_fail(g, NC_ERR_INVALID, "IR: node %d reads value %d before it is produced", i, o->v);
-			add_user(g, o->v, i);
 		}
 		if (n->kind == 'V') {
 			nc_value_t *out = &g->v[n->outs[0]];
@@ -390,7 +487,7 @@ static int finish(nc_graph_t *g)
 	}
 	if (g->A.oom)
 		return nc_fail(g, NC_ERR_NOMEM, "out of memory");
-	return 0;
+	return validate(g);
 }
 
 int nc_parse(nc_graph_t *g, const char *ir)
@@ -419,6 +516,8 @@ int nc_parse(nc_graph_t *g, const char *ir)
 			nvals++;
 		} else if (!strcmp(t, "n")) {
 			parse_node(&L, nnodes++);
+		} else if (!strcmp(t, "profile")) {
+			g->profile = next_int(&L, 0, 1) != 0;
 		} else if (!strcmp(t, "in") || !strcmp(t, "out")) {
 			bool in = t[0] == 'i';
 			int n = (int)next_int(&L, 0, g->nv);

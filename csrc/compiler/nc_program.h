@@ -39,6 +39,7 @@ typedef struct {
 	int (*attention)(void *);
 	int (*attention_bwd)(void *);
 	int (*reduce)(void *);
+	int (*copy)(void *);
 } nc_rt_t;
 
 typedef struct {
@@ -49,6 +50,14 @@ typedef struct {
 #define NC_EXPORT __attribute__((visibility("default")))
 #define NC_CHUNK 4096 /* elements per tile of a pointwise kernel */
 #define NC_CC 64      /* columns per tile of a column reduction */
+
+#include <time.h>
+static inline int64_t nc_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static inline int64_t nc_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t nc_max(int64_t a, int64_t b) { return a > b ? a : b; }

@@ -12,6 +12,8 @@
  * Threading: GATHER over points; scatters over lines of the collision dim `dim` (points that differ
  * only along it), each line in order, so results never depend on the thread count; dim < 0 (any two
  * points may collide, as in put_) runs serially.  nk_index_ref: one point at a time, serially.
+ * nk_index_offsets_run: the element offsets sum_k idx_k[p]*stride_k of advanced indexing (x[i, j]),
+ * every index checked (and wrapped from the end) against its dim first.
  */
 #include <math.h>
 #include <string.h>
@@ -304,4 +306,71 @@ void nk_nonzero_write(const nk_nonzero_args_t *a, int64_t *out, int64_t max_rows
 			out[row * a->ndim + d] = coord[d];
 		row++;
 	}
+}
+
+/* ---- advanced indexing: offsets of several index tensors ------------------------------------------ */
+static int64_t io_numel(const nk_index_offsets_args_t *a)
+{
+	int64_t n = 1;
+	for (int d = 0; d < a->ndim; d++)
+		n *= a->shape[d];
+	return n;
+}
+
+/* Offset (elements) of point lin of the index space in index tensor k. */
+static int64_t io_at(const nk_index_offsets_args_t *a, int k, int64_t lin)
+{
+	int64_t off = 0;
+	for (int d = a->ndim - 1; d >= 0; d--) {
+		int64_t n = a->shape[d];
+		off += (lin % n) * a->is[k][d];
+		lin /= n;
+	}
+	return off;
+}
+
+static int64_t io_index(const nk_index_offsets_args_t *a, int k, int64_t lin)
+{
+	const char *p = (const char *)a->idx[k] + io_at(a, k, lin) * (int64_t)nk_dtype_size(a->idx_dtype[k]);
+	return ix_load_idx(p, a->idx_dtype[k]);
+}
+
+static void io_range(void *ctx, int64_t lo, int64_t hi)
+{
+	const nk_index_offsets_args_t *a = ctx;
+	for (int64_t p = lo; p < hi; p++) {
+		int64_t off = 0;
+		for (int k = 0; k < a->n; k++) {
+			int64_t v = io_index(a, k, p);
+			off += (v < 0 ? v + a->size[k] : v) * a->stride[k];
+		}
+		a->out[p] = off;
+	}
+}
+
+int nk_index_offsets_run(void *args)
+{
+	const nk_index_offsets_args_t *a = args;
+	if (a->n < 1 || a->n > NK_MAX_INDICES || a->ndim < 0 || a->ndim > NK_MAX_DIMS) {
+		nrt_kernel_fail("nk_index_offsets: bad arguments (%d indices, %d dims)", a->n, a->ndim);
+		return -1;
+	}
+	for (int k = 0; k < a->n; k++)
+		if (a->idx_dtype[k] != NK_I64 && a->idx_dtype[k] != NK_I32) {
+			nrt_kernel_fail("nk_index_offsets: index dtype %s", nk_dtype_name(a->idx_dtype[k]));
+			return -1;
+		}
+	int64_t n = io_numel(a);
+	for (int64_t p = 0; p < n; p++)
+		for (int k = 0; k < a->n; k++) {
+			int64_t v = io_index(a, k, p);
+			if (v < -a->size[k] || v >= a->size[k]) {
+				nrt_kernel_fail("index %lld is out of bounds for dimension %d with size %lld", (long long)v,
+						a->dim[k], (long long)a->size[k]);
+				return -1;
+			}
+		}
+	if (n > 0)
+		nrt_parallel_for(n, IX_GRAIN, io_range, (void *)a);
+	return 0;
 }

@@ -151,6 +151,10 @@ typedef struct {
 } nk_gemm_args_t;
 int nk_gemm_run(void *args);
 int nk_gemm_ref(void *args);
+/* Integer GEMM (igemm.c) with the same arguments: dtype i64, i32, i16, i8 or u8; alpha and beta are
+ * used as integers; results wrap like aten's CPU integer matmul. */
+int nk_igemm_run(void *args);
+int nk_igemm_ref(void *args);
 
 /* ---- softmax / log_softmax over the last dim of a contiguous [rows, cols] ---------------------- */
 typedef struct {
@@ -339,6 +343,24 @@ typedef struct {
 } nk_index_args_t;
 int nk_index_run(void *args);
 int nk_index_ref(void *args);
+
+/* Advanced indexing x[i0, i1, ...]: out[p] = sum_k wrap(idx_k[p]) * stride[k] (int64, contiguous over
+ * the broadcast index space `shape`); each index tensor k (i64 or i32, element strides is[k] over the
+ * index space, 0 where broadcast) indexes a dim of size size[k] (negative values count from the end;
+ * out of [-size, size) fails the kernel with "index v is out of bounds for dimension dim[k] with size
+ * size[k]" before anything is written). */
+#define NK_MAX_INDICES 4
+typedef struct {
+	int n, ndim;
+	int64_t shape[NK_MAX_DIMS];
+	const void *idx[NK_MAX_INDICES];
+	int idx_dtype[NK_MAX_INDICES];
+	int64_t is[NK_MAX_INDICES][NK_MAX_DIMS];
+	int64_t size[NK_MAX_INDICES], stride[NK_MAX_INDICES];
+	int dim[NK_MAX_INDICES];
+	int64_t *out;
+} nk_index_offsets_args_t;
+int nk_index_offsets_run(void *args);
 
 /* nonzero of a strided tensor (any dtype; NaN counts as nonzero): the count, and the coordinates of the
  * first max_rows nonzero elements in row-major order into out [rows, ndim] (int64, contiguous).

@@ -115,10 +115,6 @@ static int sort_check(const nk_sort_args_t *a)
 		nrt_kernel_fail("nk_sort: bad arguments (dtype %d)", a->dtype);
 		return -1;
 	}
-	if (a->R > SORT_STACK && !a->work) {
-		nrt_kernel_fail("nk_sort: lines of %lld elements need a workspace", (long long)a->R);
-		return -1;
-	}
 	return 0;
 }
 
@@ -134,6 +130,10 @@ int nk_sort_run(void *args)
 		return nk_sort_ref(args);
 	if (sort_check(a))
 		return -1;
+	if (a->R > SORT_STACK && !a->work) {
+		nrt_kernel_fail("nk_sort: lines of %lld elements need a workspace", (long long)a->R);
+		return -1;
+	}
 	sort_ctx_t c = { a, !nk_is_float(a->dtype) };
 	int64_t lines = a->O * a->I;
 	if (!lines)

@@ -9,6 +9,15 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
+
+namespace c10 {
+class OperatorHandle;
+struct IValue;
+} // namespace c10
+namespace torch::jit {
+using Stack = std::vector<c10::IValue>;
+} // namespace torch::jit
 
 extern "C" {
 #include "nrt.h"
@@ -70,5 +79,9 @@ struct OpSlot {
 	} while (0)
 void track_executed(const std::string &name);
 void track_fallback(const std::string &name);
+
+// The boxed CPU fallback (ops_core.cpp), for native wrappers that hand unsupported cases to the CPU
+// through at::native::call_fallback_fn<&cpu_fallback, at::_ops::name>::call(...).
+void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack);
 
 } // namespace neuron

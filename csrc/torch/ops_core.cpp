@@ -463,7 +463,28 @@ static bool zero_copy_fallback(const c10::OperatorHandle &op, torch::jit::Stack 
 	return true;
 }
 
-static void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+// For out= and in-place ops (every return aliases a mutated argument), the read-only tensor arguments
+// reach the CPU kernel as host aliases with their own strides instead of contiguous copies: some ops'
+// results depend on the input layout (linalg_det factors A^T when A is contiguous, and its backward
+// checks A.is_contiguous() to know which), so a layout change would give wrong gradients.
+static void alias_readonly_inputs(const c10::OperatorHandle &op, torch::jit::Stack *stack)
+{
+	const auto &schema = op.schema();
+	if (schema.returns().empty())
+		return;
+	for (const auto &r : schema.returns())
+		if (!r.alias_info())
+			return;
+	const auto &args = schema.arguments();
+	size_t base = stack->size() - args.size();
+	for (size_t i = 0; i < args.size(); i++) {
+		c10::IValue &iv = (*stack)[base + i];
+		if (!args[i].alias_info() && iv.isTensor() && iv.toTensor().defined() && iv.toTensor().device().type() == kDev)
+			iv = host_alias(iv.toTensor());
+	}
+}
+
+void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
 	std::string name = op_name(op);
 	track_fallback(name);
@@ -483,6 +504,8 @@ static void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack
 	static const bool copy_only = getenv("NEURON_FALLBACK_COPY") && strcmp(getenv("NEURON_FALLBACK_COPY"), "1") == 0;
 	if (!copy_only && zero_copy_fallback(op, stack))
 		return;
+	if (!copy_only)
+		alias_readonly_inputs(op, stack);
 	at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
 }
 

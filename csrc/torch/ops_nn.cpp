@@ -20,7 +20,7 @@ namespace neuron {
 
 static bool gemm_dtype(at::ScalarType t)
 {
-	return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
+	return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf || at::isIntegralType(t, false);
 }
 
 static void check_same_device(const char *op, std::initializer_list<const at::Tensor *> ts)
@@ -50,7 +50,7 @@ static void gemm3(const char *name, const at::Tensor &A, const at::Tensor &B, co
 	g.C = C.data_ptr(), g.bs_c = C.stride(0), g.rs_c = C.stride(1), g.cs_c = C.stride(2);
 	if (g.batch == 0 || g.M == 0 || g.N == 0)
 		return;
-	launch(current_queue(C.device().index()), nk_gemm_run, g, name);
+	launch(current_queue(C.device().index()), at::isIntegralType(C.scalar_type(), false) ? nk_igemm_run : nk_gemm_run, g, name);
 }
 
 static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, int64_t dims)
@@ -58,7 +58,7 @@ static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, i
 	check_same_device(op, {&a, &b});
 	TORCH_CHECK(a.dim() == dims && b.dim() == dims, op, ": expected ", dims, "-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
 	TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(), " != ", b.scalar_type());
-	TORCH_CHECK(gemm_dtype(a.scalar_type()), op, ": dtype ", a.scalar_type(), " is not supported on neuron (float32, float64, bfloat16, float16 are)");
+	TORCH_CHECK(gemm_dtype(a.scalar_type()), op, ": dtype ", a.scalar_type(), " is not supported on neuron (float32, float64, bfloat16, float16 and the integer dtypes are)");
 	TORCH_CHECK(a.size(dims - 1) == b.size(dims - 2), op, ": mat1 and mat2 shapes cannot be multiplied (", a.size(dims - 2), "x",
 		    a.size(dims - 1), " and ", b.size(dims - 2), "x", b.size(dims - 1), ")");
 }

@@ -2,6 +2,7 @@
 // output allocation and memory-overlap checks; type promotion follows at::result_type; the C kernels
 // (nk_pointwise_run, nk_reduce_run) get the operands' descriptors and run on the current queue.
 #include "neuron.h"
+#include "pointwise.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/ScalarOps.h>
@@ -135,6 +136,13 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 		return out;
 	}
 	return res;
+}
+
+at::Tensor pointwise_op(const char *name, int op, std::initializer_list<at::Tensor> inputs, at::Tensor out, PwKind kind,
+			double a, double b, int64_t ia, int64_t ib, unsigned nocast)
+{
+	Kind k = kind == PwKind::Bool ? Kind::Bool : kind == PwKind::Float ? Kind::Float : Kind::Same;
+	return pointwise(name, op, inputs, std::move(out), k, a, b, ia, ib, nocast);
 }
 
 static at::Tensor wrap(const c10::Scalar &s)
@@ -429,16 +437,32 @@ static void clamp_params(const std::optional<c10::Scalar> &lo, const std::option
 	b = hi.has_value() ? hi->toDouble() : 0;
 	ia = (lo.has_value() ? 1 : 0) | (hi.has_value() ? 2 : 0);
 }
+// aten's clamp promotes an integral (or bool) self with its scalar bounds: clamp(int, min=1.5) is float.
+static at::Tensor clamp_input(const at::Tensor &s, const std::optional<c10::Scalar> &lo, const std::optional<c10::Scalar> &hi)
+{
+	if (at::isFloatingType(s.scalar_type()))
+		return s;
+	at::native::ResultTypeState st{};
+	st = at::native::update_result_type_state(s, st);
+	if (lo.has_value())
+		st = at::native::update_result_type_state(*lo, st);
+	if (hi.has_value())
+		st = at::native::update_result_type_state(*hi, st);
+	at::ScalarType t = at::native::result_type(st);
+	return t == s.scalar_type() ? s : s.to(t);
+}
 static at::Tensor clamp_f(const at::Tensor &s, const std::optional<c10::Scalar> &lo, const std::optional<c10::Scalar> &hi)
 {
 	NEURON_TRACK("aten::clamp");
 	double a, b; int64_t ia; clamp_params(lo, hi, a, b, ia);
-	return pointwise("aten::clamp", NK_OP_CLAMP_SCALAR, {s}, {}, Kind::Same, a, b, ia);
+	return pointwise("aten::clamp", NK_OP_CLAMP_SCALAR, {clamp_input(s, lo, hi)}, {}, Kind::Same, a, b, ia);
 }
 static at::Tensor &clamp_i(at::Tensor &s, const std::optional<c10::Scalar> &lo, const std::optional<c10::Scalar> &hi)
 {
 	NEURON_TRACK("aten::clamp_");
 	double a, b; int64_t ia; clamp_params(lo, hi, a, b, ia);
+	at::ScalarType t = clamp_input(s, lo, hi).scalar_type();
+	TORCH_CHECK(t == s.scalar_type(), "result type ", t, " can't be cast to the desired output type ", s.scalar_type());
 	pointwise("aten::clamp_", NK_OP_CLAMP_SCALAR, {s}, s, Kind::Same, a, b, ia);
 	return s;
 }
@@ -446,7 +470,7 @@ static at::Tensor &clamp_o(const at::Tensor &s, const std::optional<c10::Scalar>
 {
 	NEURON_TRACK("aten::clamp.out");
 	double a, b; int64_t ia; clamp_params(lo, hi, a, b, ia);
-	pointwise("aten::clamp.out", NK_OP_CLAMP_SCALAR, {s}, out, Kind::Same, a, b, ia);
+	pointwise("aten::clamp.out", NK_OP_CLAMP_SCALAR, {clamp_input(s, lo, hi)}, out, Kind::Same, a, b, ia);
 	return out;
 }
 static at::Tensor clamp_tf(const at::Tensor &s, const std::optional<at::Tensor> &lo, const std::optional<at::Tensor> &hi)

@@ -206,14 +206,15 @@ def write_report(results, path, seconds, limits, jobs, partial):
     fb_entries = sum(1 for r in results if r["fallback"])
     L.append(f"Samples: {samples['pass']} passed, {samples['mismatch']} wrong ({samples['native_mismatch']} "
              f"of them native), {samples['error']} errors, {samples['cpu_error']} rejected by the CPU itself "
-             f"(not counted). Entries with any fallback: {fb_entries}.\n")
+             f"or with nothing on neuron (not counted). Entries with any fallback: {fb_entries}.\n")
     L.append(f"Sweep: {seconds / 60:.1f} min with {jobs} worker processes (one thread each). "
              f"Limits: {limits.samples} samples per (entry, dtype), evenly spaced over the first "
              f"{limits.pool} the OpInfo yields, plus {limits.noncontig} non-contiguous variants; "
              f"{limits.sample_timeout} s per sample; an entry stops starting dtypes after "
              f"{limits.entry_budget:.0f} s (marked *truncated*).\n")
     tol = ", ".join(f"{SHORT[d]} {r}/{a}" for d, (r, a) in TOLERANCES.items() if r or a)
-    L.append(f"Tolerances (rtol/atol, gradients x{GRAD_FACTOR}; integers and bool exact): {tol}.\n")
+    L.append(f"Tolerances (rtol/atol, gradients x{GRAD_FACTOR}; integers and bool exact): {tol}; per-entry "
+             "exceptions are listed below with their reason.\n")
     L.append("Status: *pass, native* = every sample of every swept dtype matched and no ATen op fell back; "
              "*pass, fallback* = matched, but some op ran on the CPU; *FAIL* = neuron raised where the CPU did not; "
              "**WRONG** = neuron returned a result that differs (the *execution* column tells whether a "
@@ -224,7 +225,7 @@ def write_report(results, path, seconds, limits, jobs, partial):
         L.append("## Wrong answers\n")
         for r in wrong:
             nat = "native" if any(c["native_mismatch"] for c in r["per_dtype"].values()) else "fallback involved"
-            L.append(f"- `{r['key']}` ({nat}): {_md(r['failures'][0] if r['failures'] else '')}")
+            L.append(f"- `{r['key']}` ({nat}): {_md(r.get('first_mismatch') or '')}")
         L.append("")
     fb = collections.Counter(op for r in results for op in r["fallback"])
     if fb:
@@ -234,6 +235,8 @@ def write_report(results, path, seconds, limits, jobs, partial):
     special = [(k, "not run", v) for k, v in skips.SKIP.items()]
     special += [(k, "shapes only", v.split(":")[0]) for k, v in skips.SHAPE_ONLY.items()]
     special += [(k, "random samples shape-compared", v[1]) for k, v in skips.RANDOM_SAMPLES.items()]
+    special += [(k, "tie order", v[3]) for k, v in skips.TIE_ORDER.items()]
+    special += [(k, f"args {list(v[0])} stay on the CPU", v[1]) for k, v in skips.CPU_ARGS.items()]
     special += [(k, "tolerance " + ", ".join(f"{SHORT[d]} {r}/{a}" for d, (r, a) in v[0].items()), v[1])
                 for k, v in skips.TOLERANCE.items()]
     if special:
@@ -276,7 +279,9 @@ def write_report(results, path, seconds, limits, jobs, partial):
             notes.append(r["crash"])
         if r.get("truncated"):
             notes.append("*truncated*")
-        if r["failures"] and s in ("fail", "wrong", "crash"):
+        if s == "wrong" and r.get("first_mismatch"):
+            notes.append(r["first_mismatch"][:220])
+        elif r["failures"] and s in ("fail", "wrong", "crash"):
             notes.append(r["failures"][0][:220])
         L.append(f"| `{r['key']}` | {STATUS_TEXT[s]} | {ex} | {p}/{m}/{e} | {dts} | {_md('; '.join(notes))} |")
     L.append("")

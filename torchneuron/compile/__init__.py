@@ -25,14 +25,19 @@ def backend(gm, example_inputs, **kwargs):
 
 
 def compile_stats(reset=False):
-    """Counters of the compile path in this process.
+    """Counters of the compile path in this process (reset=True clears them afterwards).
 
-    graphs_compiled, cache_hits (memory_hits + disk_hits), cache_misses (programs built by the C
-    compiler), compile_seconds (all graphs: serialize, graph compiler, C compiler, load), cc_seconds,
-    corrupt_rebuilt, calls, kernels_launched, and per graph: aten_ops (compute ops of the ATen graph),
-    kernels (fused kernels + library calls + eager ops per call), eager_ops, launches per call.
-    kernels_per_call is the sum over the graphs that ran in the last step-like sequence is not
-    tracked; use the per-graph figures.
+    graphs_compiled        graphs turned into programs
+    cache_hits             memory_hits + disk_hits (programs found already built)
+    cache_misses           programs built by the C compiler
+    compile_seconds        our compile time for all graphs (serialize, graph compiler, cc, load);
+                           Dynamo/AOTAutograd tracing is not included
+    cc_seconds             of which spent in the C compiler
+    corrupt_rebuilt        cache entries found corrupted and rebuilt
+    calls, kernels_launched
+    graphs                 per graph: aten_ops (compute ops in the ATen graph), kernels (fused kernels +
+                           library calls + eager ops per call), eager_ops, eager_op_names, launches
+                           (queue launches per call), calls, compiled, compile_seconds
     """
     from . import frontend, toolchain
 

@@ -161,6 +161,11 @@ def pointwise_spec(node):
         if isinstance(start, torch.fx.Node) or isinstance(step, torch.fx.Node):
             return None
         return ("arange", [start, step], "out")
+    if p in ("addcmul", "addcdiv"):
+        v = kw.get("value", a[3] if len(a) > 3 else 1)
+        return (p, [a[0], a[1], a[2], v], "out")
+    if p == "lerp":
+        return ("lerp", [a[0], a[1], a[2]], "out")
     if p == "sigmoid_backward":
         return ("sigmoid_backward", [a[0], a[1]], "out")
     if p == "tanh_backward":
@@ -198,6 +203,7 @@ def reduction_spec(node):
 # ---- library calls ----------------------------------------------------------------------------------
 LIBRARY = {
     "aten.mm.default": "mm",
+    "aten.cat.default": "cat",
     "aten.bmm.default": "bmm",
     "aten.addmm.default": "addmm",
     "aten._softmax.default": "softmax",
@@ -221,3 +227,70 @@ KEEP_UNDECOMPOSED = [
 
 def is_getitem(node):
     return node.op == "call_function" and node.target is operator.getitem
+
+
+# ---- _foreach_* ops: one pointwise op per list element ----------------------------------------------------
+
+class ElementNode:
+    """Element i of a functional _foreach_ op, shaped like an FX node for pointwise_spec()."""
+
+    def __init__(self, target, args, kwargs, val):
+        self.target, self.args, self.kwargs = target, tuple(args), dict(kwargs)
+        self.meta = {"val": val}
+
+
+def _base(name, overload):
+    pk = getattr(aten, name, None)
+    return getattr(pk, overload, None) if pk is not None else None
+
+
+def foreach_elements(node):
+    """[ElementNode] for a functional _foreach_ op whose elements are pointwise ATen ops, else None."""
+    t = node.target
+    p = packet(t)
+    if not p or not p.startswith("_foreach_") or p.endswith("_") or t._schema.is_mutable:
+        return None
+    base = p[len("_foreach_"):]
+    ov = t._overloadname
+    a, kw = node.args, node.kwargs
+    vals = node.meta.get("val")
+    if not isinstance(vals, (list, tuple)):
+        return None
+    n = len(vals)
+
+    def elem(x, i):
+        return x[i] if isinstance(x, (list, tuple)) else x
+
+    out = []
+    for i in range(n):
+        if base in ("add", "sub", "mul", "div", "maximum", "minimum", "clamp_min", "clamp_max", "pow"):
+            if ov == "ScalarAndTensor":           # pow(scalar, exponent[i])
+                target, args = _base("pow", "Scalar"), (a[0], a[1][i])
+            elif base == "pow":
+                target = _base("pow", "Tensor_Tensor" if ov == "List" else "Tensor_Scalar")
+                args = (a[0][i], elem(a[1], i))
+            elif base in ("clamp_min", "clamp_max"):
+                target, args = _base(base, "Tensor" if ov == "List" else "default"), (a[0][i], elem(a[1], i))
+            elif base in ("maximum", "minimum"):
+                target, args = _base(base, "default"), (a[0][i], elem(a[1], i))
+            else:
+                target, args = _base(base, "Tensor"), (a[0][i], elem(a[1], i))
+            kws = {"alpha": kw["alpha"]} if "alpha" in kw else {}
+            if len(a) > 2 and base in ("add", "sub"):
+                kws["alpha"] = a[2]
+        elif base in ("addcmul", "addcdiv"):
+            v = elem(a[3], i) if len(a) > 3 else kw.get("value", kw.get("scalars", 1))
+            if isinstance(v, torch.fx.Node):
+                return None
+            target, args, kws = _base(base, "default"), (a[0][i], a[1][i], a[2][i]), {"value": v}
+        elif base == "lerp":
+            target = _base("lerp", "Tensor" if ov == "List" else "Scalar")
+            args, kws = (a[0][i], a[1][i], elem(a[2], i)), {}
+        elif base in _UNARY and len(a) == 1:
+            target, args, kws = _base(base, "default"), (a[0][i],), {}
+        else:
+            return None
+        if target is None:
+            return None
+        out.append(ElementNode(target, args, kws, vals[i]))
+    return out

@@ -23,6 +23,7 @@ _RT_FUNCS = [
     ("layernorm_bwd", "nk_layernorm_bwd_run"), ("embedding", "nk_embedding_run"),
     ("embedding_bwd", "nk_embedding_bwd_run"), ("nll", "nk_nll_run"), ("nll_bwd", "nk_nll_bwd_run"),
     ("attention", "nk_attention_run"), ("attention_bwd", "nk_attention_bwd_run"), ("reduce", "nk_reduce_run"),
+    ("copy", "nk_copy_run"),
 ]
 
 
@@ -99,6 +100,10 @@ class Program:
         self.kernels_per_call = plan.nkernels + self.eager_steps
         self.launches_per_call = len(plan.steps)
         self.ws_index = {v: i for i, v in enumerate(plan.ws)}
+        # roots something reads after they are made: compiled segments, eager ops, the caller
+        self._read_roots = {r for roots in plan.segs.values() for r in roots}
+        self._read_roots |= {ser.values[v].root for k, v in ser.outputs if k == "t"}
+        self._read_roots |= {ser.values[v].root for kind, n in plan.steps if kind == "E" for v in ser.nodes[n].ins}
         self.attr_tensors = [(vid, getattr(gm, name)) for vid, name in ser.attrs]
         devs = [v.device for v in ser.values.values() if v.device.type == "neuron"]
         self.device = (devs[0].index or 0) if devs else 0
@@ -106,6 +111,7 @@ class Program:
         self._vfns = {}
         self._symfns = {}
         self._fn, self._names, self._args = {}, {}, {}
+        self.kernel_names, self._prof_ns, self._prof_calls = [], None, None
         if lib is not None:
             lib.nc_plan.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]
             lib.nc_plan.restype = ctypes.c_int64
@@ -116,10 +122,20 @@ class Program:
             if lib.nc_init(ctypes.addressof(runtime().table)) != 0:
                 raise RuntimeError("neuron compile: program ABI mismatch")
             nsyms = len(ser.ex.syms)
+            nk = ctypes.c_int.in_dll(lib, "nc_nkernels").value
+            self.kernel_names = [n.decode() for n in (ctypes.c_char_p * (nk + 1)).in_dll(lib, "nc_kernel_names")[:nk]]
+            self._prof_ns = (ctypes.c_int64 * (nk + 1)).in_dll(lib, "nc_prof_ns")
+            self._prof_calls = (ctypes.c_int64 * (nk + 1)).in_dll(lib, "nc_prof_calls")
             for k, roots in plan.segs.items():
                 self._fn[k] = ctypes.cast(getattr(lib, f"nc_seg{k}"), ctypes.c_void_p).value
                 self._names[k] = lib.nc_seg_name(k)
-                self._args[k] = (ctypes.c_int64 * (nsyms + len(roots)))()
+                self._args[k] = ctypes.c_int64 * (nsyms + len(roots))
+
+    def kernel_profile(self):
+        """[(kernel, calls, total ms)] when compiled with NEURON_COMPILE_PROFILE=1 (zeros otherwise)."""
+        if self._prof_ns is None:
+            return []
+        return [(n, int(self._prof_calls[i]), self._prof_ns[i] / 1e6) for i, n in enumerate(self.kernel_names)]
 
     # ---- symbols and concrete metadata ----------------------------------------------------------------
     def _syms(self, args):
@@ -184,11 +200,13 @@ class Program:
         if not isinstance(t, torch.Tensor):
             return t
         v = self.ser.values[vid]
-        if t.device != v.device:
-            t = t.to(v.device)
+        if t.device != v.device or t.dtype != v.dtype:
+            t = t.to(device=v.device, dtype=v.dtype)
         size, stride, _ = self._meta(vid, S)
         if tuple(t.shape) != size:
-            raise RuntimeError(f"neuron compile: eager op gave shape {tuple(t.shape)}, traced {size}")
+            if vid in self._read_roots:
+                raise RuntimeError(f"neuron compile: eager op gave shape {tuple(t.shape)}, traced {size}")
+            return t  # an output nobody reads (e.g. empty saved statistics)
         if any(n > 1 and a != b for n, a, b in zip(size, t.stride(), stride)):
             u = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
             u.copy_(t)
@@ -248,12 +266,11 @@ class Program:
             if kind == "K":
                 if q is None:
                     q = rt.queue(self.device)
-                arr = self._args[k]
                 vals = list(S)
                 for r in plan.segs[k]:
                     t = env.get(r)
                     vals.append(t.data_ptr() if t is not None else wsp + ws_off[self.ws_index[r]])
-                arr[:] = vals
+                arr = self._args[k](*vals)  # per call: the launch copies it, threads may share the program
                 rc = rt.lib.nrt_queue_launch(q, self._fn[k], arr, ctypes.sizeof(arr), self._names[k])
                 if rc != 0:
                     msg = (rt.lib.nrt_last_error() or b"").decode()
@@ -290,10 +307,11 @@ class EagerProgram:
             def run_node(self, n):
                 r = super().run_node(n)
                 m = n.meta.get("val")
-                if isinstance(r, torch.Tensor) and isinstance(m, torch.Tensor) and not isinstance(m, torch.SymInt):
+                if isinstance(r, torch.Tensor) and isinstance(m, torch.Tensor) and all(
+                        type(x) is int for x in m.stride()):  # symbolic strides: nothing to compare
                     try:
                         size, stride = tuple(r.shape), r.stride()
-                        want = tuple(int(s) for s in m.stride())
+                        want = tuple(m.stride())
                         if any(a > 1 and b != c for a, b, c in zip(size, stride, want)):
                             u = torch.empty_strided(size, want, dtype=r.dtype, device=r.device)
                             u.copy_(r)

@@ -18,6 +18,7 @@ v<id> value, f<float>, i<int>, e<int expression>.
 """
 import math
 import operator
+import os
 
 import sympy
 import torch
@@ -90,9 +91,9 @@ class Exprs:
             return f"nc_cdiv({self._c(e.args[0])},{self._c(e.args[1])})"
         if isinstance(e, (Mod, PythonMod)):
             return f"nc_mod({self._c(e.args[0])},{self._c(e.args[1])})"
-        if isinstance(e, sympy.Max):
+        if isinstance(e, sympy.Max) or type(e).__name__ == "Max":
             return self._fold("nc_max", e.args)
-        if isinstance(e, sympy.Min):
+        if isinstance(e, sympy.Min) or type(e).__name__ == "Min":
             return self._fold("nc_min", e.args)
         raise Unsupported(f"integer expression {e} ({type(e).__name__})")
 
@@ -136,6 +137,23 @@ class Value:
         self.root = vid if root is None else root
         self.off = sympy.sympify(off)
         self.val = val
+
+    @classmethod
+    def make(cls, vid, dtype, device, sizes, strides=None, root=None):
+        """A value without a traced tensor (the serializer's own decompositions): contiguous by default."""
+        v = cls.__new__(cls)
+        v.id, v.dtype, v.device, v.val = vid, dtype, device, None
+        v.sizes = [sympy.sympify(x) for x in sizes]
+        if strides is None:
+            strides, acc = [], sympy.Integer(1)
+            for x in reversed(v.sizes):
+                strides.insert(0, acc)
+                acc = acc * x
+        v.strides = [sympy.sympify(x) for x in strides]
+        v.meta_offset = sympy.Integer(0)
+        v.root = vid if root is None else root
+        v.off = sympy.Integer(0)
+        return v
 
     @property
     def rank(self):
@@ -366,30 +384,46 @@ def serialize(gm, example_inputs=None):
         out_list = list(outs) if isinstance(outs, tuple) else [outs]
 
         kind = None
+        if on_neuron and isinstance(m, (list, tuple)):
+            kind = foreach(S, emit, operand, node, out_list)
         if on_neuron and _is_tensor(m) and m.dtype in _DTYPES:
             spec = ops.pointwise_spec(node)
             if spec is not None:
                 op, operands, ck = spec
+                cd = _compute_dtype(S, node, operands, ck, m)
+                if cd in ("bf16", "f16") and op not in ("mul", "div", "full"):
+                    # like ATen's CPU kernels: a scalar operand is cast to the reduced dtype, except
+                    # for mul/div (computed with the scalar at float precision) and alpha
+                    tdt = torch.bfloat16 if cd == "bf16" else torch.float16
+                    operands = [float(torch.tensor(x, dtype=tdt)) if isinstance(x, (int, float))
+                                and not isinstance(x, bool) and not (op.endswith("_alpha") and i == 2) else x
+                                for i, x in enumerate(operands)]
                 try:
                     toks = [operand(a) for a in operands]
                 except Unsupported:
                     toks = None
                 if toks is not None and all(_operand_dtype_ok(S, t) for t in toks):
-                    cd = _compute_dtype(S, node, operands, ck, m)
                     if cd is not None:
                         emit("P", op, [outs], toks, [cd], fx=node)
                         kind = "P"
             if kind is None:
                 spec = ops.reduction_spec(node)
                 x = node.args[0] if node.args else None
-                if spec is not None and isinstance(S.fx_value.get(x), int):
+                if spec is not None and not isinstance(S.fx_value.get(x), int):
+                    spec = None
+                if spec is not None:
                     op, dims, keep = spec
                     xv = S.values[S.fx_value[x]]
                     k = xv.rank
                     dims = list(range(k)) if dims is None else sorted({d % k if k else 0 for d in dims})
                     acc = _DTYPES[m.dtype]
+                    if not _block(xv, dims):
+                        spec = None
+                if spec is not None:
                     emit("R", op, [outs], [f"v{xv.id}"], [acc, int(keep), len(dims)] + dims, fx=node)
                     kind = "R"
+        if kind is None and on_neuron:
+            kind = decompose(S, emit, node, out_list)
         if kind is None and on_neuron and str(node.target) in ops.LIBRARY:
             kind = library(S, emit, operand, node, out_list)
         if kind is None:
@@ -418,6 +452,8 @@ def serialize(gm, example_inputs=None):
                 if s not in ex.index:
                     raise Unsupported(f"size symbol {s} is not an input size")
     head = ["ncir 1", f"syms {len(ex.syms)}"]
+    if os.environ.get("NEURON_COMPILE_PROFILE", "0") not in ("", "0"):
+        head.append("profile 1")
     head += [S.values[i].line(ex) for i in sorted(S.values)]
     ins = [str(x[1]) for x in S.inputs if x[0] == "t"] + [str(a[0]) for a in S.attrs]
     head.append(" ".join(["in", str(len(ins))] + ins))
@@ -425,13 +461,56 @@ def serialize(gm, example_inputs=None):
     return S
 
 
+def foreach(S, emit, operand, node, outs):
+    """A functional _foreach_ op as one pointwise node per list element (all or nothing)."""
+    if str(node.target).startswith("aten._foreach_norm."):
+        return _foreach_norm(S, emit, node, outs)
+    elems = ops.foreach_elements(node)
+    if not elems or len(elems) != len(outs) or any(o is None for o in outs):
+        return None
+    planned = []
+    for e, o in zip(elems, outs):
+        spec = ops.pointwise_spec(e)
+        m = e.meta["val"]
+        if spec is None or not _is_tensor(m) or m.dtype not in _DTYPES:
+            return None
+        op, operands, ck = spec
+        cd = _compute_dtype(S, e, operands, ck, m)
+        try:
+            toks = [operand(x) for x in operands]
+        except Unsupported:
+            return None
+        if cd is None or not all(_operand_dtype_ok(S, t) for t in toks):
+            return None
+        planned.append((op, o, toks, cd))
+    for op, o, toks, cd in planned:
+        emit("P", op, [o], toks, [cd], fx=node)
+    return "P"
+
+
+def _foreach_norm(S, emit, node, outs):
+    """_foreach_norm(tensors, 2): sqrt(sum(x*x)) per tensor."""
+    a = node.args
+    if (a[1] if len(a) > 1 else node.kwargs.get("ord", 2)) != 2 or node.kwargs.get("dtype") is not None:
+        return None
+    xs = [S.values.get(S.fx_value.get(x)) if isinstance(S.fx_value.get(x), int) else None for x in a[0]]
+    if any(x is None or x.dtype not in (torch.float32, torch.float64) for x in xs) or any(o is None for o in outs):
+        return None
+    for x, o in zip(xs, outs):
+        dt = _DTYPES[x.dtype]
+        sq = _synth(S, x, x.sizes)
+        emit("P", "mul", [sq.id], [f"v{x.id}", f"v{x.id}"], [dt], fx=node)
+        sm = _synth(S, x, [])
+        emit("R", "sum", [sm.id], [f"v{sq.id}"], [dt, 0, x.rank] + list(range(x.rank)), fx=node)
+        emit("P", "sqrt", [o], [f"v{sm.id}"], [dt], fx=node)
+    return "P"
+
+
 def view_value(S, emit, base, m, reshape=False):
     b = S.values[base]
-    rootv = S.values[b.root]
     v = Value(S.new_id(), m, root=b.root, off=b.off + (to_expr(m.storage_offset()) - b.meta_offset))
     S.values[v.id] = v
     emit("V", "view", [v.id], [f"v{base}"], [int(bool(reshape))])
-    del rootv
     return v
 
 
@@ -469,6 +548,168 @@ def _compute_dtype(S, node, operands, kind, out):
     return _DTYPES.get(dt)
 
 
+# ---- decompositions of our own -------------------------------------------------------------------------
+
+def decompose(S, emit, node, outs):
+    """Softmax over a non-last (or non-contiguous) dim and var / var_mean as pointwise ops and
+    reductions (fused by the compiler into one multi-pass kernel); None if not applicable."""
+    name = str(node.target)
+    a, kw = node.args, node.kwargs
+    if name in ("aten._softmax.default", "aten._log_softmax.default"):
+        xv = S.values.get(S.fx_value.get(a[0])) if isinstance(S.fx_value.get(a[0]), int) else None
+        if xv is None or a[2] or xv.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+            return None
+        k = xv.rank
+        dim = a[1] % max(1, k)
+        yv = S.values[outs[0]]
+        if k and dim == k - 1 and xv._lin(0) == 1 and yv._lin(0) == 1:
+            return None  # the library kernel
+        return _softmax(S, emit, node, xv, [dim] if k else [], yv, name.endswith("_log_softmax.default"))
+    if name == "aten._native_batch_norm_legit_no_training.default":
+        return _batch_norm_eval(S, emit, node, outs)
+    if name in ("aten.var_mean.correction", "aten.var.correction"):
+        xv = S.values.get(S.fx_value.get(a[0])) if isinstance(S.fx_value.get(a[0]), int) else None
+        if xv is None or xv.dtype not in (torch.float32, torch.float64):
+            return None
+        dims = a[1] if len(a) > 1 else kw.get("dim")
+        corr = kw.get("correction", 1)
+        keep = kw.get("keepdim", False)
+        if corr is None:
+            corr = 1
+        k = xv.rank
+        dims = list(range(k)) if dims is None or (isinstance(dims, (list, tuple)) and not dims) else sorted(
+            {d % max(1, k) for d in ([dims] if isinstance(dims, int) else dims)})
+        return _var_mean(S, emit, node, xv, dims, corr, keep, outs)
+    return None
+
+
+def _synth(S, like, sizes):
+    v = Value.make(S.new_id(), like.dtype, like.device, sizes)
+    S.values[v.id] = v
+    return v
+
+
+def _keep_sizes(xv, dims):
+    return [sympy.Integer(1) if d in dims else s for d, s in enumerate(xv.sizes)]
+
+
+def _softmax(S, emit, node, xv, dims, yv, log):
+    dt = _DTYPES[xv.dtype]
+    ks = _keep_sizes(xv, dims)
+    m = _synth(S, xv, ks)
+    emit("R", "amax", [m.id], [f"v{xv.id}"], [dt, 1, len(dims)] + dims, fx=node)
+    d = _synth(S, xv, xv.sizes)
+    emit("P", "sub", [d.id], [f"v{xv.id}", f"v{m.id}"], [dt], fx=node)
+    e = _synth(S, xv, xv.sizes)
+    emit("P", "exp", [e.id], [f"v{d.id}"], [dt], fx=node)
+    sm = _synth(S, xv, ks)
+    emit("R", "sum", [sm.id], [f"v{e.id}"], [dt, 1, len(dims)] + dims, fx=node)
+    if log:
+        lg = _synth(S, xv, ks)
+        emit("P", "log", [lg.id], [f"v{sm.id}"], [dt], fx=node)
+        emit("P", "sub", [yv.id], [f"v{d.id}", f"v{lg.id}"], [dt], fx=node)
+    else:
+        emit("P", "div", [yv.id], [f"v{e.id}", f"v{sm.id}"], [dt], fx=node)
+    return "P"
+
+
+def _batch_norm_eval(S, emit, node, outs):
+    """y = (x - running_mean) * rsqrt(running_var + eps) * w + b, per channel (dim 1)."""
+    a = node.args
+    x, w, b, rm, rv, _momentum, eps = a[:7]
+    if any(u.target is operator.getitem and u.args[1] != 0 for u in node.users):
+        return None  # the saved statistics are read: leave the op to eager
+    xv = S.values.get(S.fx_value.get(x)) if isinstance(S.fx_value.get(x), int) else None
+    if xv is None or xv.rank < 2 or xv.dtype not in (torch.float32, torch.float64) or outs[0] is None:
+        return None
+    dt = _DTYPES[xv.dtype]
+    C = xv.sizes[1]
+    shape = [C] + [sympy.Integer(1)] * (xv.rank - 2)
+
+    def chan(t):
+        if t is None:
+            return None
+        v = S.values.get(S.fx_value.get(t)) if isinstance(S.fx_value.get(t), int) else None
+        if v is None or v.rank != 1 or v.dtype != xv.dtype:
+            raise Unsupported("batch norm parameter")
+        c = Value.make(S.new_id(), v.dtype, v.device, shape, strides=[v.strides[0]] + [sympy.Integer(0)] * (xv.rank - 2),
+                       root=v.root)
+        c.off = v.off
+        S.values[c.id] = c
+        emit("V", "view", [c.id], [f"v{v.id}"], [1])
+        return c
+    try:
+        rmv, rvv, wv, bv = chan(rm), chan(rv), chan(w), chan(b)
+    except Unsupported:
+        return None
+    if rmv is None or rvv is None:
+        return None
+    inv = _synth(S, xv, shape)
+    t = _synth(S, xv, shape)
+    emit("P", "add", [t.id], [f"v{rvv.id}", _float_tok(eps)], [dt], fx=node)
+    emit("P", "rsqrt", [inv.id], [f"v{t.id}"], [dt], fx=node)
+    d = _synth(S, xv, xv.sizes)
+    emit("P", "sub", [d.id], [f"v{x_id(S, x)}", f"v{rmv.id}"], [dt], fx=node)
+    y = _synth(S, xv, xv.sizes)
+    emit("P", "mul", [y.id], [f"v{d.id}", f"v{inv.id}"], [dt], fx=node)
+    if wv is not None:
+        y2 = _synth(S, xv, xv.sizes)
+        emit("P", "mul", [y2.id], [f"v{y.id}", f"v{wv.id}"], [dt], fx=node)
+        y = y2
+    out = S.values[outs[0]]
+    if bv is not None:
+        emit("P", "add", [out.id], [f"v{y.id}", f"v{bv.id}"], [dt], fx=node)
+    else:
+        emit("P", "copy", [out.id], [f"v{y.id}"], [dt], fx=node)
+    return "P"
+
+
+def x_id(S, x):
+    return S.fx_value[x]
+
+
+def _block(xv, dims):
+    """True if the reduced dims (ignoring size-1 dims) are one contiguous block."""
+    nt = [d for d in range(xv.rank) if not (xv.sizes[d].is_Integer and int(xv.sizes[d]) == 1)]
+    idx = [i for i, d in enumerate(nt) if d in dims]
+    return not idx or idx == list(range(idx[0], idx[-1] + 1))
+
+
+def _var_mean(S, emit, node, xv, dims, corr, keep, outs):
+    if not _block(xv, dims):
+        return None
+    dt = _DTYPES[xv.dtype]
+    n = sympy.Integer(1)
+    for d in dims:
+        n = n * xv.sizes[d]
+    ks = _keep_sizes(xv, dims)
+    s1 = _synth(S, xv, ks)
+    emit("R", "sum", [s1.id], [f"v{xv.id}"], [dt, 1, len(dims)] + dims, fx=node)
+    mu = _synth(S, xv, ks)
+    emit("P", "div", [mu.id], [f"v{s1.id}", "e" + S.ex.c(n)], [dt], fx=node)
+    d = _synth(S, xv, xv.sizes)
+    emit("P", "sub", [d.id], [f"v{xv.id}", f"v{mu.id}"], [dt], fx=node)
+    d2 = _synth(S, xv, xv.sizes)
+    emit("P", "mul", [d2.id], [f"v{d.id}", f"v{d.id}"], [dt], fx=node)
+    var = S.values[outs[0]]
+    s2 = _synth(S, xv, [s for s in var.sizes])
+    emit("R", "sum", [s2.id], [f"v{d2.id}"], [dt, int(bool(keep)), len(dims)] + dims, fx=node)
+    denom = n - corr
+    tok = ("e" + S.ex.c(denom)) if isinstance(corr, int) else _float_tok(float(denom)) if not denom.free_symbols else None
+    if tok is None:
+        return None
+    emit("P", "div", [var.id], [f"v{s2.id}", tok], [dt], fx=node)
+    if len(outs) > 1 and outs[1] is not None:
+        mean = S.values[outs[1]]
+        src = mu
+        if not keep:
+            src = Value.make(S.new_id(), mu.dtype, mu.device, mean.sizes, root=mu.id)
+            S.values[src.id] = src
+            emit("V", "view", [src.id], [f"v{mu.id}"], [1])
+        emit("P", "copy", [mean.id], [f"v{src.id}"], [dt], fx=node)
+    return "P"
+
+
 # ---- library calls ---------------------------------------------------------------------------------------
 
 def library(S, emit, operand, node, outs):
@@ -485,16 +726,44 @@ def library(S, emit, operand, node, outs):
             raise Unsupported("library operand")
         return f"v{r}"
 
-    def o(x):
-        return x
+    floats = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
+    def contig(*toks):
+        """every operand/output absent or contiguous (the row-major layout the kernel contract asks)"""
+        for t in toks:
+            if t in ("-", None):
+                continue
+            v = S.values[int(t[1:])] if isinstance(t, str) else S.values[t]
+            if v.rank and v._lin(0) != 1:
+                return False
+        return True
+
+    def same_float(*toks):
+        dts = {S.values[int(t[1:])].dtype for t in toks if t not in ("-", None)}
+        return len(dts) == 1 and dts.pop() in floats
+
+    out_toks = [None if o is None else f"v{o}" for o in outs]
     try:
-        if name in ("mm", "bmm"):
+        if name in ("layernorm", "layernorm_bwd", "embedding", "embedding_bwd", "nll", "nll_bwd"):
+            ins_all = [vid(x) for x in _flat_nodes(a) if isinstance(S.fx_value.get(x), int)]
+            if not contig(*ins_all, *out_toks):
+                return None
+        if name == "cat":
+            tensors = a[0]
+            dim = a[1] if len(a) > 1 else kw.get("dim", 0)
+            k = S.values[outs[0]].rank
+            ins = [vid(t) for t in tensors]
+            if k == 0 or any(S.values[int(t[1:])].rank != k for t in ins):
+                return None
+            emit("L", "cat", outs, ins, [dim % k], fx=node)
+        elif name in ("mm", "bmm"):
+            if not same_float(vid(a[0]), vid(a[1]), out_toks[0]):
+                return None
             emit("L", name, outs, [vid(a[0]), vid(a[1])], fx=node)
         elif name == "addmm":
             beta = kw.get("beta", 1)
             alpha = kw.get("alpha", 1)
-            if beta != 1 or alpha != 1:
+            if beta != 1 or alpha != 1 or not same_float(vid(a[1]), vid(a[2]), out_toks[0]):
                 return None
             m = node.meta["val"]
             tmp = Value(S.new_id(), m)
@@ -503,30 +772,44 @@ def library(S, emit, operand, node, outs):
             emit("P", "add", outs, [f"v{tmp.id}", vid(a[0])], [_DTYPES[m.dtype]], fx=node)
         elif name in ("softmax", "log_softmax"):
             x = S.values[S.fx_value[a[0]]]
+            if x.dtype not in floats or not contig(vid(a[0]), out_toks[0]):
+                return None
             dim = a[1] % max(1, x.rank)
             if a[2]:
                 return None  # half_to_float
             emit("L", name, outs, [vid(a[0])], [dim], fx=node)
         elif name == "layernorm":
             x, shape, w, b, eps = a
+            xd = S.values[S.fx_value[x]].dtype
+            if xd not in floats or any(o is not None and S.values[o].dtype != xd for o in outs):
+                return None  # the kernel writes mean/rstd in the input dtype
             emit("L", name, outs, [vid(x), vid(w), vid(b)], [len(shape), _float_tok(eps)[1:]], fx=node)
         elif name == "layernorm_bwd":
             dy, x, shape, mean, rstd, w, b, mask = a
+            xd = S.values[S.fx_value[x]].dtype
+            if xd not in floats or any(S.values[S.fx_value[t]].dtype != xd for t in (dy, mean, rstd)):
+                return None
             emit("L", name, outs, [vid(dy), vid(x), vid(mean), vid(rstd), vid(w), vid(b)],
                  [len(shape)] + [int(bool(t)) for t in mask], fx=node)
         elif name == "embedding":
             w, idx = a[0], a[1]
+            if S.values[S.fx_value[idx]].dtype not in (torch.int64, torch.int32):
+                return None
             emit("L", name, outs, [vid(w), vid(idx)], fx=node)
         elif name == "embedding_bwd":
             grad, idx, nw, pad, scale = a
-            if scale or isinstance(nw, torch.fx.Node):
+            if scale or isinstance(nw, torch.fx.Node) or S.values[S.fx_value[idx]].dtype not in (torch.int64, torch.int32):
                 return None
             emit("L", name, outs, [vid(grad), vid(idx)], [int(nw), int(pad)], fx=node)
         elif name == "nll":
             x, t, w, red, ign = a
+            if S.values[S.fx_value[t]].dtype != torch.int64 or S.values[S.fx_value[x]].dtype not in floats:
+                return None
             emit("L", name, outs, [vid(x), vid(t), vid(w)], [int(red), int(ign)], fx=node)
         elif name == "nll_bwd":
             g, x, t, w, red, ign, tw = a
+            if S.values[S.fx_value[t]].dtype != torch.int64 or S.values[S.fx_value[x]].dtype not in floats:
+                return None
             emit("L", name, outs, [vid(g), vid(x), vid(t), vid(w), vid(tw)], [int(red), int(ign)], fx=node)
         elif name == "attention":
             q, k, v = a[0], a[1], a[2]
@@ -535,14 +818,18 @@ def library(S, emit, operand, node, outs):
             causal = a[5] if len(a) > 5 else kw.get("is_causal", False)
             dbg = a[6] if len(a) > 6 else kw.get("return_debug_mask", False)
             scale = a[7] if len(a) > 7 else kw.get("scale")
-            if p != 0.0 or dbg:
+            if p != 0.0 or dbg or not same_float(vid(q), vid(k), vid(v)) or not contig(out_toks[1]):
+                return None
+            if bias is not None and S.values[int(vid(bias)[1:])].dtype not in (torch.bool, S.values[int(vid(q)[1:])].dtype):
                 return None
             emit("L", name, outs, [vid(q), vid(k), vid(v), vid(bias)],
                  [int(bool(causal)), "-" if scale is None else _float_tok(scale)[1:]], fx=node)
         elif name == "attention_bwd":
             (dout, q, k, v, bias, mask_req, out, lse, _cq, _ck, _mq, _mk, p, causal, _seed, _off) = a[:16]
             scale = a[16] if len(a) > 16 else kw.get("scale")
-            if p != 0.0 or (mask_req[3] and bias is not None):
+            if p != 0.0 or (mask_req[3] and bias is not None) or not same_float(vid(q), vid(k), vid(v)) or not contig(vid(lse)):
+                return None
+            if bias is not None and S.values[int(vid(bias)[1:])].dtype not in (torch.bool, S.values[int(vid(q)[1:])].dtype):
                 return None
             emit("L", name, outs, [vid(dout), vid(q), vid(k), vid(v), vid(bias), vid(out), vid(lse)],
                  [int(bool(causal)), "-" if scale is None else _float_tok(scale)[1:]], fx=node)
@@ -550,5 +837,4 @@ def library(S, emit, operand, node, outs):
             return None
     except (Unsupported, KeyError, ValueError, TypeError, IndexError):
         return None
-    del o
     return "L"

@@ -58,7 +58,8 @@ def debug_enabled():
 
 
 def c_compiler():
-    """The C compiler command: NEURON_CC, else CC, else cc (a command line, split like a shell)."""
+    """The C compiler for generated programs: NEURON_CC, else CC, else cc (split like a shell).
+    The graph compiler library itself is built with NEURON_HOST_CC or cc."""
     return shlex.split(os.environ.get("NEURON_CC") or os.environ.get("CC") or "cc") or ["cc"]
 
 
@@ -228,7 +229,7 @@ def graph_compiler():
         for n in names:
             with open(os.path.join(_SRC_DIR, n), "rb") as f:
                 h.update(n.encode() + b"\0" + f.read())
-        cmd = c_compiler()
+        cmd = shlex.split(os.environ.get("NEURON_HOST_CC") or "cc")  # the toolchain's own compiler, not CC
         h.update(repr(_compiler_identity(tuple(cmd))).encode())
         key = h.hexdigest()[:24]
         d = os.path.join(cache_dir(), "lib")
@@ -338,6 +339,8 @@ def load_program(source, debug_files=None):
         return key, lib
     d = _entry_dir(key)
     so = os.path.join(d, "program.so")
+    if debug_enabled():
+        _keep_debug(d, full, debug_files)
     lib = None
     if os.path.exists(os.path.join(d, "entry.json")):
         lib = _try_load(key, d, so)
@@ -353,8 +356,6 @@ def load_program(source, debug_files=None):
                 stats.disk_hits += 1
     else:
         stats.disk_hits += 1
-    if debug_enabled():
-        _keep_debug(d, full, debug_files)
     with _lock:
         _loaded[key] = lib
     return key, lib

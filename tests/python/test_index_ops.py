@@ -1,0 +1,94 @@
+"""Native indexing, scan, sort and shape ops (csrc/torch/ops_extra.cpp): bad indices are clean
+errors (never wild writes), and cases the OpInfo samples do not reach (long sorts that need a
+workspace, duplicate indices, masks, advanced indexing with CPU indices) match the CPU and run
+natively."""
+
+import pytest
+import torch
+
+
+def _dev(t):
+    return t.to("neuron")
+
+
+BAD_INDEX_CASES = {
+    "gather": lambda x, i: torch.gather(x, 0, i.view(1, 1)),
+    "scatter": lambda x, i: x.clone().scatter_(0, i.view(1, 1), 1.0),
+    "scatter_add": lambda x, i: x.clone().scatter_add_(0, i.view(1, 1), torch.ones_like(x[:1, :1])),
+    "index_select": lambda x, i: torch.index_select(x, 0, i),
+    "index_add": lambda x, i: x.clone().index_add_(0, i, torch.ones_like(x[:1])),
+    "take": lambda x, i: torch.take(x, i),
+    "put_": lambda x, i: x.clone().put_(i, torch.ones_like(x.view(-1)[:1])),
+    "advanced index": lambda x, i: x[i],
+    "index_put_": lambda x, i: x.clone().index_put_((i,), torch.ones_like(x[:1])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INDEX_CASES))
+def test_out_of_range_index_is_an_error(name):
+    fn = BAD_INDEX_CASES[name]
+    x = torch.arange(12.0).view(3, 4)
+    xd = _dev(x)
+    bad = torch.tensor([100])
+    with pytest.raises((RuntimeError, IndexError), match="(?i)out of (bounds|range)"):
+        fn(xd, _dev(bad)).cpu()
+    torch.neuron.synchronize()  # the error is consumed: the device is usable again
+    assert torch.equal(xd.cpu(), x), "a failed op wrote into its input"
+    good = torch.tensor([2])
+    torch.testing.assert_close(fn(xd, _dev(good)).cpu(), fn(x, good))
+
+
+def test_ops_are_native(neuron_ops):
+    x = torch.randn(6, 7)
+    xd = _dev(x)
+    i = torch.tensor([[0, 5, 1]])
+    for fn in (lambda t, d: torch.gather(t, 1, d(i)), lambda t, d: t.index_select(1, d(i[0])),
+               lambda t, d: t.cumsum(0), lambda t, d: t.sort(dim=1, stable=True), lambda t, d: t.tril(-1),
+               lambda t, d: t.flip(0), lambda t, d: t.roll(3), lambda t, d: torch.nonzero(t > 0),
+               lambda t, d: t.masked_fill(t < 0, 0.5), lambda t, d: t[d(i[0]), 1:]):
+        torch.testing.assert_close(fn(xd, _dev), fn(x, lambda v: v), check_device=False)
+    assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
+
+
+@pytest.mark.parametrize("n", [1, 17, 1024, 5000])
+def test_long_stable_sort_matches_cpu(n):
+    x = torch.randint(0, 50, (3, n)).to(torch.float32)  # many ties
+    x[0, :: max(1, n // 7)] = float("nan")
+    for desc in (False, True):
+        v, i = torch.sort(_dev(x), dim=1, descending=desc, stable=True)
+        cv, ci = torch.sort(x, dim=1, descending=desc, stable=True)
+        assert torch.equal(v.cpu().nan_to_num(-1), cv.nan_to_num(-1))
+        assert torch.equal(i.cpu(), ci)
+
+
+def test_index_put_accumulate_duplicates():
+    x = torch.zeros(5, 3)
+    idx = torch.tensor([0, 3, 0, 0, 4])
+    vals = torch.arange(15.0).view(5, 3)
+    want = x.clone().index_put_((idx,), vals, accumulate=True)
+    got = _dev(x).index_put_((_dev(idx),), _dev(vals), accumulate=True)
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def test_advanced_indexing_with_cpu_indices_and_masks():
+    x = torch.randn(4, 5, 6)
+    xd = _dev(x)
+    rows = torch.tensor([3, 0, -1])
+    cols = torch.tensor([[1], [5]])
+    torch.testing.assert_close(xd[rows, :, cols].cpu(), x[rows, :, cols])  # CPU indices, non-adjacent
+    mask = x[:, :, 0] > 0
+    torch.testing.assert_close(xd[_dev(mask)].cpu(), x[mask])
+    y, yd = x.clone(), xd.clone()
+    y[mask] = -1.0
+    yd[_dev(mask)] = -1.0
+    torch.testing.assert_close(yd.cpu(), y)
+
+
+def test_scatter_reduce_include_self_false():
+    x = torch.randn(3, 5)
+    idx = torch.tensor([[0, 1, 0, 4, 4], [2, 2, 2, 2, 2], [1, 0, 3, 1, 0]])
+    src = torch.randn(3, 5)
+    for red in ("sum", "prod", "mean", "amax", "amin"):
+        want = x.scatter_reduce(1, idx, src, red, include_self=False)
+        got = _dev(x).scatter_reduce(1, _dev(idx), _dev(src), red, include_self=False)
+        torch.testing.assert_close(got.cpu(), want)
