@@ -267,6 +267,11 @@ static void parse_value(lexer_t *L)
 	nc_graph_t *g = L->g;
 	int id = (int)next_int(L, 0, g->nv - 1);
 	nc_value_t *v = &g->v[id];
+	if (v->size[0] || v->off) {
+		if (!L->err)
+			L->err = nc_fail(g, NC_ERR_PARSE, "IR line %d: value %d defined twice", L->line, id);
+		return;
+	}
 	v->id = id;
 	v->dtype = nc_dtype_parse(next(L));
 	if (v->dtype < 0 && !L->err)

@@ -104,6 +104,21 @@ class Program:
         self._read_roots = {r for roots in plan.segs.values() for r in roots}
         self._read_roots |= {ser.values[v].root for k, v in ser.outputs if k == "t"}
         self._read_roots |= {ser.values[v].root for kind, n in plan.steps if kind == "E" for v in ser.nodes[n].ins}
+        # buffer lifetimes over the steps: allocate at first use, drop after the last (outputs excepted)
+        first, last = {}, {}
+        for i, (kind, k) in enumerate(plan.steps):
+            roots = plan.segs[k] if kind == "K" else [ser.values[v].root for v in ser.nodes[k].ins] + [
+                v for v in ser.nodes[k].outs if v is not None]
+            for r in roots:
+                first.setdefault(r, i)
+                last[r] = i
+        keep = {ser.values[v].root for k, v in ser.outputs if k == "t"}
+        self._alloc_at = {}
+        self._free_at = {}
+        for r, i in last.items():
+            if r not in keep:
+                self._free_at.setdefault(i, []).append(r)
+        self._ext_first = {r: first.get(r, 0) for r in plan.ext}
         self.attr_tensors = [(vid, getattr(gm, name)) for vid, name in ser.attrs]
         devs = [v.device for v in ser.values.values() if v.device.type == "neuron"]
         self.device = (devs[0].index or 0) if devs else 0
@@ -175,11 +190,11 @@ class Program:
             off = (ctypes.c_int64 * len(plan.ws))()
             ws_total = self.lib.nc_plan(Sa, off)
             ws_off = list(off)
-        ext = []
+        ext = {}
         for vid in plan.ext:
             size, stride, _ = self._meta(vid, S)
             v = self.ser.values[vid]
-            ext.append((vid, size, stride, v.dtype))
+            ext.setdefault(self._ext_first[vid], []).append((vid, size, stride, v.dtype))
         lay = (ws_total, ws_off, ext)
         if len(self._layouts) > 64:
             self._layouts.clear()
@@ -243,8 +258,9 @@ class Program:
 
     # ---- call -----------------------------------------------------------------------------------------------
     def __call__(self, *args):
-        if len(args) == 1 and isinstance(args[0], list):
-            args = args[0]  # boxed call (a list the caller may clear)
+        boxed = len(args) == 1 and isinstance(args[0], list)
+        if boxed:
+            args = args[0]  # boxed call: we own the list and clear it, so inputs die after their last use
         ser, plan = self.ser, self.plan
         S = self._syms(args)
         lay = self._layouts.get(S) or self._layout(S)
@@ -254,15 +270,18 @@ class Program:
         for i, (kind, x) in enumerate(ser.inputs):
             if kind == "t":
                 env[x] = args[i]
+        if boxed:
+            args.clear()
         for vid, t in self.attr_tensors:
             env[vid] = t
         ws = torch.empty(ws_total, dtype=torch.uint8, device=dev) if ws_total else None
         wsp = ws.data_ptr() if ws is not None else 0
-        for vid, size, stride, dtype in ext:
-            env[vid] = torch.empty_strided(size, stride, dtype=dtype, device=dev)
         q = None
         rt = runtime()
-        for kind, k in plan.steps:
+        free_at = self._free_at
+        for i, (kind, k) in enumerate(plan.steps):
+            for vid, size, stride, dtype in ext.get(i, ()):
+                env[vid] = torch.empty_strided(size, stride, dtype=dtype, device=dev)
             if kind == "K":
                 if q is None:
                     q = rt.queue(self.device)
@@ -277,6 +296,8 @@ class Program:
                     raise RuntimeError(f"neuron: compiled graph {self.name} segment {k} failed: {msg}")
             else:
                 self._eager(k, env, S)
+            for r in free_at.get(i, ()):
+                env.pop(r, None)  # queue-ordered reuse makes freeing after an async launch safe
         self.calls += 1
         out = []
         for kind, x in ser.outputs:
