@@ -29,7 +29,7 @@ ext = CppExtension(
 setup(
     name="torchneuron",
     version="0.1.0",
-    packages=["torchneuron"],
+    packages=["torchneuron", "torchneuron.compile"],
     ext_modules=[ext],
     cmdclass={"build_ext": Build.with_options(use_ninja=True)},
     entry_points={

@@ -12,7 +12,7 @@
  *   PW   parallel over tiles (row r, chunk of NC_CHUNK elements of the row)
  *   ROW  parallel over rows; pass p accumulates the reductions whose inputs need p earlier
  *        reductions (softmax: max, then sum of exp, then the normalized output in a final pass)
- *   COL  parallel over chunks of NC_CC columns; loops over all rows, accumulating per column
+ *   COL  parallel over (O, tile of nc_colw(L) columns); loops over the R rows, accumulating per column
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -830,9 +830,9 @@ static int emit_col(kc_t *k)
 	nc_graph_t *g = k->g;
 	nc_sb_t *s = k->s;
 	prologue(k, "t0", "t1");
-	sb_printf(s, "\tconst int64_t NCOL = (L + NC_CC - 1) / NC_CC;\n");
+	sb_printf(s, "\tconst int64_t CW = nc_colw(L), NCOL = (L + CW - 1) / CW;\n");
 	sb_printf(s, "\tfor (int64_t t = t0; t < t1; t++) {\n");
-	sb_printf(s, "\t\tconst int64_t o = t / NCOL, j0 = (t %% NCOL) * NC_CC, j1 = nc_min(j0 + NC_CC, L);\n\t\t(void)o;\n");
+	sb_printf(s, "\t\tconst int64_t o = t / NCOL, j0 = (t %% NCOL) * CW, j1 = nc_min(j0 + CW, L);\n\t\t(void)o;\n");
 	k->ridx = "rr";
 	k->cidx = "(o * L + j)";
 	for (int i = 0; i < k->u->nnodes; i++) {
@@ -841,7 +841,7 @@ static int emit_col(kc_t *k)
 			continue;
 		sb_printf(s, "\t\t%s acc%d[NC_CC];\n", acc_type(g, m), m->index);
 		sb_printf(s, "\t\tint nan%d[NC_CC];\n", m->index);
-		sb_printf(s, "\t\tfor (int64_t j = 0; j < NC_CC; j++)\n\t\t\tacc%d[j] = %s, nan%d[j] = 0;\n", m->index,
+		sb_printf(s, "\t\tfor (int64_t j = 0; j < CW; j++)\n\t\t\tacc%d[j] = %s, nan%d[j] = 0;\n", m->index,
 			  acc_init(g, m), m->index);
 	}
 	sb_printf(s, "\t\tfor (int64_t r = 0; r < R; r++) {\n\t\t\tconst int64_t rr = o * R + r;\n");
@@ -945,8 +945,8 @@ static void emit_launch(nc_graph_t *g, nc_sb_t *s, int ui)
 	} else if (u->kind == U_ROW) {
 		sb_printf(s, "\t\tif (R_ > 0)\n\t\t\tRT->parallel_for(R_, nc_max(1, 32768 / nc_max(L_, 1)), nc_k%d, &ctx);\n", u->kid);
 	} else {
-		sb_printf(s, "\t\tconst int64_t O_ = (%s), NCOL_ = (L_ + NC_CC - 1) / NC_CC;\n", u->O);
-		sb_printf(s, "\t\tif (O_ * NCOL_ > 0)\n\t\t\tRT->parallel_for(O_ * NCOL_, nc_max(1, 32768 / nc_max(R_ * NC_CC, 1)), nc_k%d, &ctx);\n", u->kid);
+		sb_printf(s, "\t\tconst int64_t O_ = (%s), CW_ = nc_colw(L_), NCOL_ = (L_ + CW_ - 1) / CW_;\n", u->O);
+		sb_printf(s, "\t\tif (O_ * NCOL_ > 0)\n\t\t\tRT->parallel_for(O_ * NCOL_, nc_max(1, 32768 / nc_max(R_ * CW_, 1)), nc_k%d, &ctx);\n", u->kid);
 	}
 	sb_printf(s, "\t}\n");
 }

@@ -49,7 +49,7 @@ typedef struct {
 
 #define NC_EXPORT __attribute__((visibility("default")))
 #define NC_CHUNK 4096 /* elements per tile of a pointwise kernel */
-#define NC_CC 64      /* columns per tile of a column reduction */
+#define NC_CC 512     /* most columns per tile of a column reduction (accumulator arrays) */
 
 #include <time.h>
 static inline int64_t nc_now_ns(void)
@@ -61,6 +61,9 @@ static inline int64_t nc_now_ns(void)
 
 static inline int64_t nc_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t nc_max(int64_t a, int64_t b) { return a > b ? a : b; }
+/* column tile of a column reduction over L columns: about a quarter of the row (so several tiles
+ * run in parallel), a multiple of 16, at most NC_CC */
+static inline int64_t nc_colw(int64_t L) { return L <= 16 ? (L > 0 ? L : 1) : nc_min(NC_CC, ((L + 3) / 4 + 15) / 16 * 16); }
 static inline int64_t nc_fdiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t nc_cdiv(int64_t a, int64_t b) { return -nc_fdiv(-a, b); }
 static inline int64_t nc_mod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }

@@ -8,9 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
-import warnings
 from pathlib import Path
 
 import pytest

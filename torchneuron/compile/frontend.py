@@ -7,7 +7,6 @@ import logging
 import time
 import warnings
 
-import torch
 
 from . import ops, runtime, serialize, toolchain
 
