@@ -44,3 +44,27 @@ def test_seed_loop_matches_cpu_without_fallback(monkeypatch, neuron_ops, opt_nam
     assert neuron_ops.get_fallback_ops() == set()
     for step, (a, b) in enumerate(zip(ref, got)):
         assert abs(a - b) <= 1e-5 * abs(a), (step, a, b)
+
+
+@pytest.mark.parametrize("opt_cls,kw", [(torch.optim.AdamW, {}), (torch.optim.Adam, {"weight_decay": 1e-2}),
+                                        (torch.optim.AdamW, {"amsgrad": True, "maximize": True})])
+def test_fused_adam_matches_cpu_fused(monkeypatch, neuron_ops, opt_cls, kw):
+    torch.manual_seed(0)
+    params = [torch.randn(37, 5), torch.randn(64), torch.randn(3, 4, 5)]
+    grads = [[torch.randn_like(p) for p in params] for _ in range(4)]
+
+    def run(device):
+        ps = [p.clone().to(device).requires_grad_() for p in params]
+        opt = opt_cls(ps, lr=1e-2, fused=True, **kw)
+        for step_grads in grads:
+            for p, g in zip(ps, step_grads):
+                p.grad = g.to(device)
+            opt.step()
+        return [p.detach().cpu() for p in ps]
+
+    ref = run("cpu")
+    monkeypatch.setenv("NEURON_FALLBACK", "error")
+    got = run("neuron")
+    assert not any("fused_adam" in op for op in neuron_ops.get_fallback_ops())
+    for a, b in zip(ref, got):
+        torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
