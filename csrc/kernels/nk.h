@@ -418,4 +418,10 @@ int nk_tri_ref(void *args);
 #ifdef __cplusplus
 }
 #endif
+
+/* kernel families with headers of their own */
+#include "nk_conv.h"
+#include "nk_spatial.h"
+#include "nk_norm.h"
+#include "nk_misc.h"
 #endif /* NK_H */
