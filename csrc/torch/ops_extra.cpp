@@ -23,8 +23,6 @@
 #include <ATen/ops/_index_put_impl_ops.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/index_ops.h>
-#include <ATen/ops/convolution.h>
-#include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/exp2.h>
 #include <ATen/ops/isinf.h>
 #include <ATen/ops/maximum.h>
@@ -1641,44 +1639,7 @@ static at::Tensor round_dec_f(const at::Tensor &x, int64_t decimals)
 static at::Tensor &round_dec_o(const at::Tensor &x, int64_t decimals, at::Tensor &o) { NEURON_TRACK("aten::round.decimals_out"); return into(o, round_dec_f(x, decimals)); }
 static at::Tensor &round_dec_i(at::Tensor &x, int64_t decimals) { NEURON_TRACK("aten::round_.decimals"); x.copy_(round_dec_f(x, decimals)); return x; }
 
-// ---- convolution: no native kernel yet; run aten's CPU convolution (tracked as a fallback) -----------
-// The device dispatch of aten::convolution ends in convolution_overrideable, which has no CPU kernel
-// for the boxed fallback to call, so it is done here explicitly with the CPU's at::convolution.
-
-static void note_fallback(const char *name)
-{
-	track_fallback(name);
-	const char *mode = getenv("NEURON_FALLBACK");
-	TORCH_CHECK(!(mode && strcmp(mode, "error") == 0), "neuron: ", name,
-		    " has no native neuron kernel and NEURON_FALLBACK=error forbids running it on the CPU");
-	if (!(mode && strcmp(mode, "silent") == 0))
-		TORCH_WARN_ONCE("neuron: ", name, " has no native neuron kernel; it runs on the CPU (fallback). "
-				"Set NEURON_FALLBACK=error to make this an error.");
-}
-static at::Tensor cpu_copy(const at::Tensor &t)
-{
-	return t.defined() ? t.to(at::kCPU) : t;
-}
-static at::Tensor conv_ovr(const at::Tensor &input, const at::Tensor &weight, const std::optional<at::Tensor> &bias, at::IntArrayRef stride,
-			   at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding, int64_t groups)
-{
-	note_fallback("aten::convolution_overrideable");
-	std::optional<at::Tensor> b = bias.has_value() && bias->defined() ? std::optional<at::Tensor>(cpu_copy(*bias)) : std::nullopt;
-	at::Tensor r = at::convolution(cpu_copy(input), cpu_copy(weight), b, stride, padding, dilation, transposed, output_padding, groups);
-	return r.to(input.device());
-}
-static std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_bwd_ovr(const at::Tensor &grad, const at::Tensor &input, const at::Tensor &weight,
-								   at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
-								   bool transposed, at::IntArrayRef output_padding, int64_t groups,
-								   std::array<bool, 3> mask)
-{
-	note_fallback("aten::convolution_backward_overrideable");
-	std::vector<int64_t> bias_sizes{weight.size(transposed ? 1 : 0) * (transposed ? groups : 1)};
-	auto r = at::convolution_backward(cpu_copy(grad), cpu_copy(input), cpu_copy(weight), bias_sizes, stride, padding, dilation,
-					  transposed, output_padding, groups, mask);
-	auto dev = [&](const at::Tensor &t) { return t.defined() ? t.to(input.device()) : t; };
-	return {dev(std::get<0>(r)), dev(std::get<1>(r)), dev(std::get<2>(r))};
-}
+// (convolution: native in ops_conv.cpp)
 
 } // namespace neuron
 
@@ -1847,8 +1808,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("round.decimals", round_dec_f);
 	m.impl("round.decimals_out", round_dec_o);
 	m.impl("round_.decimals", round_dec_i);
-	m.impl("convolution_overrideable", conv_ovr);
-	m.impl("convolution_backward_overrideable", conv_bwd_ovr);
 	m.impl("logit.out", logit_o);
 	m.impl("logit_", logit_i);
 	m.impl("addr.out", addr_o);
