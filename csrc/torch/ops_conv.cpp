@@ -5,6 +5,7 @@
 // buffers, an explicit geometry and a workspace from the caching allocator.
 #include "neuron.h"
 
+#include <ATen/WrapDimUtils.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/irange.h>
@@ -332,12 +333,48 @@ static at::Tensor col2im(const at::Tensor &self, at::IntArrayRef output_size, at
 	return batched ? out : out.squeeze(0);
 }
 
+// unfold_backward: grad of x.unfold(dim, size, step), a 1-d col2im.  grad_in [.., nwin (at dim), .., size]
+// is moved to columns [P*Q, size, nwin] (P, Q: the dims before and after dim); col2im sums the windows
+// into [P*Q, L], moved back to input_sizes.
+static at::Tensor unfold_backward(const at::Tensor &grad_in, at::IntArrayRef input_sizes, int64_t dim, int64_t size, int64_t step)
+{
+	NEURON_TRACK("aten::unfold_backward");
+	int64_t nd = (int64_t)input_sizes.size();
+	int64_t d = nd ? c10::maybe_wrap_dim(dim, nd) : 0;
+	TORCH_CHECK(size >= 0 && step > 0, "unfold_backward: size must be non-negative and step positive, got size=", size, ", step=", step);
+	TORCH_CHECK(!grad_in.is_complex(), "unfold_backward: complex dtypes are not supported on neuron (got ", grad_in.scalar_type(), ")");
+	TORCH_CHECK(grad_in.dim() == nd + 1 && grad_in.size(-1) == size, "unfold_backward: grad_in of size ",
+		    grad_in.sizes(), " does not match input_sizes=", input_sizes, ", dim=", dim, ", size=", size);
+	int64_t P = 1, Q = 1, L = nd ? input_sizes[d] : 1, nwin = nd ? grad_in.size(d) : 1;
+	for (int64_t i = 0; i < d; i++)
+		P *= input_sizes[i];
+	for (int64_t i = d + 1; i < nd; i++)
+		Q *= input_sizes[i];
+	TORCH_CHECK(size <= L && nwin == (L - size) / step + 1, "unfold_backward: grad_in of size ", grad_in.sizes(),
+		    " does not match input_sizes=", input_sizes, ", dim=", dim, ", size=", size, ", step=", step);
+	c10::DeviceGuard guard(grad_in.device());
+	at::Tensor out = at::empty({P, Q, L}, grad_in.options());
+	if (out.numel()) {
+		at::Tensor col = grad_in.reshape({P, nwin, Q, size}).permute({0, 2, 3, 1}).contiguous();
+		nk_im2col_args_t a{};
+		a.dtype = nk_dtype(grad_in.scalar_type(), "aten::unfold_backward"), a.nsp = 1, a.col2im = true;
+		a.N = P * Q, a.C = 1, a.in[0] = L, a.out[0] = nwin, a.k[0] = size, a.stride[0] = step, a.pad[0] = 0, a.dil[0] = 1;
+		a.src = col.const_data_ptr(), a.dst = out.data_ptr();
+		if (size == 0)
+			out.zero_();
+		else
+			launch(current_queue(grad_in.device().index()), nk_im2col_run, a, "aten::unfold_backward");
+	}
+	return out.permute({0, 2, 1}).contiguous().view(input_sizes);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
 	m.impl("convolution_overrideable", conv_fwd);
 	m.impl("convolution_backward_overrideable", conv_bwd);
 	m.impl("im2col", im2col);
 	m.impl("col2im", col2im);
+	m.impl("unfold_backward", unfold_backward);
 }
 
 } // namespace neuron
