@@ -156,6 +156,26 @@ def test_unfold_fold(neuron_ops):
     assert torch.equal(F.unfold(xb.to("neuron"), 2).cpu(), F.unfold(xb, 2))
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_double_backward(transposed, neuron_ops):
+    torch.manual_seed(3)
+    x0 = torch.randn(2, 4, 7, 6, dtype=torch.float64)
+    w0 = torch.randn(4, 3, 3, 3, dtype=torch.float64) if transposed else torch.randn(6, 2, 3, 3, dtype=torch.float64)
+
+    def run(dev):
+        x, w = x0.to(dev).requires_grad_(), w0.to(dev).requires_grad_()
+        if transposed:
+            y = F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1)
+        else:
+            y = F.conv2d(x, w, padding=1, stride=2, groups=2)
+        gx, gw = torch.autograd.grad(y.square().sum(), (x, w), create_graph=True)
+        return torch.autograd.grad(gx.sum() + gw.square().sum(), (x, w))
+
+    for a, b in zip(run("neuron"), run("cpu")):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-9, atol=1e-9)
+    assert not neuron_ops.get_fallback_ops()
+
+
 class _CNN(torch.nn.Module):
     def __init__(self):
         super().__init__()
