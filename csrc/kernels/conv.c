@@ -176,7 +176,9 @@ static void acc_strided(int ct, void *acc, const void *v, int64_t n, int64_t s)
 	}
 }
 
-/* ---- im2col: col[r*rs + nl*ns + q] = x[nl][c][q*s - p + j*d] (0 outside), r = c*kvol + j ----------- */
+/* ---- im2col: col[r*rs + nl*ns + q - q0] = x[nl][c][q*s - p + j*d] (0 outside), r = c*kvol + j ---------
+ * over the output positions q of output rows [r0, r1) (an output row: out[2] positions at fixed
+ * (od, oh), flat index od*out[1] + oh; q0 = r0*out[2]). */
 typedef struct {
 	const geo_t *g;
 	int dt, ct;
@@ -185,6 +187,7 @@ typedef struct {
 	char *col;
 	int64_t rs, ns;  /* element strides of col: row, sample */
 	int64_t rows;    /* channels * kvol */
+	int64_t r0, r1;  /* output rows */
 } i2c_t;
 
 static void i2c_units(void *ctx, int64_t lo, int64_t hi)
@@ -201,23 +204,20 @@ static void i2c_units(void *ctx, int64_t lo, int64_t hi)
 		int64_t off = jw * g->d[2] - g->p[2], a, b;
 
 		q_range(0, g->in[2], off, g->s[2], g->out[2], &a, &b);
-		for (int64_t od = 0; od < g->out[0]; od++) {
-			int64_t id = od * g->s[0] - g->p[0] + jd * g->d[0];
+		for (int64_t rr = t->r0; rr < t->r1; rr++) {
+			int64_t od = rr / g->out[1], oh = rr % g->out[1];
+			int64_t id = od * g->s[0] - g->p[0] + jd * g->d[0], ih = oh * g->s[1] - g->p[1] + jh * g->d[1];
+			char *drow = dst + (int64_t)cs * (rr - t->r0) * g->out[2];
 
-			for (int64_t oh = 0; oh < g->out[1]; oh++) {
-				int64_t ih = oh * g->s[1] - g->p[1] + jh * g->d[1];
-				char *drow = dst + (int64_t)cs * (od * g->out[1] + oh) * g->out[2];
-
-				if (id < 0 || id >= g->in[0] || ih < 0 || ih >= g->in[1] || a >= b) {
-					memset(drow, 0, cs * (size_t)g->out[2]);
-					continue;
-				}
-				memset(drow, 0, cs * (size_t)a);
-				run_load(t->ct, drow + cs * (size_t)a,
-					 xc + (int64_t)es * ((id * g->in[1] + ih) * g->in[2] + a * g->s[2] + off),
-					 (int64_t)es * g->s[2], t->dt, b - a);
-				memset(drow + cs * (size_t)b, 0, cs * (size_t)(g->out[2] - b));
+			if (id < 0 || id >= g->in[0] || ih < 0 || ih >= g->in[1] || a >= b) {
+				memset(drow, 0, cs * (size_t)g->out[2]);
+				continue;
 			}
+			memset(drow, 0, cs * (size_t)a);
+			run_load(t->ct, drow + cs * (size_t)a,
+				 xc + (int64_t)es * ((id * g->in[1] + ih) * g->in[2] + a * g->s[2] + off),
+				 (int64_t)es * g->s[2], t->dt, b - a);
+			memset(drow + cs * (size_t)b, 0, cs * (size_t)(g->out[2] - b));
 		}
 	}
 }
@@ -226,10 +226,12 @@ static void im2col(const i2c_t *t, int64_t nb)
 {
 	int64_t units = nb * t->rows;
 
-	nrt_parallel_for(units, max64(1, NK_PARALLEL_GRAIN / max64(1, t->g->ovol)), i2c_units, (void *)t);
+	nrt_parallel_for(units, max64(1, NK_PARALLEL_GRAIN / max64(1, (t->r1 - t->r0) * t->g->out[2])), i2c_units, (void *)t);
 }
 
 /* ---- col2im (gather): x[nl][c][i] = bias[c] + sum of col entries landing on i --------------------- */
+/* col holds the output rows [r0, r1) (layout as im2col's).  accum: x (then of the compute dtype) is
+ * added to instead of overwritten (the row tiles of one sample). */
 typedef struct {
 	const geo_t *g;
 	int dt, ct, cdt;  /* x dtype, compute dtype, col dtype */
@@ -239,6 +241,8 @@ typedef struct {
 	int64_t xns;      /* bytes between samples */
 	const char *bias; /* at channel 0, dtype dt; NULL: none */
 	int64_t chans;
+	int64_t r0, r1;
+	bool accum;
 } c2i_t;
 
 static void c2i_units(void *ctx, int64_t lo, int64_t hi)
@@ -247,6 +251,9 @@ static void c2i_units(void *ctx, int64_t lo, int64_t hi)
 	const geo_t *g = t->g;
 	size_t es = nk_dtype_size(t->dt), cs = nk_dtype_size(t->ct), ccs = nk_dtype_size(t->cdt);
 	int64_t accb[CH], tmpb[CH + 1]; /* 8-byte slots: hold float, double or int64 */
+
+	/* output planes od that the rows [r0, r1) touch (none if the range is empty) */
+	int64_t od_lo = t->r1 > t->r0 ? t->r0 / g->out[1] : 1, od_hi = t->r1 > t->r0 ? (t->r1 - 1) / g->out[1] : 0;
 
 	for (int64_t u = lo; u < hi; u++) {
 		int64_t nl = u / t->chans, c = u % t->chans;
@@ -257,22 +264,28 @@ static void c2i_units(void *ctx, int64_t lo, int64_t hi)
 				for (int64_t w0 = 0; w0 < g->in[2]; w0 += CH) {
 					int64_t w1 = min64(w0 + CH, g->in[2]);
 
-					memset(accb, 0, cs * (size_t)(w1 - w0));
+					char *xrow = xc + (int64_t)es * ((id * g->in[1] + ih) * g->in[2] + w0);
+
+					if (t->accum)
+						memcpy(accb, xrow, cs * (size_t)(w1 - w0));
+					else
+						memset(accb, 0, cs * (size_t)(w1 - w0));
 					for (int64_t jd = 0; jd < g->k[0]; jd++) {
 						int64_t td = id + g->p[0] - jd * g->d[0], od = td / g->s[0];
 
-						if (td < 0 || td % g->s[0] || od >= g->out[0])
+						if (td < 0 || td % g->s[0] || od >= g->out[0] || od < od_lo || od > od_hi)
 							continue;
 						for (int64_t jh = 0; jh < g->k[1]; jh++) {
 							int64_t th = ih + g->p[1] - jh * g->d[1], oh = th / g->s[1];
 
-							if (th < 0 || th % g->s[1] || oh >= g->out[1])
+							if (th < 0 || th % g->s[1] || oh >= g->out[1] ||
+							    od * g->out[1] + oh < t->r0 || od * g->out[1] + oh >= t->r1)
 								continue;
 							for (int64_t jw = 0; jw < g->k[2]; jw++) {
 								int64_t r = (c * g->k[0] + jd) * g->k[1] * g->k[2] + jh * g->k[2] + jw;
 								int64_t off = jw * g->d[2] - g->p[2], a, b;
 								const char *crow = t->col + (int64_t)ccs * (r * t->rs + nl * t->ns +
-									(od * g->out[1] + oh) * g->out[2]);
+									(od * g->out[1] + oh - t->r0) * g->out[2]);
 								const void *v;
 
 								q_range(w0, w1, off, g->s[2], g->out[2], &a, &b);
@@ -292,8 +305,7 @@ static void c2i_units(void *ctx, int64_t lo, int64_t hi)
 					}
 					if (t->bias)
 						add_bias(t->ct, accb, w1 - w0, t->bias + (int64_t)es * c, t->dt);
-					run_store(t->ct, xc + (int64_t)es * ((id * g->in[1] + ih) * g->in[2] + w0), t->dt,
-						  accb, w1 - w0);
+					run_store(t->ct, xrow, t->dt, accb, w1 - w0);
 				}
 	}
 }
@@ -306,14 +318,15 @@ static void col2im(const c2i_t *t, int64_t nb)
 			 (void *)t);
 }
 
-/* ---- pack / unpack between t [nb][chans_total][ovol] (dtype dt) and buf [Og][nb*ovol] (ct) -------- */
+/* ---- pack / unpack between t [nb][chans_total][ovol] (dtype dt; positions [q0, q0 + len)) and
+ * buf [rows][nb*len] (ct) ------------------------------------------------------------------------- */
 typedef struct {
 	bool unpack;
 	int dt, ct;
 	char *t;          /* sample 0, first channel of the group */
 	int64_t tns;      /* bytes between samples */
 	char *buf;
-	int64_t nb, rows, ovol;
+	int64_t nb, rows, ovol, q0, len;
 	const char *bias; /* unpack only: at the group's first channel, or NULL */
 } pack_t;
 
@@ -324,22 +337,22 @@ static void pack_units(void *ctx, int64_t lo, int64_t hi)
 
 	for (int64_t u = lo; u < hi; u++) {
 		int64_t nl = u / p->rows, o = u % p->rows;
-		char *tp = p->t + nl * p->tns + (int64_t)es * o * p->ovol;
-		char *bp = p->buf + (int64_t)cs * (o * p->nb + nl) * p->ovol;
+		char *tp = p->t + nl * p->tns + (int64_t)es * (o * p->ovol + p->q0);
+		char *bp = p->buf + (int64_t)cs * (o * p->nb + nl) * p->len;
 
 		if (!p->unpack) {
-			run_load(p->ct, bp, tp, (int64_t)es, p->dt, p->ovol);
+			run_load(p->ct, bp, tp, (int64_t)es, p->dt, p->len);
 			continue;
 		}
 		if (p->bias)
-			add_bias(p->ct, bp, p->ovol, p->bias + (int64_t)es * o, p->dt);
-		run_store(p->ct, tp, p->dt, bp, p->ovol);
+			add_bias(p->ct, bp, p->len, p->bias + (int64_t)es * o, p->dt);
+		run_store(p->ct, tp, p->dt, bp, p->len);
 	}
 }
 
 static void pack(const pack_t *p)
 {
-	nrt_parallel_for(p->nb * p->rows, max64(1, NK_PARALLEL_GRAIN / max64(1, p->ovol)), pack_units, (void *)p);
+	nrt_parallel_for(p->nb * p->rows, max64(1, NK_PARALLEL_GRAIN / max64(1, p->len)), pack_units, (void *)p);
 }
 
 /* C[M][N] = A @ B (+ beta*C) in compute dtype ct (dense row strides as given). */
@@ -378,79 +391,127 @@ static int conv_check(const nk_conv_args_t *a, geo_t *g)
 	return 0;
 }
 
-static size_t conv_ws(const nk_conv_args_t *a, const geo_t *g, int64_t *nb)
+/* Chunking: nb samples per chunk, and output-row tiles of rt rows (rt < R = out[0]*out[1] only when one
+ * sample's buffers exceed the cap; then nb = 1).  Workspace: [weight in compute dtype or dw accumulator]
+ * [col K x nb*rt*out[2]] [packed Og x nb*rt*out[2]] [tiled backward data: dx accumulator Cg x ivol]. */
+typedef struct {
+	int64_t nb, rt, R;
+	bool tiled;
+	size_t wbuf, colb, bufb, dxb;
+} layout_t;
+
+static size_t conv_ws(const nk_conv_args_t *a, const geo_t *g, layout_t *L)
 {
 	int ct = ctype_of(a->dtype);
 	size_t cs = nk_dtype_size(ct);
-	size_t wbuf = ct != a->dtype ? (size_t)(g->O * g->Cg * g->kvol) * cs : 0;
-	size_t per = (size_t)((g->Cg * g->kvol + g->Og) * g->ovol) * cs;
+	int64_t K = g->Cg * g->kvol, W2 = g->out[2], pos;
+	size_t per = (size_t)((K + g->Og) * g->ovol) * cs;
 
-	if (a->mode == NK_CONV_BWD_BIAS) {
-		*nb = 0;
+	memset(L, 0, sizeof *L);
+	L->R = g->out[0] * g->out[1];
+	if (a->mode == NK_CONV_BWD_BIAS)
 		return 0;
+	L->wbuf = ct != a->dtype ? (size_t)(g->O * K) * cs : 0;
+	L->rt = L->R;
+	if (g->N == 0) {
+		L->nb = 0;
+	} else if (per <= CONV_WS_CAP) {
+		L->nb = per == 0 ? g->N : min64(g->N, (int64_t)(CONV_WS_CAP / per));
+	} else {
+		size_t rowb = (size_t)((K + g->Og) * W2) * cs;
+
+		L->nb = 1;
+		L->rt = min64(L->R, max64(1, (int64_t)(CONV_WS_CAP / rowb)));
+		L->tiled = L->rt < L->R;
 	}
-	*nb = g->N == 0 ? 0 : per == 0 ? g->N : min64(g->N, max64(1, (int64_t)(CONV_WS_CAP / per)));
-	return wbuf + (size_t)*nb * per;
+	pos = L->nb * L->rt * W2;
+	L->colb = (size_t)(K * pos) * cs;
+	L->bufb = (size_t)(g->Og * pos) * cs;
+	L->dxb = L->tiled && a->mode == NK_CONV_BWD_DATA ? (size_t)(g->Cg * g->ivol) * cs : 0;
+	return L->wbuf + L->colb + L->bufb + L->dxb;
 }
 
 size_t nk_conv_workspace(nk_conv_args_t *a)
 {
 	geo_t g;
+	layout_t L;
+	size_t n;
 
 	if (geo_init(&g, a->nsp, a->N, a->C, a->O, a->G, a->in, a->out, a->k, a->stride, a->pad, a->dil, "conv")) {
 		a->nb = 0;
 		return 0;
 	}
-	return conv_ws(a, &g, &a->nb);
+	n = conv_ws(a, &g, &L);
+	a->nb = L.nb;
+	return n;
 }
 
 /* ---- the modes ----------------------------------------------------------------------------------- */
 typedef struct {
 	const nk_conv_args_t *a;
 	const geo_t *g;
+	layout_t L;
 	int dt, ct;
 	size_t es, cs;
 	const void *wsrc; /* weight in compute dtype */
 	char *col, *buf;  /* column and packed buffers */
 	void *wacc;       /* weight-sized compute buffer (bf16/f16/narrow ints) */
-	int64_t nb;
+	char *dxacc;      /* tiled backward data: one sample-group of dx in compute dtype */
 } plan_t;
 
-static void plan_init(plan_t *P, const nk_conv_args_t *a, const geo_t *g, int64_t nb)
+static void plan_init(plan_t *P, const nk_conv_args_t *a, const geo_t *g, const layout_t *L)
 {
-	size_t wsz;
-
-	P->a = a, P->g = g, P->dt = a->dtype, P->ct = ctype_of(a->dtype), P->nb = nb;
+	P->a = a, P->g = g, P->L = *L, P->dt = a->dtype, P->ct = ctype_of(a->dtype);
 	P->es = nk_dtype_size(P->dt), P->cs = nk_dtype_size(P->ct);
-	wsz = P->ct != P->dt ? (size_t)(g->O * g->Cg * g->kvol) * P->cs : 0;
-	P->wacc = wsz ? a->work : NULL;
-	P->col = (char *)a->work + wsz;
-	P->buf = P->col + (size_t)(g->Cg * g->kvol * nb * g->ovol) * P->cs;
+	P->wacc = L->wbuf ? a->work : NULL;
+	P->col = (char *)a->work + L->wbuf;
+	P->buf = P->col + L->colb;
+	P->dxacc = L->dxb ? P->buf + L->bufb : NULL;
 	P->wsrc = a->w;
-	if (wsz && a->mode != NK_CONV_BWD_WEIGHT) {
+	if (L->wbuf && a->mode != NK_CONV_BWD_WEIGHT) {
 		run_load(P->ct, P->wacc, a->w, (int64_t)P->es, P->dt, g->O * g->Cg * g->kvol);
 		P->wsrc = P->wacc;
 	}
 }
 
-static i2c_t plan_i2c(const plan_t *P, int64_t n0, int64_t grp, int64_t nbc)
+/* One chunk: samples [n0, n0 + nbc), output rows [r0, r1) of each; len positions per sample. */
+typedef struct {
+	int64_t n0, nbc, r0, r1, len;
+} chunk_t;
+
+static chunk_t chunk_at(const plan_t *P, int64_t n0, int64_t r0)
+{
+	chunk_t c = { .n0 = n0, .nbc = min64(P->L.nb, P->g->N - n0), .r0 = r0 };
+
+	c.r1 = min64(r0 + max64(P->L.rt, 1), P->L.R);
+	c.len = (c.r1 - c.r0) * P->g->out[2];
+	return c;
+}
+
+static i2c_t plan_i2c(const plan_t *P, const chunk_t *c, int64_t grp)
 {
 	const geo_t *g = P->g;
 	i2c_t t = { .g = g, .dt = P->dt, .ct = P->ct, .xns = (int64_t)P->es * g->C * g->ivol, .col = P->col,
-		    .rs = nbc * g->ovol, .ns = g->ovol, .rows = g->Cg * g->kvol };
+		    .rs = c->nbc * c->len, .ns = c->len, .rows = g->Cg * g->kvol, .r0 = c->r0, .r1 = c->r1 };
 
-	t.x = (const char *)P->a->x + (int64_t)P->es * (n0 * g->C + grp * g->Cg) * g->ivol;
+	t.x = (const char *)P->a->x + (int64_t)P->es * (c->n0 * g->C + grp * g->Cg) * g->ivol;
 	return t;
 }
 
-static pack_t plan_pack(const plan_t *P, bool unpack, const void *t, int64_t n0, int64_t grp, int64_t nbc)
+static pack_t plan_pack(const plan_t *P, bool unpack, const void *t, const chunk_t *c, int64_t grp)
 {
 	const geo_t *g = P->g;
 	pack_t p = { .unpack = unpack, .dt = P->dt, .ct = P->ct, .tns = (int64_t)P->es * g->O * g->ovol,
-		     .buf = P->buf, .nb = nbc, .rows = g->Og, .ovol = g->ovol };
+		     .buf = P->buf, .nb = c->nbc, .rows = g->Og, .ovol = g->ovol, .q0 = c->r0 * g->out[2],
+		     .len = c->len };
 
-	p.t = (char *)t + (int64_t)P->es * (n0 * g->O + grp * g->Og) * g->ovol;
+	p.t = (char *)t + (int64_t)P->es * (c->n0 * g->O + grp * g->Og) * g->ovol;
 	return p;
+}
+
+static const char *wgroup(const plan_t *P, int64_t grp)
+{
+	return (const char *)P->wsrc + P->cs * (size_t)(grp * P->g->Og * P->g->Cg * P->g->kvol);
 }
 
 static int conv_fwd(const plan_t *P)
@@ -459,21 +520,46 @@ static int conv_fwd(const plan_t *P)
 	const geo_t *g = P->g;
 	int64_t K = g->Cg * g->kvol;
 
-	for (int64_t n0 = 0; n0 < g->N; n0 += P->nb) {
-		int64_t nbc = min64(P->nb, g->N - n0);
+	for (int64_t n0 = 0; n0 < g->N; n0 += P->L.nb)
+		for (int64_t r0 = 0; r0 < P->L.R; r0 += P->L.rt) {
+			chunk_t c = chunk_at(P, n0, r0);
 
-		for (int64_t grp = 0; grp < g->G; grp++) {
-			i2c_t t = plan_i2c(P, n0, grp, nbc);
-			pack_t p = plan_pack(P, true, a->y, n0, grp, nbc);
+			for (int64_t grp = 0; grp < g->G; grp++) {
+				i2c_t t = plan_i2c(P, &c, grp);
+				pack_t p = plan_pack(P, true, a->y, &c, grp);
 
-			im2col(&t, nbc);
-			if (gemm(P->ct, g->Og, nbc * g->ovol, K, 0, (const char *)P->wsrc + P->cs * (size_t)(grp * g->Og * K),
-				 K, 1, P->col, nbc * g->ovol, 1, P->buf, nbc * g->ovol))
-				return -1;
-			p.bias = a->b ? (const char *)a->b + P->es * (size_t)(grp * g->Og) : NULL;
-			pack(&p);
+				im2col(&t, c.nbc);
+				if (gemm(P->ct, g->Og, c.nbc * c.len, K, 0, wgroup(P, grp), K, 1, P->col, c.nbc * c.len, 1,
+					 P->buf, c.nbc * c.len))
+					return -1;
+				p.bias = a->b ? (const char *)a->b + P->es * (size_t)(grp * g->Og) : NULL;
+				pack(&p);
+			}
 		}
+	return 0;
+}
+
+/* dx of one chunk and group: col = W_g^T @ DY, then the gather (into dxacc when tiled). */
+static int bwd_data_chunk(const plan_t *P, const chunk_t *c, int64_t grp)
+{
+	const nk_conv_args_t *a = P->a;
+	const geo_t *g = P->g;
+	int64_t K = g->Cg * g->kvol;
+	pack_t p = plan_pack(P, false, a->dy, c, grp);
+	c2i_t t = { .g = g, .dt = P->dt, .ct = P->ct, .cdt = P->ct, .col = P->col, .rs = c->nbc * c->len, .ns = c->len,
+		    .xns = (int64_t)P->es * g->C * g->ivol, .chans = g->Cg, .r0 = c->r0, .r1 = c->r1 };
+
+	pack(&p);
+	if (gemm(P->ct, K, c->nbc * c->len, g->Og, 0, wgroup(P, grp), 1, K, P->buf, c->nbc * c->len, 1, P->col,
+		 c->nbc * c->len))
+		return -1;
+	if (P->dxacc) {
+		t.dt = P->ct, t.x = P->dxacc, t.accum = true;
+	} else {
+		t.x = (char *)a->dx + (int64_t)P->es * (c->n0 * g->C + grp * g->Cg) * g->ivol;
+		t.bias = a->b ? (const char *)a->b + P->es * (size_t)(grp * g->Cg) : NULL;
 	}
+	col2im(&t, c->nbc);
 	return 0;
 }
 
@@ -481,25 +567,27 @@ static int conv_bwd_data(const plan_t *P)
 {
 	const nk_conv_args_t *a = P->a;
 	const geo_t *g = P->g;
-	int64_t K = g->Cg * g->kvol;
 
-	for (int64_t n0 = 0; n0 < g->N; n0 += P->nb) {
-		int64_t nbc = min64(P->nb, g->N - n0);
-
+	for (int64_t n0 = 0; n0 < g->N; n0 += P->L.nb)
 		for (int64_t grp = 0; grp < g->G; grp++) {
-			pack_t p = plan_pack(P, false, a->dy, n0, grp, nbc);
-			c2i_t t = { .g = g, .dt = P->dt, .ct = P->ct, .cdt = P->ct, .col = P->col, .rs = nbc * g->ovol,
-				    .ns = g->ovol, .xns = (int64_t)P->es * g->C * g->ivol, .chans = g->Cg };
+			if (P->dxacc)
+				memset(P->dxacc, 0, P->cs * (size_t)(g->Cg * g->ivol));
+			/* R == 0: one empty chunk, which writes the bias (or 0) */
+			for (int64_t r0 = 0; r0 < max64(P->L.R, 1); r0 += max64(P->L.rt, 1)) {
+				chunk_t c = chunk_at(P, n0, r0);
 
-			pack(&p);
-			if (gemm(P->ct, K, nbc * g->ovol, g->Og, 0, (const char *)P->wsrc + P->cs * (size_t)(grp * g->Og * K),
-				 1, K, P->buf, nbc * g->ovol, 1, P->col, nbc * g->ovol))
-				return -1;
-			t.x = (char *)a->dx + (int64_t)P->es * (n0 * g->C + grp * g->Cg) * g->ivol;
-			t.bias = a->b ? (const char *)a->b + P->es * (size_t)(grp * g->Cg) : NULL;
-			col2im(&t, nbc);
+				if (bwd_data_chunk(P, &c, grp))
+					return -1;
+			}
+			if (P->dxacc) { /* dxacc -> dx (+ bias), one rounding */
+				pack_t p = { .unpack = true, .dt = P->dt, .ct = P->ct, .buf = P->dxacc, .nb = 1,
+					     .rows = g->Cg, .ovol = g->ivol, .q0 = 0, .len = g->ivol };
+
+				p.t = (char *)a->dx + (int64_t)P->es * (n0 * g->C + grp * g->Cg) * g->ivol;
+				p.bias = a->b ? (const char *)a->b + P->es * (size_t)(grp * g->Cg) : NULL;
+				pack(&p);
+			}
 		}
-	}
 	return 0;
 }
 
@@ -516,20 +604,21 @@ static int conv_bwd_weight(const plan_t *P)
 		memset(a->dw, 0, P->es * (size_t)wn);
 		return 0;
 	}
-	for (int64_t n0 = 0; n0 < g->N; n0 += P->nb) {
-		int64_t nbc = min64(P->nb, g->N - n0);
+	for (int64_t n0 = 0; n0 < g->N; n0 += P->L.nb)
+		for (int64_t r0 = 0; r0 < P->L.R; r0 += P->L.rt) {
+			chunk_t c = chunk_at(P, n0, r0);
 
-		for (int64_t grp = 0; grp < g->G; grp++) {
-			i2c_t t = plan_i2c(P, n0, grp, nbc);
-			pack_t p = plan_pack(P, false, a->dy, n0, grp, nbc);
+			for (int64_t grp = 0; grp < g->G; grp++) {
+				i2c_t t = plan_i2c(P, &c, grp);
+				pack_t p = plan_pack(P, false, a->dy, &c, grp);
 
-			im2col(&t, nbc);
-			pack(&p);
-			if (gemm(P->ct, g->Og, K, nbc * g->ovol, n0 ? 1 : 0, P->buf, nbc * g->ovol, 1, P->col, 1,
-				 nbc * g->ovol, dst + P->cs * (size_t)(grp * g->Og * K), K))
-				return -1;
+				im2col(&t, c.nbc);
+				pack(&p);
+				if (gemm(P->ct, g->Og, K, c.nbc * c.len, n0 || r0 ? 1 : 0, P->buf, c.nbc * c.len, 1, P->col, 1,
+					 c.nbc * c.len, dst + P->cs * (size_t)(grp * g->Og * K), K))
+					return -1;
+			}
 		}
-	}
 	if (P->wacc)
 		run_store(P->ct, a->dw, P->dt, P->wacc, wn);
 	return 0;
@@ -585,7 +674,7 @@ int nk_conv_run(void *args)
 {
 	const nk_conv_args_t *a = args;
 	geo_t g;
-	int64_t nb;
+	layout_t L;
 	size_t need;
 	plan_t P;
 
@@ -595,7 +684,7 @@ int nk_conv_run(void *args)
 		return nk_conv_ref(args);
 	if (a->mode == NK_CONV_BWD_BIAS)
 		return conv_bias(a, &g);
-	need = conv_ws(a, &g, &nb);
+	need = conv_ws(a, &g, &L);
 	if (need && (!a->work || a->work_bytes < need)) {
 		nrt_kernel_fail("conv: workspace of %zu bytes given, %zu needed", a->work ? a->work_bytes : 0, need);
 		return -1;
@@ -604,7 +693,7 @@ int nk_conv_run(void *args)
 		return 0;
 	if (a->mode == NK_CONV_BWD_DATA && (g.N == 0 || g.C == 0 || g.ivol == 0))
 		return 0;
-	plan_init(&P, a, &g, nb);
+	plan_init(&P, a, &g, &L);
 	if (a->mode == NK_CONV_FWD)
 		return conv_fwd(&P);
 	if (a->mode == NK_CONV_BWD_DATA)
@@ -810,13 +899,14 @@ int nk_im2col_run(void *args)
 		return nk_im2col_ref(args);
 	if (!a->col2im) {
 		i2c_t t = { .g = &g, .dt = a->dtype, .ct = a->dtype, .x = a->src, .xns = (int64_t)es * g.C * g.ivol,
-			    .col = a->dst, .rs = g.ovol, .ns = g.C * g.kvol * g.ovol, .rows = g.C * g.kvol };
+			    .col = a->dst, .rs = g.ovol, .ns = g.C * g.kvol * g.ovol, .rows = g.C * g.kvol,
+			    .r0 = 0, .r1 = g.out[0] * g.out[1] };
 
 		im2col(&t, g.N);
 	} else {
 		c2i_t t = { .g = &g, .dt = a->dtype, .ct = ctype_of(a->dtype), .cdt = a->dtype, .col = a->src,
 			    .rs = g.ovol, .ns = g.C * g.kvol * g.ovol, .x = a->dst, .xns = (int64_t)es * g.C * g.ivol,
-			    .chans = g.C };
+			    .chans = g.C, .r0 = 0, .r1 = g.out[0] * g.out[1] };
 
 		col2im(&t, g.N);
 	}

@@ -205,6 +205,26 @@ static void test_conv_chunked(void)
 	check_geom(&g, NK_F32);
 }
 
+/* One sample larger than the workspace cap: output-row tiles (nb = 1; backward data accumulates the tiles
+ * of a sample in a compute-dtype buffer, rounded once). */
+static void test_conv_tiled(void)
+{
+	int64_t n = NK_TEST_SMALL ? 100 : 110;
+	geom_t g = { .nsp = 3, .N = 2, .C = 1, .O = 1, .G = 1, .in = { n, n, n }, .k = { 3, 3, 3 },
+		     .s = { 1, 1, 2 }, .p = { 1, 0, 2 }, .d = { 1, 2, 1 } };
+	nk_conv_args_t a;
+	size_t ws;
+
+	for (int i = 0; i < 3; i++)
+		g.out[i] = (g.in[i] + 2 * g.p[i] - g.d[i] * (g.k[i] - 1) - 1) / g.s[i] + 1;
+	a = args_of(&g, NK_CONV_BWD_DATA, NK_F32);
+	ws = nk_conv_workspace(&a);
+	CHECK(a.nb == 1 && ws < (size_t)(28 * vol(g.out, 3) * 4), "tiling expected: nb %lld, workspace %zu",
+	      (long long)a.nb, ws);
+	check_geom(&g, NK_F32);
+	check_geom(&g, NK_BF16);
+}
+
 /* sum(conv(x, w) * dy) == sum(x * bwd_data(dy, w)) == sum(w * bwd_weight(x, dy)), and db == sum dy: the
  * reference's modes are adjoint to each other (f64). */
 static void test_conv_adjoint(void)
@@ -330,6 +350,7 @@ int main(void)
 	RUN(test_conv_adjoint);
 	RUN(test_conv_vs_ref);
 	RUN(test_conv_chunked);
+	RUN(test_conv_tiled);
 	RUN(test_im2col);
 	RUN(test_conv_errors);
 	return ctest_finish();
