@@ -8,6 +8,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+
+@pytest.fixture(autouse=True)
+def _one_cpu_thread():
+    """The CPU reference with one OpenMP thread: on a shared machine its spinning threads otherwise
+    make small CPU convolutions take ~1 s (the neuron pool is separate)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
 TOL = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-10, 1e-10), torch.bfloat16: (2e-2, 2e-2),
        torch.float16: (2e-3, 2e-3)}
 
