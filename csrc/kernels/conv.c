@@ -9,7 +9,8 @@
  *   BWD_WEIGHT: dW_g[Og][Cg*kvol]   += DY[Og][nb*ovol] @ col^T         (accumulated over chunks)
  * DY is dy packed to [Og][nb*ovol].  col2im is a gather: each dx row sums the column entries that land
  * on it (no zeroing, no write conflicts, one rounding for bf16/f16).  nb is chosen so the column and
- * packed buffers fit in CONV_WS_CAP (at least one sample): nk_conv_workspace.
+ * packed buffers fit in CONV_WS_CAP: nk_conv_workspace; when one sample exceeds it, chunks are tiles of
+ * output rows of one sample (backward data then accumulates the tiles in a compute-dtype dx buffer).
  * Reference (nk_conv_ref): direct loops per output element, f64 (int64) accumulation.
  * Threading: im2col/col2im/pack rows over the pool; the GEMMs parallelize themselves.
  */
