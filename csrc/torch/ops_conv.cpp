@@ -1,17 +1,15 @@
 // ops_conv.cpp - convolution on neuron: aten::convolution_overrideable and
 // aten::convolution_backward_overrideable (at::_convolution routes conv1d/2d/3d, their transposes,
 // padding='same', unbatched inputs ... here for PrivateUse1), and aten::im2col / col2im
-// (nn.functional.unfold / fold).  Shapes are checked here; the kernels (nk_conv.h) get contiguous
+// (nn.functional.unfold / fold), aten::unfold_backward.  Shapes are checked here; the kernels (nk_conv.h) get contiguous
 // buffers, an explicit geometry and a workspace from the caching allocator.
 #include "neuron.h"
 
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <c10/util/irange.h>
 #include <torch/library.h>
 
-#include <sstream>
 
 namespace neuron {
 
@@ -169,7 +167,7 @@ static at::Tensor conv_fwd(const at::Tensor &input, const at::Tensor &weight, co
 	}
 	// keep a channels_last input's layout, as the CPU convolution does
 	auto fmt = input.suggest_memory_format();
-	if (fmt != at::MemoryFormat::Contiguous && y.dim() == input.dim())
+	if (fmt != at::MemoryFormat::Contiguous)
 		y = y.contiguous(fmt);
 	return y;
 }
