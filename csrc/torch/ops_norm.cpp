@@ -105,6 +105,8 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_forward(const char *op,
 	check_bn_param(op, rv, C, "running_var");
 	check_device(op, x, {&w, &b, &rm, &rv});
 	TORCH_CHECK(training || (rm.defined() && rv.defined()), op, ": running_mean and running_var must be defined in evaluation mode");
+	// as aten's CPU kernel (F.batch_norm handles empty input before it gets here)
+	TORCH_CHECK(x.numel() > 0, op, ": input tensor must have at least one element, but got input_sizes = ", x.sizes());
 	c10::DeviceGuard g(x.device());
 	at::ScalarType pt = param_dtype(x, {&w, &b, &rm, &rv});
 	at::Tensor xc = x.contiguous(), wc = as_param(w, pt), bc = as_param(b, pt);
@@ -112,13 +114,6 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_forward(const char *op,
 	at::Tensor rmc = rm.defined() ? as_param(rm, pt) : rm, rvc = rv.defined() ? as_param(rv, pt) : rv;
 	at::Tensor y = at::empty_like(xc);
 	at::Tensor sm = at::empty({training ? C : 0}, x.options().dtype(pt)), si = at::empty({training ? C : 0}, x.options().dtype(pt));
-	if (x.numel() == 0) {
-		if (training) {
-			sm.zero_();
-			si.zero_();
-		}
-		return {like_input(y, x), sm, si};
-	}
 	nk_batchnorm_args_t a{};
 	a.dtype = nk_dtype(x.scalar_type(), op), a.pdtype = nk_dtype(pt, op);
 	a.N = x.size(0), a.C = C, a.S = spatial(x);

@@ -155,6 +155,10 @@ def test_batch_norm_bad_input(device):
         F.batch_norm(x, torch.zeros(5, device=device), torch.ones(3, device=device), training=False)
     with pytest.raises(RuntimeError):
         torch.ops.aten.native_batch_norm(torch.ones(2, 3, dtype=torch.long, device=device), None, None, None, None, True, 0.1, 1e-5)
+    with pytest.raises(RuntimeError, match="at least one element"):
+        torch.ops.aten.native_batch_norm(torch.ones(0, 3, 4, device=device), None, None, None, None, True, 0.1, 1e-5)
+    # F.batch_norm itself returns an empty result for empty input, as on the CPU
+    assert F.batch_norm(torch.ones(0, 3, 4, device=device), None, None, training=True).shape == (0, 3, 4)
 
 
 def test_instance_norm(device, neuron_ops):
