@@ -7,10 +7,10 @@ import time
 
 import torch
 
-from . import gpt, workloads
+from . import gpt, models, workloads
 from .harness import Runner, cpu_snapshot, other_load
 from .limits import LIMIT_LABELS, Limits
-from .report import build, loadavg, machine_info
+from .report import build, loadavg, machine_info, plot_gemm
 
 GROUPS = [
     # key, title, description, limit key, cases(quick)
@@ -19,15 +19,15 @@ GROUPS = [
      "every op. On the CPU both are the plain op.", None,
      workloads.latency_cases),
     ("gemm", "2. GEMM", "`torch.mm(a, b)` with a: MxK, b: KxN, named `M x N x K`; GEMV is `F.linear(x, W)`.",
-     "f32 FMA peak (bf16: bf16 dot peak; GEMV: DRAM triad)", workloads.gemm_cases),
+     "f32 FMA peak (bf16: bf16 dot peak; GEMV: DRAM read bandwidth)", workloads.gemm_cases),
     ("memory", "3. Memory-bound ops",
      "f32 tensors of 16M elements ([16384, 1024], 64 MiB) and 256K elements ([256, 1024], 1 MiB); "
-     "softmax and layer_norm over the last dim (1024). Bytes: binary ops 12/element, unary and "
-     "softmax/layer_norm forward 8, reductions 4, backward 12. Backward rows call the ATen op autograd would call: "
+     "softmax, layer_norm and rms_norm over the last dim (1024). Bytes: binary ops 12/element, unary and "
+     "softmax/layer_norm/rms_norm forward 8, reductions 4, backward 12, rms_norm fwd+bwd 20. Backward rows call the ATen op autograd would call: "
      "`aten.gelu_backward`, `aten._softmax_backward_data`, `aten.native_layer_norm_backward` (dx, dw, db).",
      "DRAM triad for 16M, cache-resident triad for 256K (reductions: the read-only bandwidth of the same size)",
      workloads.memory_cases),
-    ("sdpa", "4. Scaled dot-product attention", "`F.scaled_dot_product_attention(q, k, v, is_causal=True)`, fp32; "
+    ("sdpa", "4. Scaled dot-product attention", "`F.scaled_dot_product_attention(q, k, v, is_causal=...)`, fp32; "
      "fwd+bwd sets the grads to None and calls `out.backward(grad)`.", "f32 FMA peak", workloads.sdpa_cases),
     ("gpt", "5. GPT training step", "The model of `examples/train_gpt.py`; one step = batch to device, forward, "
      "backward, clip_grad_norm_, AdamW, LambdaLR, `loss.item()`. GFLOP/s from 6 x matmul params x tokens + "
@@ -35,6 +35,9 @@ GROUPS = [
     ("adamw", "6. AdamW step", "`torch.optim.AdamW(...).step()` over 16 tensors of 1M fp32 parameters "
      "(16.8M); GB/s against the 28 bytes per parameter AdamW must touch (read param, grad, exp_avg, exp_avg_sq; "
      "write param, exp_avg, exp_avg_sq).", "DRAM triad", workloads.adamw_cases),
+    ("models", "7. Models", "BERT-base inference (plain modules, `F.scaled_dot_product_attention` with a padding "
+     "mask, `torch.inference_mode()`) and a small CNN training step (conv3x3-BatchNorm-ReLU-maxpool x 3, Linear, "
+     "cross-entropy, SGD with momentum); `bench/models.py`.", "f32 FMA peak", models.model_cases),
 ]
 
 
@@ -121,6 +124,15 @@ def main(argv=None):
     meta["load_end"] = loadavg()
     meta["elapsed"] = time.perf_counter() - t0
     meta["other_load"] = other_load(snap0, cpu_snapshot())
+    if out:
+        png = os.path.join(os.path.dirname(out), "gemm.png")
+        try:
+            why = plot_gemm(groups, limits, png)
+        except Exception as e:  # noqa: BLE001
+            why = f"plot failed: {e}"
+        meta["gemm_png"] = (f"GFLOP/s against size (square f32 and bf16 mm, neuron and torch CPU, with the measured "
+                            f"peaks): ![GEMM throughput](gemm.png)" if why is None else f"(gemm.png not drawn: {why})")
+        print(f"wrote {png}" if why is None else f"gemm.png not drawn: {why}")
     text, md = build(groups, limits, info, meta)
     print()
     print(text)

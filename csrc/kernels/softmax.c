@@ -18,7 +18,7 @@
 #include "nrt.h"
 
 
-#define CH 512 /* elements per chunk of a row */
+#define CH 2048 /* elements per chunk of a row: rows up to CH are read once and exp'd once */
 #define LANES 16
 
 static int64_t min64(int64_t a, int64_t b)
@@ -94,6 +94,22 @@ static float lanes_sum(const float *x, int64_t n)
 			s[l] += x[j + l];
 	for (; j < n; j++)
 		r += x[j];
+	for (int l = 0; l < LANES; l++)
+		r += s[l];
+	return r;
+}
+
+/* sum of x*y in the lanes of lanes_sum (the products rounded to f32 first, as dy *= y then lanes_sum) */
+static float lanes_dot(const float *x, const float *y, int64_t n)
+{
+	float s[LANES] = { 0 }, r = 0;
+	int64_t j = 0;
+
+	for (; j + LANES <= n; j += LANES)
+		for (int l = 0; l < LANES; l++)
+			s[l] += x[j + l] * y[j + l];
+	for (; j < n; j++)
+		r += x[j] * y[j];
 	for (int l = 0; l < LANES; l++)
 		r += s[l];
 	return r;
@@ -223,6 +239,24 @@ static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, const nk_rowops_
 	float dy[CH], y[CH], dot = 0;
 	int64_t base = r * a->cols;
 
+	if (a->cols <= CH) { /* one chunk: dy and y are read once */
+		int64_t n = a->cols;
+
+		load_f32(dy, a->dy, a->dtype, base, n);
+		load_f32(y, a->y, a->dtype, base, n);
+		if (a->log) {
+			dot = lanes_sum(dy, n);
+			ops->exp_sum(y, n, 0.0f); /* y = exp(log-probability) */
+			for (int64_t j = 0; j < n; j++)
+				dy[j] = dy[j] - y[j] * dot;
+		} else {
+			dot = lanes_dot(dy, y, n);
+			for (int64_t j = 0; j < n; j++)
+				dy[j] = y[j] * (dy[j] - dot);
+		}
+		store_f32(a->dx, a->dtype, base, dy, n);
+		return;
+	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
 		int64_t n = min64(CH, a->cols - c);
 

@@ -9,7 +9,7 @@
 #include "nk_softmax_impl.h"
 #include "nrt.h"
 
-static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 33 }, { 4, 100 }, { 2, 513 }, { 3, 1500 }, { 64, 1000 } };
+static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 33 }, { 4, 100 }, { 2, 513 }, { 3, 1500 }, { 64, 1000 }, { 2, 4100 } };
 static const int dtypes[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
 
 static void tolerances(int dtype, double *atol, double *rtol)
