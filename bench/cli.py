@@ -32,7 +32,7 @@ GROUPS = [
     ("gpt", "5. GPT training step", "The model of `examples/train_gpt.py`; one step = batch to device, forward, "
      "backward, clip_grad_norm_, AdamW, LambdaLR, `loss.item()`. GFLOP/s from 6 x matmul params x tokens + "
      "causal attention 6 x L x T x d x tokens.", "f32 FMA peak (i.e. MFU)", None),
-    ("adamw", "6. AdamW step", "`torch.optim.AdamW(...).step()` over 16 tensors of 1M fp32 parameters "
+    ("adamw", "6. AdamW step", "`torch.optim.AdamW(...).step()` over 16 tensors of 1M fp32 parameters (--quick: 4) "
      "(16.8M); GB/s against the 28 bytes per parameter AdamW must touch (read param, grad, exp_avg, exp_avg_sq; "
      "write param, exp_avg, exp_avg_sq).", "DRAM triad", workloads.adamw_cases),
     ("models", "7. Models", "BERT-base inference (plain modules, `F.scaled_dot_product_attention` with a padding "
@@ -43,7 +43,8 @@ GROUPS = [
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="fewer rounds, shorter rounds, smaller GPT, no 2048^3 mm")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds, shorter rounds, smaller GPT/BERT/SDPA/AdamW, no 4096^3 GEMMs, no peak-RSS "
+                    "subprocesses (under 2 minutes on a quiet machine)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds per workload (default 5, --quick 3)")
     ap.add_argument("--target", type=float, default=None,
                     help="seconds per round per device (default 0.25, --quick 0.1)")
@@ -53,7 +54,7 @@ def main(argv=None):
     ap.add_argument("--only", default=None,
                     help="comma-separated groups: " + ",".join(g[0] for g in GROUPS))
     ap.add_argument("--no-limits", action="store_true", help="skip the C microbenchmarks")
-    ap.add_argument("--no-mem", action="store_true", help="skip the GPT peak-RSS subprocesses")
+    ap.add_argument("--no-mem", action="store_true", help="skip the GPT peak-RSS subprocesses (--quick skips them)")
     ap.add_argument("--retries", type=int, default=1,
                     help="full run: re-measure a case (under 10 s) up to this many times when other processes "
                          "used >= 25%% of the CPUs during it, keeping the least busy run; at most 60 s of "
@@ -103,7 +104,7 @@ def main(argv=None):
             continue
         print(f"{title}", flush=True)
         try:
-            cases = gpt.gpt_cases(a.quick, mem=not a.no_mem) if key == "gpt" else mk(a.quick)
+            cases = gpt.gpt_cases(a.quick, mem=not (a.no_mem or a.quick)) if key == "gpt" else mk(a.quick)
         except Exception as e:  # noqa: BLE001
             print(f"  cannot build the workloads: {e}")
             continue

@@ -252,7 +252,7 @@ def plot_gemm(groups, limits, path):
     ax.set_ylim(bottom=0)
     ax.set_title("GEMM throughput, 2 cores")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -214,7 +214,7 @@ def sdpa_cases(quick):
 
 # ---------------------------------------------------------------------------------------- 6. AdamW
 def adamw_cases(quick):
-    n_tensors, numel = 16, 1 << 20
+    n_tensors, numel = (4 if quick else 16), 1 << 20
     total = n_tensors * numel
     nbytes = 28.0 * total          # read p, g, m, v (16 B) + write p, m, v (12 B) per parameter
 
