@@ -238,7 +238,10 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 		rstd = 1.0 / sqrt(var + a->eps);
 		affine_consts(a->dtype, mean, rstd, &sh, &sc, &bi);
 		L->affine(x, C, sh, sc, bi, prm->pw, prm->pb);
-		store_f32(a->y, a->dtype, base, x, C);
+		if (a->dtype == NK_F32 && a->rows * C * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512())
+			nk_stream_copy_f32_avx512((float *)a->y + base, x, C); /* fenced in ln_rows */
+		else
+			store_f32(a->y, a->dtype, base, x, C);
 	} else {
 		double s = 0;
 
@@ -310,6 +313,8 @@ static void ln_rows(void *ctx, int64_t r0, int64_t r1)
 		else
 			ln_row_f32(a, &prm, r);
 	}
+	if (a->dtype == NK_F32 && a->rows * a->cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512())
+		nk_stream_fence();
 }
 
 int nk_layernorm_run(void *args)

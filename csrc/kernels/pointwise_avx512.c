@@ -187,6 +187,24 @@ void nk_stream_fence(void)
 	_mm_sfence();
 }
 
+void nk_stream_copy_f32_avx512(float *dst, const float *src, int64_t n)
+{
+	int64_t i = 0;
+	if (((uintptr_t)dst & 3) == 0) {
+		int64_t head = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 4;
+		if (head > n)
+			head = n;
+		if (head)
+			_mm512_mask_storeu_ps(dst, tail_mask(head), _mm512_maskz_loadu_ps(tail_mask(head), src));
+		for (i = head; i + 16 <= n; i += 16)
+			_mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+	}
+	for (; i < n; i += 16) {
+		__mmask16 m = tail_mask(n - i);
+		_mm512_mask_storeu_ps(dst + i, m, _mm512_maskz_loadu_ps(m, src + i));
+	}
+}
+
 /* ---- bf16 <-> f32 blocks ----------------------------------------------------------------------- */
 void nk_bf16_to_f32_avx512(float *dst, const uint16_t *src, int64_t n)
 {

@@ -14,6 +14,7 @@
 
 #include "nk.h"
 #include "nk_fp.h"
+#include "nk_impl.h"
 #include "nk_softmax_impl.h"
 #include "nrt.h"
 
@@ -62,6 +63,21 @@ static void store_f32(void *p, int dtype, int64_t off, const float *buf, int64_t
 	size_t es = nk_fp_elem_size(dtype);
 
 	nk_block_store_f32((char *)p + off * (int64_t)es, (int64_t)es, dtype, buf, n);
+}
+
+/* A large f32 output (NK_STREAM_MIN_BYTES or more, AVX-512): rows are written with non-temporal
+ * stores (no write-allocate read), fenced at the end of each task. */
+static bool stream_out(int dtype, int64_t rows, int64_t cols)
+{
+	return dtype == NK_F32 && rows * cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512();
+}
+
+static void store_row(void *p, int dtype, int64_t off, const float *buf, int64_t n, bool stream)
+{
+	if (stream)
+		nk_stream_copy_f32_avx512((float *)p + off, buf, n);
+	else
+		store_f32(p, dtype, off, buf, n);
 }
 
 /* ---- row primitives (nk_softmax_impl.h) ------------------------------------------------------- */
@@ -156,7 +172,7 @@ static void softmax_row_f32(const nk_softmax_args_t *a, const nk_rowops_t *ops, 
 			for (int64_t j = 0; j < a->cols; j++)
 				buf[j] *= inv;
 		}
-		store_f32(a->y, a->dtype, base, buf, a->cols);
+		store_row(a->y, a->dtype, base, buf, a->cols, stream_out(a->dtype, a->rows, a->cols));
 		return;
 	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
@@ -216,6 +232,8 @@ static void softmax_rows(void *ctx, int64_t r0, int64_t r1)
 		else
 			softmax_row_f32(a, ops, r);
 	}
+	if (stream_out(a->dtype, a->rows, a->cols))
+		nk_stream_fence();
 }
 
 int nk_softmax_run(void *args)
@@ -254,7 +272,7 @@ static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, const nk_rowops_
 			for (int64_t j = 0; j < n; j++)
 				dy[j] = y[j] * (dy[j] - dot);
 		}
-		store_f32(a->dx, a->dtype, base, dy, n);
+		store_row(a->dx, a->dtype, base, dy, n, stream_out(a->dtype, a->rows, a->cols));
 		return;
 	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
@@ -307,6 +325,8 @@ static void softmax_bwd_rows(void *ctx, int64_t r0, int64_t r1)
 		else
 			softmax_bwd_row_f32(a, ops, r);
 	}
+	if (stream_out(a->dtype, a->rows, a->cols))
+		nk_stream_fence();
 }
 
 int nk_softmax_bwd_run(void *args)

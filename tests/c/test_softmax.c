@@ -74,6 +74,12 @@ static void test_softmax_vs_ref(void)
 				check_case(dtypes[d], shapes[s][0], shapes[s][1], log);
 }
 
+/* f32 outputs (and backward dx) of 16 MiB and more are written with non-temporal stores. */
+static void test_softmax_streamed(void)
+{
+	check_case(NK_F32, 4097, 1024, false);
+}
+
 static void test_softmax_special_rows(void)
 {
 	float x[8] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY, 1, NAN, 2, 3 }, y[8];
@@ -159,6 +165,7 @@ int main(void)
 	nkt_seed(2);
 	RUN(test_rowops);
 	RUN(test_softmax_vs_ref);
+	RUN(test_softmax_streamed);
 	RUN(test_softmax_special_rows);
 	RUN(test_softmax_bwd_numerical);
 	return ctest_finish();
