@@ -88,6 +88,7 @@ demo: install
 	$(VPY) examples/train_gpt.py --compare
 
 bench: install
+	$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install -q matplotlib
 	$(VPY) -m bench
 
 clean:

@@ -7,10 +7,10 @@ import time
 
 import torch
 
-from . import gpt, workloads
+from . import gpt, models, workloads
 from .harness import Runner, cpu_snapshot, other_load
 from .limits import LIMIT_LABELS, Limits
-from .report import build, loadavg, machine_info
+from .report import build, loadavg, machine_info, plot_gemm
 
 GROUPS = [
     # key, title, description, limit key, cases(quick)
@@ -19,28 +19,32 @@ GROUPS = [
      "every op. On the CPU both are the plain op.", None,
      workloads.latency_cases),
     ("gemm", "2. GEMM", "`torch.mm(a, b)` with a: MxK, b: KxN, named `M x N x K`; GEMV is `F.linear(x, W)`.",
-     "f32 FMA peak (bf16: bf16 dot peak; GEMV: DRAM triad)", workloads.gemm_cases),
+     "f32 FMA peak (bf16: bf16 dot peak; GEMV: DRAM read bandwidth)", workloads.gemm_cases),
     ("memory", "3. Memory-bound ops",
      "f32 tensors of 16M elements ([16384, 1024], 64 MiB) and 256K elements ([256, 1024], 1 MiB); "
-     "softmax and layer_norm over the last dim (1024). Bytes: binary ops 12/element, unary and "
-     "softmax/layer_norm forward 8, reductions 4, backward 12. Backward rows call the ATen op autograd would call: "
+     "softmax, layer_norm and rms_norm over the last dim (1024). Bytes: binary ops 12/element, unary and "
+     "softmax/layer_norm/rms_norm forward 8, reductions 4, backward 12, rms_norm fwd+bwd 20. Backward rows call the ATen op autograd would call: "
      "`aten.gelu_backward`, `aten._softmax_backward_data`, `aten.native_layer_norm_backward` (dx, dw, db).",
      "DRAM triad for 16M, cache-resident triad for 256K (reductions: the read-only bandwidth of the same size)",
      workloads.memory_cases),
-    ("sdpa", "4. Scaled dot-product attention", "`F.scaled_dot_product_attention(q, k, v, is_causal=True)`, fp32; "
+    ("sdpa", "4. Scaled dot-product attention", "`F.scaled_dot_product_attention(q, k, v, is_causal=...)`, fp32; "
      "fwd+bwd sets the grads to None and calls `out.backward(grad)`.", "f32 FMA peak", workloads.sdpa_cases),
     ("gpt", "5. GPT training step", "The model of `examples/train_gpt.py`; one step = batch to device, forward, "
      "backward, clip_grad_norm_, AdamW, LambdaLR, `loss.item()`. GFLOP/s from 6 x matmul params x tokens + "
      "causal attention 6 x L x T x d x tokens.", "f32 FMA peak (i.e. MFU)", None),
-    ("adamw", "6. AdamW step", "`torch.optim.AdamW(...).step()` over 16 tensors of 1M fp32 parameters "
+    ("adamw", "6. AdamW step", "`torch.optim.AdamW(...).step()` over 16 tensors of 1M fp32 parameters (--quick: 4) "
      "(16.8M); GB/s against the 28 bytes per parameter AdamW must touch (read param, grad, exp_avg, exp_avg_sq; "
      "write param, exp_avg, exp_avg_sq).", "DRAM triad", workloads.adamw_cases),
+    ("models", "7. Models", "BERT-base inference (plain modules, `F.scaled_dot_product_attention` with a padding "
+     "mask, `torch.inference_mode()`) and a small CNN training step (conv3x3-BatchNorm-ReLU-maxpool x 3, Linear, "
+     "cross-entropy, SGD with momentum); `bench/models.py`.", "f32 FMA peak", models.model_cases),
 ]
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="fewer rounds, shorter rounds, smaller GPT, no 2048^3 mm")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds, shorter rounds, smaller GPT/BERT/SDPA/AdamW, no 4096^3 GEMMs, no peak-RSS "
+                    "subprocesses (under 2 minutes on a quiet machine)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds per workload (default 5, --quick 3)")
     ap.add_argument("--target", type=float, default=None,
                     help="seconds per round per device (default 0.25, --quick 0.1)")
@@ -50,7 +54,7 @@ def main(argv=None):
     ap.add_argument("--only", default=None,
                     help="comma-separated groups: " + ",".join(g[0] for g in GROUPS))
     ap.add_argument("--no-limits", action="store_true", help="skip the C microbenchmarks")
-    ap.add_argument("--no-mem", action="store_true", help="skip the GPT peak-RSS subprocesses")
+    ap.add_argument("--no-mem", action="store_true", help="skip the GPT peak-RSS subprocesses (--quick skips them)")
     ap.add_argument("--retries", type=int, default=1,
                     help="full run: re-measure a case (under 10 s) up to this many times when other processes "
                          "used >= 25%% of the CPUs during it, keeping the least busy run; at most 60 s of "
@@ -100,7 +104,7 @@ def main(argv=None):
             continue
         print(f"{title}", flush=True)
         try:
-            cases = gpt.gpt_cases(a.quick, mem=not a.no_mem) if key == "gpt" else mk(a.quick)
+            cases = gpt.gpt_cases(a.quick, mem=not (a.no_mem or a.quick)) if key == "gpt" else mk(a.quick)
         except Exception as e:  # noqa: BLE001
             print(f"  cannot build the workloads: {e}")
             continue
@@ -121,6 +125,15 @@ def main(argv=None):
     meta["load_end"] = loadavg()
     meta["elapsed"] = time.perf_counter() - t0
     meta["other_load"] = other_load(snap0, cpu_snapshot())
+    if out:
+        png = os.path.join(os.path.dirname(out), "gemm.png")
+        try:
+            why = plot_gemm(groups, limits, png)
+        except Exception as e:  # noqa: BLE001
+            why = f"plot failed: {e}"
+        meta["gemm_png"] = (f"GFLOP/s against size (square f32 and bf16 mm, neuron and torch CPU, with the measured "
+                            f"peaks): ![GEMM throughput](gemm.png)" if why is None else f"(gemm.png not drawn: {why})")
+        print(f"wrote {png}" if why is None else f"gemm.png not drawn: {why}")
     text, md = build(groups, limits, info, meta)
     print()
     print(text)

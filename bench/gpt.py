@@ -15,6 +15,7 @@ Peak memory:
     the resource.getrusage() ru_maxrss delta where clear_refs is not writable.
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -55,8 +56,9 @@ def config(quick):
     return dict(d_model=384, layers=6, heads=6, block=256, batch=8)
 
 
-def make_step(dev, cfg, seed=1337):
-    """(step function, model, losses list) for one device."""
+def make_step(dev, cfg, seed=1337, amp=False):
+    """(step function, model, losses list) for one device; amp: the forward under
+    torch.autocast(dev, dtype=torch.bfloat16) (fp32 weights, optimizer and backward as usual)."""
     tg, data = train_gpt(), char_data()
     torch.manual_seed(seed)
     model = tg.GPT(data.vocab_size, cfg["block"], cfg["layers"], cfg["d_model"], cfg["heads"]).to(dev)
@@ -71,7 +73,8 @@ def make_step(dev, cfg, seed=1337):
     def step():
         x, y = data.get_batch(cfg["batch"], cfg["block"], gen)
         x, y = x.to(dev), y.to(dev)
-        _, loss = model(x, y)
+        with (torch.autocast(device_type=dev, dtype=torch.bfloat16) if amp else contextlib.nullcontext()):
+            _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -172,33 +175,41 @@ def gpt_cases(quick, mem=True):
 
     cfg = config(quick)
     data = char_data()
-    state = {}
 
-    def setup(dev):
-        if dev == "neuron":
-            torch.neuron.synchronize()
-            state["base"] = torch.neuron.memory_allocated()
-            torch.neuron.reset_peak_memory_stats()
-        step, model, losses = make_step(dev, cfg)
-        state[dev] = losses
-        return step
+    def make(amp):
+        state = {}
 
-    def after(res):
-        ex = res.extra
-        ex["config"] = dict(cfg, vocab=data.vocab_size, params=n_params(cfg, data.vocab_size))
-        if "neuron" in state and "neuron" not in res.errors:
-            ex["neuron_max_allocated"] = torch.neuron.max_memory_allocated() - state["base"]
-            ex["neuron_max_reserved"] = torch.neuron.max_memory_reserved()
-        for dev in ("neuron", "cpu"):
-            if state.get(dev):
-                ex[f"{dev}_loss0"] = state[dev][0]
-                ex[f"{dev}_steps"] = len(state[dev])
-        state.clear()
-        if mem:
+        def setup(dev):
+            if dev == "neuron":
+                torch.neuron.synchronize()
+                state["base"] = torch.neuron.memory_allocated()
+                torch.neuron.reset_peak_memory_stats()
+            step, model, losses = make_step(dev, cfg, amp=amp)
+            state[dev] = losses
+            return step
+
+        def after(res):
+            ex = res.extra
+            ex["config"] = dict(cfg, vocab=data.vocab_size, params=n_params(cfg, data.vocab_size),
+                                dtype="bf16 autocast" if amp else "fp32")
+            if "neuron" in state and "neuron" not in res.errors:
+                ex["neuron_max_allocated"] = torch.neuron.max_memory_allocated() - state["base"]
+                ex["neuron_max_reserved"] = torch.neuron.max_memory_reserved()
             for dev in ("neuron", "cpu"):
-                ex[f"{dev}_rss"] = measure_rss(dev, cfg, steps=2 if quick else 3)
+                if state.get(dev):
+                    ex[f"{dev}_loss0"] = state[dev][0]
+                    ex[f"{dev}_steps"] = len(state[dev])
+            state.clear()
+            if mem and not amp:
+                for dev in ("neuron", "cpu"):
+                    ex[f"{dev}_rss"] = measure_rss(dev, cfg, steps=2 if quick else 3)
+        return setup, after
 
     name = (f"GPT train step d{cfg['d_model']} L{cfg['layers']} H{cfg['heads']} "
             f"T{cfg['block']} B{cfg['batch']}")
-    return [Case(name, setup, flops=step_flops(cfg, data.vocab_size), limit="fma", max_iters=1000,
-                 after=after, note="fp32, AdamW, clip_grad_norm_, loss.item() every step")]
+    (s32, a32), (s16, a16) = make(False), make(True)
+    return [Case(name + " fp32", s32, flops=step_flops(cfg, data.vocab_size), limit="fma", max_iters=1000,
+                 after=a32, note="fp32, AdamW, clip_grad_norm_, loss.item() every step"),
+            Case(name + " bf16 autocast", s16, flops=step_flops(cfg, data.vocab_size), limit="bf16",
+                 max_iters=1000, after=a16,
+                 note="forward under torch.autocast(dtype=torch.bfloat16); limit: bf16 dot peak")]

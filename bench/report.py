@@ -195,7 +195,7 @@ def gpt_text(res):
     cfg = ex.get("config")
     if cfg:
         lines.append(f"model: d_model {cfg['d_model']}, {cfg['layers']} layers, {cfg['heads']} heads, block {cfg['block']}, "
-                     f"batch {cfg['batch']}, vocab {cfg['vocab']}, {cfg['params']:,} parameters, fp32")
+                     f"batch {cfg['batch']}, vocab {cfg['vocab']}, {cfg['params']:,} parameters, {cfg.get('dtype', 'fp32')}")
     for dev in DEVICES:
         t = res.median(dev)
         if t and cfg:
@@ -205,6 +205,58 @@ def gpt_text(res):
         lines.append(f"first-step loss: neuron {a:.6f}, cpu {b:.6f} (same weights and batch; rel. diff "
                      f"{abs(a - b) / max(abs(b), 1e-12):.1e})")
     return lines
+
+
+# ------------------------------------------------------------------------------------ gemm.png
+def plot_gemm(groups, limits, path):
+    """GFLOP/s vs size of the square `mm f32/bf16 NxNxN` cases for neuron and torch CPU, with the measured
+    peaks as horizontal lines, drawn with matplotlib into path.  Returns None or a reason it was not drawn."""
+    import re
+    g = next((g for g in groups if g["key"] == "gemm"), None)
+    if g is None:
+        return "no GEMM group in this run"
+    series = {}
+    for r in g["results"]:
+        m = re.match(r"mm (f32|bf16) (\d+)x(\d+)x(\d+)$", r.case.name)
+        if not m or len(set(m.group(2, 3, 4))) != 1:
+            continue
+        for dev in DEVICES:
+            rate = r.rate(dev)
+            if rate:
+                series.setdefault((m.group(1), dev), []).append((int(m.group(2)), rate[0]))
+    if not series:
+        return "no square mm results"
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (`make bench` installs it)"
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = {"f32": "tab:blue", "bf16": "tab:orange"}
+    for (dt, dev), pts in sorted(series.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if dev == "neuron" else "s",
+                linestyle="-" if dev == "neuron" else "--", color=colors[dt],
+                label=f"{dev} {dt}" + (" (torch CPU eager)" if dev == "cpu" else ""))
+    for dt, key in (("f32", "fma"), ("bf16", "bf16")):
+        lim = limits.value(key) if limits is not None else None
+        if lim and any(k[0] == dt for k in series):
+            ax.axhline(lim, color=colors[dt], linestyle=":", label=f"{dt} peak (measured) {lim:.0f} GFLOP/s")
+    ax.set_xscale("log", base=2)
+    sizes = sorted({p[0] for pts in series.values() for p in pts})
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([str(x) for x in sizes])
+    ax.set_xlabel("N (torch.mm of N x N by N x N)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("GEMM throughput, 2 cores")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
 
 
 # ----------------------------------------------------------------------------------------- report
@@ -281,6 +333,9 @@ def build(groups, limits, info, meta):
             md.append("")
         md.append(md_table(rows))
         md.append("")
+        if g["key"] == "gemm" and meta.get("gemm_png"):
+            md.append(meta["gemm_png"])
+            md.append("")
         txt.append("")
         txt.append(g["title"])
         txt.append(text_table(rows))

@@ -44,28 +44,35 @@ def latency_cases(quick):
 
 # --------------------------------------------------------------------------------------- 2. GEMM
 def gemm_cases(quick):
+    """f32 mm at the square sizes (the gemm.png curve) and the transformer shapes, addmm (bias + a @ b) and
+    bf16 mm at the issue's shapes, and GEMV (M = 1) against 64 MiB and 224 MiB weights."""
     cases = []
-    shapes = [(512, 512, 512), (1024, 1024, 1024)]
-    if not quick:
-        shapes.append((2048, 2048, 2048))
-    shapes += [(512, 3072, 768), (128, 768, 768)]
-    for m, n, k in shapes:
+    big = [(2048, 2048, 2048)] + ([] if quick else [(4096, 4096, 4096)])
+    model = [(512, 3072, 768), (128, 768, 768)]
+    for m, n, k in [(512, 512, 512), (1024, 1024, 1024)] + big + model:
         def setup(d, m=m, n=n, k=k):
             a, b = _rand((m, k), d), _rand((k, n), d, seed=1)
             return lambda: torch.mm(a, b)
         cases.append(Case(f"mm f32 {m}x{n}x{k}", setup, flops=2.0 * m * n * k, limit="fma"))
+    for m, n, k in big + model:
+        def setup_addmm(d, m=m, n=n, k=k):
+            a, b, bias = _rand((m, k), d), _rand((k, n), d, seed=1), _rand((n,), d, seed=2)
+            return lambda: torch.addmm(bias, a, b)
+        cases.append(Case(f"addmm f32 {m}x{n}x{k}", setup_addmm, flops=2.0 * m * n * k, limit="fma"))
+    for m, n, k in [(1024, 1024, 1024)] + big + model:
+        def setup_bf16(d, m=m, n=n, k=k):
+            a, b = _rand((m, k), d, torch.bfloat16), _rand((k, n), d, torch.bfloat16, seed=1)
+            return lambda: torch.mm(a, b)
+        cases.append(Case(f"mm bf16 {m}x{n}x{k}", setup_bf16, flops=2.0 * m * n * k, limit="bf16"))
 
-    def setup_bf16(d):
-        a, b = _rand((1024, 1024), d, torch.bfloat16), _rand((1024, 1024), d, torch.bfloat16, seed=1)
-        return lambda: torch.mm(a, b)
-    cases.append(Case("mm bf16 1024x1024x1024", setup_bf16, flops=2.0 * 1024 ** 3, limit="bf16"))
-
-    def setup_gemv(d):
-        w, x = _rand((4096, 4096), d), _rand((1, 4096), d, seed=1)
-        return lambda: F.linear(x, w)
-    cases.append(Case("GEMV f32 M=1, W 4096x4096 (F.linear)", setup_gemv, flops=2.0 * 4096 * 4096,
-                      nbytes=4096 * 4096 * 4 + 2 * 4096 * 4, metric="bytes", limit="dram",
-                      note="64 MiB weight streamed from DRAM"))
+    for n_out, n_in in ((4096, 4096), (4096, 14336)):
+        def setup_gemv(d, n_out=n_out, n_in=n_in):
+            w, x = _rand((n_out, n_in), d), _rand((1, n_in), d, seed=1)
+            return lambda: F.linear(x, w)
+        mib = n_out * n_in * 4 >> 20
+        cases.append(Case(f"GEMV f32 M=1, W {n_out}x{n_in} (F.linear)", setup_gemv, flops=2.0 * n_out * n_in,
+                          nbytes=n_out * n_in * 4 + (n_in + n_out) * 4, metric="bytes", limit="dram_read",
+                          note=f"{mib} MiB weight streamed from DRAM"))
     return cases
 
 
@@ -152,43 +159,62 @@ def _memory_cases_for(n, tag, limit):
         _, mean, rstd = aten.native_layer_norm(a, [1024], w, b, 1e-5)
         return lambda: aten.native_layer_norm_backward(g, a, [1024], mean, rstd, w, b, [True, True, True])
     c("layer_norm backward", s_ln_bw, 12)
+
+    def s_rms(d):
+        a, w = x_(d), _rand((1024,), d, seed=3)
+        return lambda: F.rms_norm(a, (1024,), w, 1e-5)
+    c("rms_norm(1024)", s_rms, 8)
+
+    def s_rms_fb(d):
+        a, g = x_(d).requires_grad_(), x_(d, 1)
+        w = _rand((1024,), d, seed=3).requires_grad_()
+
+        def step():
+            a.grad = w.grad = None
+            F.rms_norm(a, (1024,), w, 1e-5).backward(g)
+        return step
+    c("rms_norm fwd+bwd (autograd)", s_rms_fb, 20)
     return cases
 
 
 # ----------------------------------------------------------------------------------------- 4. SDPA
 def sdpa_cases(quick):
-    B, H, T, D = 4, 8, 256, 64
-    fwd_flops = 4.0 * B * H * T * T * D / 2          # QK^T and PV, causal: half the matrix
+    """F.scaled_dot_product_attention at B=8, H=12, T=512, D=64 (BERT/GPT-2 size), causal and not, forward
+    (no_grad) and forward + backward; --quick uses B=2."""
+    B, H, T, D = (2 if quick else 8), 12, 512, 64
+    cases = []
+    for causal in (True, False):
+        fwd_flops = 4.0 * B * H * T * T * D / (2 if causal else 1)   # QK^T and PV (causal: half)
+        tag = "causal" if causal else "non-causal"
 
-    def s_fwd(d):
-        q, k, v = (_rand((B, H, T, D), d, seed=i) for i in range(3))
+        def s_fwd(d, causal=causal):
+            q, k, v = (_rand((B, H, T, D), d, seed=i) for i in range(3))
 
-        def step():
-            with torch.no_grad():
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return step
+            def step():
+                with torch.no_grad():
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return step
 
-    def s_fwd_bwd(d):
-        q, k, v = (_rand((B, H, T, D), d, seed=i).requires_grad_() for i in range(3))
-        go = _rand((B, H, T, D), d, seed=3)
+        def s_fwd_bwd(d, causal=causal):
+            q, k, v = (_rand((B, H, T, D), d, seed=i).requires_grad_() for i in range(3))
+            go = _rand((B, H, T, D), d, seed=3)
 
-        def step():
-            q.grad = k.grad = v.grad = None
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            out.backward(go)
-        return step
+            def step():
+                q.grad = k.grad = v.grad = None
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                out.backward(go)
+            return step
 
-    return [
-        Case(f"SDPA causal fwd B{B} H{H} T{T} D{D}", s_fwd, flops=fwd_flops, limit="fma",
-             note="flops: 4*B*H*T^2*D/2"),
-        Case(f"SDPA causal fwd+bwd B{B} H{H} T{T} D{D}", s_fwd_bwd, flops=3.5 * fwd_flops, limit="fma",
-             note="flops: 3.5x forward"),
-    ]
+        cases.append(Case(f"SDPA {tag} fwd B{B} H{H} T{T} D{D}", s_fwd, flops=fwd_flops, limit="fma",
+                          note="flops: 4*B*H*T^2*D (causal: half)"))
+        cases.append(Case(f"SDPA {tag} fwd+bwd B{B} H{H} T{T} D{D}", s_fwd_bwd, flops=3.5 * fwd_flops,
+                          limit="fma", note="flops: 3.5x forward"))
+    return cases
 
 
 # ---------------------------------------------------------------------------------------- 6. AdamW
 def adamw_cases(quick):
-    n_tensors, numel = 16, 1 << 20
+    n_tensors, numel = (4 if quick else 16), 1 << 20
     total = n_tensors * numel
     nbytes = 28.0 * total          # read p, g, m, v (16 B) + write p, m, v (12 B) per parameter
 

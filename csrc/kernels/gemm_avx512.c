@@ -429,6 +429,68 @@ float nk_dot_f16_avx512(const uint16_t *x, const uint16_t *y, int64_t n)
 	return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
+/* y streams from DRAM in GEMV: four independent 16-lane sums, the next 1 KiB of y prefetched. */
+float nk_dot_f32_avx512(const float *x, const float *y, int64_t n)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+	int64_t i = 0;
+
+	for (; i + 64 <= n; i += 64) {
+		_mm_prefetch((const char *)(y + i + 256), _MM_HINT_T0);
+		_mm_prefetch((const char *)(y + i + 272), _MM_HINT_T0);
+		_mm_prefetch((const char *)(y + i + 288), _MM_HINT_T0);
+		_mm_prefetch((const char *)(y + i + 304), _MM_HINT_T0);
+		s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), s0);
+		s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), s1);
+		s2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(y + i + 32), s2);
+		s3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), _mm512_loadu_ps(y + i + 48), s3);
+	}
+	for (; i < n; i += 16) {
+		__mmask16 k = mask_n((int)(n - i < 16 ? n - i : 16));
+
+		s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, y + i), s0);
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+/* Four columns at once (four DRAM streams per core, x loaded once): two 16-lane sums per column. */
+void nk_dot4_f32_avx512(const float *x, const float *y, int64_t ldy, int64_t n, float out[4])
+{
+	const float *y0 = y, *y1 = y + ldy, *y2 = y + 2 * ldy, *y3 = y + 3 * ldy;
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+	int64_t i = 0;
+
+	for (; i + 32 <= n; i += 32) {
+		__m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+
+		_mm_prefetch((const char *)(y0 + i + 128), _MM_HINT_T0);
+		_mm_prefetch((const char *)(y1 + i + 128), _MM_HINT_T0);
+		_mm_prefetch((const char *)(y2 + i + 128), _MM_HINT_T0);
+		_mm_prefetch((const char *)(y3 + i + 128), _MM_HINT_T0);
+		a0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(y0 + i), a0);
+		a1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(y0 + i + 16), a1);
+		b0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(y1 + i), b0);
+		b1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(y1 + i + 16), b1);
+		c0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(y2 + i), c0);
+		c1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(y2 + i + 16), c1);
+		d0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(y3 + i), d0);
+		d1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(y3 + i + 16), d1);
+	}
+	for (; i < n; i += 16) {
+		__mmask16 k = mask_n((int)(n - i < 16 ? n - i : 16));
+		__m512 x0 = _mm512_maskz_loadu_ps(k, x + i);
+
+		a0 = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(k, y0 + i), a0);
+		b0 = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(k, y1 + i), b0);
+		c0 = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(k, y2 + i), c0);
+		d0 = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(k, y3 + i), d0);
+	}
+	out[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+	out[1] = _mm512_reduce_add_ps(_mm512_add_ps(b0, b1));
+	out[2] = _mm512_reduce_add_ps(_mm512_add_ps(c0, c1));
+	out[3] = _mm512_reduce_add_ps(_mm512_add_ps(d0, d1));
+}
+
 const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.name = "avx512",
 	.sgemm = nk_sgemm_avx512_14x32,
@@ -440,4 +502,6 @@ const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.pack_b_pairs = nk_gemm_pack_b_pairs_avx512,
 	.dot_bf16 = nk_dot_bf16_avx512,
 	.dot_f16 = nk_dot_f16_avx512,
+	.dot_f32 = nk_dot_f32_avx512,
+	.dot4_f32 = nk_dot4_f32_avx512,
 };

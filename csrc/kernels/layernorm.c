@@ -21,12 +21,16 @@
 
 #include "nk.h"
 #include "nk_fp.h"
+#include "nk_impl.h"
+#include "nk_lnops_impl.h"
 #include "nk_ws.h"
 #include "nrt.h"
 
 
-#define CH 512 /* elements per chunk of a row */
+#define CH 1024 /* elements per chunk of a row (rows up to CH are converted once) */
 #define CB 256 /* columns per dw/db task (at most) */
+
+static const nk_lnops_t *lnops(void);
 
 static int64_t min64(int64_t a, int64_t b)
 {
@@ -224,16 +228,20 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 {
 	float x[CH], w[CH], b[CH], m, sh, sc, bi;
 	double mean, var = 0, rstd;
+	const nk_lnops_t *L = lnops();
 	int64_t base = r * a->cols, C = a->cols;
 
 	if (C <= CH) {
 		load_f32(x, a->x, a->dtype, base, C);
-		mean = lanes_sum(x, C) / (double)C;
-		var = lanes_sqdev(x, C, (float)mean) / (double)C;
+		mean = L->sum(x, C) / (double)C;
+		var = L->sqdev(x, C, (float)mean) / (double)C;
 		rstd = 1.0 / sqrt(var + a->eps);
 		affine_consts(a->dtype, mean, rstd, &sh, &sc, &bi);
-		affine(x, C, sh, sc, bi, prm->pw, prm->pb);
-		store_f32(a->y, a->dtype, base, x, C);
+		L->affine(x, C, sh, sc, bi, prm->pw, prm->pb);
+		if (a->dtype == NK_F32 && a->rows * C * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512())
+			nk_stream_copy_f32_avx512((float *)a->y + base, x, C); /* fenced in ln_rows */
+		else
+			store_f32(a->y, a->dtype, base, x, C);
 	} else {
 		double s = 0;
 
@@ -241,7 +249,7 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 			int64_t n = min64(CH, C - c);
 
 			load_f32(x, a->x, a->dtype, base + c, n);
-			s += lanes_sum(x, n);
+			s += L->sum(x, n);
 		}
 		mean = s / (double)C;
 		m = (float)mean;
@@ -249,7 +257,7 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 			int64_t n = min64(CH, C - c);
 
 			load_f32(x, a->x, a->dtype, base + c, n);
-			var += lanes_sqdev(x, n, m);
+			var += L->sqdev(x, n, m);
 		}
 		var /= (double)C;
 		rstd = 1.0 / sqrt(var + a->eps);
@@ -262,7 +270,7 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 				load_f32(w, a->w, a->dtype, c, n);
 			if (a->b)
 				load_f32(b, a->b, a->dtype, c, n);
-			affine(x, n, sh, sc, bi, a->w ? w : NULL, a->b ? b : NULL);
+			L->affine(x, n, sh, sc, bi, a->w ? w : NULL, a->b ? b : NULL);
 			store_f32(a->y, a->dtype, base + c, x, n);
 		}
 	}
@@ -305,6 +313,8 @@ static void ln_rows(void *ctx, int64_t r0, int64_t r1)
 		else
 			ln_row_f32(a, &prm, r);
 	}
+	if (a->dtype == NK_F32 && a->rows * a->cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512())
+		nk_stream_fence();
 }
 
 int nk_layernorm_run(void *args)
@@ -353,26 +363,43 @@ static void ln_partials(float *restrict sw, float *restrict sb, const float *res
 			sb[j] += dy[j];
 }
 
+/* The row primitives: these portable ones, or the AVX-512 ones of layernorm_avx512.c. */
+static const nk_lnops_t lnops_ref = {
+	.sum = lanes_sum,
+	.sqdev = lanes_sqdev,
+	.dot = lanes_dot,
+	.affine = affine,
+	.g_xhat = ln_g_xhat,
+	.dx_from = ln_dx_from,
+	.partials = ln_partials,
+};
+
+static const nk_lnops_t *lnops(void)
+{
+	return nk_cpu_avx512() ? &nk_lnops_avx512 : &lnops_ref;
+}
+
 /* dx of row r (if a->dx) and, when sw/sb are given, the row's dw/db terms added to them. */
 static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, const ln_params_t *prm, int64_t r, float *sw,
 			  float *sb)
 {
 	float dy[CH], x[CH], w[CH];
 	float mean = nk_fp_loadf(a->mean, a->dtype, r), rstd = nk_fp_loadf(a->rstd, a->dtype, r);
+	const nk_lnops_t *L = lnops();
 	double sg = 0, sgx = 0;
 	int64_t base = r * a->cols, C = a->cols;
 
 	if (C <= CH) {
 		load_f32(dy, a->dy, a->dtype, base, C);
 		load_f32(x, a->x, a->dtype, base, C);
-		ln_g_xhat(NULL, x, NULL, C, mean, rstd);
-		ln_partials(sw, sb, dy, x, C);
+		L->g_xhat(NULL, x, NULL, C, mean, rstd);
+		L->partials(sw, sb, dy, x, C);
 		if (!a->dx)
 			return;
-		ln_g_xhat(dy, x, prm->pw, C, 0, 1);
-		sg = lanes_sum(dy, C);
-		sgx = lanes_dot(dy, x, C);
-		ln_dx_from(dy, x, C, rstd, (float)(sg / (double)C), (float)(sgx / (double)C));
+		L->g_xhat(dy, x, prm->pw, C, 0, 1);
+		sg = L->sum(dy, C);
+		sgx = L->dot(dy, x, C);
+		L->dx_from(dy, x, C, rstd, (float)(sg / (double)C), (float)(sgx / (double)C));
 		store_f32(a->dx, a->dtype, base, dy, C);
 		return;
 	}
@@ -382,20 +409,20 @@ static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, const ln_params_t *p
 
 			load_f32(dy, a->dy, a->dtype, base + c, n);
 			load_f32(x, a->x, a->dtype, base + c, n);
-			ln_g_xhat(NULL, x, NULL, n, mean, rstd);
+			L->g_xhat(NULL, x, NULL, n, mean, rstd);
 			if (pass == 1)
-				ln_partials(sw ? sw + c : NULL, sb ? sb + c : NULL, dy, x, n);
+				L->partials(sw ? sw + c : NULL, sb ? sb + c : NULL, dy, x, n);
 			if (!a->dx)
 				continue;
 			if (a->w)
 				load_f32(w, a->w, a->dtype, c, n);
-			ln_g_xhat(dy, x, a->w ? w : NULL, n, 0, 1);
+			L->g_xhat(dy, x, a->w ? w : NULL, n, 0, 1);
 			if (pass == 0) {
-				sg += lanes_sum(dy, n);
-				sgx += lanes_dot(dy, x, n);
+				sg += L->sum(dy, n);
+				sgx += L->dot(dy, x, n);
 				continue;
 			}
-			ln_dx_from(dy, x, n, rstd, (float)(sg / (double)C), (float)(sgx / (double)C));
+			L->dx_from(dy, x, n, rstd, (float)(sg / (double)C), (float)(sgx / (double)C));
 			store_f32(a->dx, a->dtype, base + c, dy, n);
 		}
 }

@@ -15,11 +15,21 @@
 #define NK_GEMM_NR 32
 /* Cache blocks (Zen 4: 32 KiB L1d, 1 MiB L2 per core, 32 MiB shared L3).  An MR x KC panel of A
  * stays in L1 while the KC x NR panels of B stream past it from L2/L3 (docs/kernels.md). */
+#ifndef NK_GEMM_KC
 #define NK_GEMM_KC 512      /* k per block, f32 panels */
+#endif
+#ifndef NK_GEMM_KC_BF16
 #define NK_GEMM_KC_BF16 512 /* k per block, bf16 pair panels (same bytes as f32) */
+#endif
+#ifndef NK_GEMM_NC
 #define NK_GEMM_NC 2048     /* columns of B per block (the packed B block, 4 MiB, lives in L3) */
+#endif
+#ifndef NK_GEMM_NC_ACC
 #define NK_GEMM_NC_ACC 512  /* columns per block when C is bf16/f16 (accumulated in f32) */
+#endif
+#ifndef NK_GEMM_MC
 #define NK_GEMM_MC 448      /* rows per f32 accumulation block when C is bf16/f16 (multiple of MR) */
+#endif
 
 /* f64: a 14 x 16 tile (28 zmm of 8 doubles), blocks of 256 k x 1024 columns (the 2 MiB B block). */
 #define NK_DGEMM_MR 14
@@ -70,6 +80,9 @@ typedef struct {
 	/* GEMV dot products of contiguous bf16 / f16 vectors summed in f32 (NULL: convert and use f32) */
 	float (*dot_bf16)(const uint16_t *x, const uint16_t *y, int64_t n);
 	float (*dot_f16)(const uint16_t *x, const uint16_t *y, int64_t n);
+	float (*dot_f32)(const float *x, const float *y, int64_t n); /* GEMV f32 columns; may be NULL */
+	/* out[c] = dot(x, y + c*ldy) for c < 4 (four columns streamed together); may be NULL */
+	void (*dot4_f32)(const float *x, const float *y, int64_t ldy, int64_t n, float out[4]);
 } nk_gemm_isa_t;
 
 /* Portable reference micro-kernels (gemm.c) and the AVX-512 ones (gemm_avx512.c). */
@@ -87,6 +100,8 @@ void nk_dgemm_avx512_14x16(int64_t k, const double *a, const double *b, double *
 			   int64_t cs_c, double alpha, double beta, int m, int n);
 float nk_dot_bf16_avx512(const uint16_t *x, const uint16_t *y, int64_t n); /* vdpbf16ps */
 float nk_dot_f16_avx512(const uint16_t *x, const uint16_t *y, int64_t n);  /* vcvtph2ps + FMA */
+float nk_dot_f32_avx512(const float *x, const float *y, int64_t n);        /* 4 x 16-lane FMA sums */
+void nk_dot4_f32_avx512(const float *x, const float *y, int64_t ldy, int64_t n, float out[4]);
 void nk_gemm_pack_a_ref(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k, float *dst);
 void nk_gemm_pack_b_ref(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n,
 			float *dst);

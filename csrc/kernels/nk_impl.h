@@ -151,9 +151,17 @@ bool nk_cpu_avx512(void); /* AVX-512 F/BW/VL/DQ present, reference not forced, N
 void nk_bf16_to_f32_avx512(float *dst, const uint16_t *src, int64_t n);
 void nk_f32_to_bf16_avx512(uint16_t *dst, const float *src, int64_t n);
 /* o[i] = op(x[i], y[i], z[i]) on dense f32 buffers for the ops it vectorizes; returns false (and
- * writes nothing) for the others.  a, b: the op's scalars as float; ia as in nk_pointwise_args_t. */
+ * writes nothing) for the others.  a, b: the op's scalars as float; ia as in nk_pointwise_args_t.
+ * stream: write the 64-byte-aligned part of o with non-temporal stores (large outputs; the caller
+ * issues _mm_sfence / nk_stream_fence before the data is handed over). */
 bool nk_pointwise_f32_avx512(int op, float a, float b, int64_t ia, float *o, const float *x,
-			     const float *y, const float *z, int64_t n);
+			     const float *y, const float *z, int64_t n, bool stream);
+void nk_stream_fence(void); /* sfence after non-temporal stores */
+/* dst[0..n) = src[0..n) with non-temporal stores on the 64-byte-aligned part (large f32 outputs of
+ * row kernels: softmax, layer_norm); the caller fences with nk_stream_fence() before handing over. */
+void nk_stream_copy_f32_avx512(float *dst, const float *src, int64_t n);
+/* Outputs at least this large (bytes) are written with non-temporal stores where supported. */
+#define NK_STREAM_MIN_BYTES ((int64_t)16 << 20)
 
 /* reduce_avx512.c: dense-row helpers of reduce.c (sums accumulate in double). */
 double nk_rd_sum_f32_avx512(const float *x, int64_t n);

@@ -35,6 +35,10 @@ NK_VECTORIZE_FILE
 #undef PW_NAME
 
 #define PW_BLK 256
+/* Outputs at least this large (bytes) are written with non-temporal stores on the AVX-512 path: they
+ * do not fit the caches, and streaming them saves the write-allocate read (a third of the traffic
+ * of a binary op). */
+#define PW_STREAM_MIN ((int64_t)16 << 20)
 
 enum { PW_F32, PW_F64, PW_I64 }; /* compute kinds */
 
@@ -89,6 +93,7 @@ typedef struct {
 	int64_t ia;               /* raw ia (flags for clamp / gelu / elu) */
 	int64_t is;               /* the op's integer scalar (alpha, fill value, exponent, ...) */
 	bool avx512;
+	bool stream;              /* f32 output of at least PW_STREAM_MIN bytes: non-temporal stores */
 	bool round_q;             /* div_trunc on bf16/f16 tensors: round x/y to the dtype first (aten) */
 	atomic_int zero_div;      /* integer division by zero seen on some thread */
 } pw_ctx_t;
@@ -437,7 +442,7 @@ int nk_pointwise_ref(void *args)
 static void pw_block_f32(const pw_ctx_t *c, float *o, const float *x, const float *y, const float *z,
 			 int64_t n)
 {
-	if (c->avx512 && nk_pointwise_f32_avx512(c->op, c->af, c->bf, c->ia, o, x, y, z, n))
+	if (c->avx512 && nk_pointwise_f32_avx512(c->op, c->af, c->bf, c->ia, o, x, y, z, n, c->stream))
 		return;
 	const float a = c->af;
 	switch (c->op) {
@@ -585,6 +590,8 @@ static void pw_row(void *ctx, char *const *data, const int64_t *st, int64_t n, i
 		else
 			nk_block_store_i64(out, st[0], c->out_dt, o, m);
 	}
+	if (c->stream && out_direct)
+		nk_stream_fence();
 }
 
 int nk_pointwise_run(void *args)
@@ -596,6 +603,7 @@ int nk_pointwise_run(void *args)
 	pw_ctx_t c;
 	if (nk_loop_init(&L, &a->it, 1, NK_MAX_OPS, "nk_pointwise") || pw_prepare(&c, a))
 		return -1;
+	c.stream = c.avx512 && c.kind == PW_F32 && c.out_dt == NK_F32 && L.numel * 4 >= PW_STREAM_MIN;
 	nk_loop_parallel(&L, NK_PARALLEL_GRAIN, pw_row, &c);
 	return atomic_load(&c.zero_div) ? pw_fail_zero_div(&c) : 0;
 }

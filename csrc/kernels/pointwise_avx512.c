@@ -10,6 +10,7 @@
  * pointwise_ops.h (same operation order, IEEE ops).
  */
 #include <immintrin.h>
+#include <stdint.h>
 
 #include "nk_impl.h"
 
@@ -147,20 +148,61 @@ static bool v_supported(int op)
 }
 
 bool nk_pointwise_f32_avx512(int op, float a, float b, int64_t ia, float *o, const float *x,
-			     const float *y, const float *z, int64_t n)
+			     const float *y, const float *z, int64_t n, bool stream)
 {
 	(void)b;
 	(void)z;
 	if (!v_supported(op))
 		return false;
 	const __m512 va = _mm512_set1_ps(a), zero = _mm512_setzero_ps();
-	for (int64_t i = 0; i < n; i += 16) {
+	int64_t i = 0;
+	if (stream && ((uintptr_t)o & 3) == 0) {
+		/* masked stores up to the first 64-byte boundary of o, then whole streamed vectors */
+		int64_t head = (int64_t)((64 - ((uintptr_t)o & 63)) & 63) / 4;
+		if (head > n)
+			head = n;
+		if (head) {
+			__mmask16 m = tail_mask(head);
+			__m512 vx = _mm512_maskz_loadu_ps(m, x);
+			__m512 vy = y ? _mm512_maskz_loadu_ps(m, y) : zero;
+			_mm512_mask_storeu_ps(o, m, v_op(op, vx, vy, va, ia));
+		}
+		for (i = head; i + 16 <= n; i += 16) {
+			__m512 vx = _mm512_loadu_ps(x + i);
+			__m512 vy = y ? _mm512_loadu_ps(y + i) : zero;
+			_mm512_stream_ps(o + i, v_op(op, vx, vy, va, ia));
+		}
+	}
+	for (; i < n; i += 16) {
 		__mmask16 m = tail_mask(n - i);
 		__m512 vx = _mm512_maskz_loadu_ps(m, x + i);
 		__m512 vy = y ? _mm512_maskz_loadu_ps(m, y + i) : zero;
 		_mm512_mask_storeu_ps(o + i, m, v_op(op, vx, vy, va, ia));
 	}
 	return true;
+}
+
+void nk_stream_fence(void)
+{
+	_mm_sfence();
+}
+
+void nk_stream_copy_f32_avx512(float *dst, const float *src, int64_t n)
+{
+	int64_t i = 0;
+	if (((uintptr_t)dst & 3) == 0) {
+		int64_t head = (int64_t)((64 - ((uintptr_t)dst & 63)) & 63) / 4;
+		if (head > n)
+			head = n;
+		if (head)
+			_mm512_mask_storeu_ps(dst, tail_mask(head), _mm512_maskz_loadu_ps(tail_mask(head), src));
+		for (i = head; i + 16 <= n; i += 16)
+			_mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
+	}
+	for (; i < n; i += 16) {
+		__mmask16 m = tail_mask(n - i);
+		_mm512_mask_storeu_ps(dst + i, m, _mm512_maskz_loadu_ps(m, src + i));
+	}
 }
 
 /* ---- bf16 <-> f32 blocks ----------------------------------------------------------------------- */

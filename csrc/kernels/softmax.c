@@ -14,11 +14,12 @@
 
 #include "nk.h"
 #include "nk_fp.h"
+#include "nk_impl.h"
 #include "nk_softmax_impl.h"
 #include "nrt.h"
 
 
-#define CH 512 /* elements per chunk of a row */
+#define CH 2048 /* elements per chunk of a row: rows up to CH are read once and exp'd once */
 #define LANES 16
 
 static int64_t min64(int64_t a, int64_t b)
@@ -64,6 +65,21 @@ static void store_f32(void *p, int dtype, int64_t off, const float *buf, int64_t
 	nk_block_store_f32((char *)p + off * (int64_t)es, (int64_t)es, dtype, buf, n);
 }
 
+/* A large f32 output (NK_STREAM_MIN_BYTES or more, AVX-512): rows are written with non-temporal
+ * stores (no write-allocate read), fenced at the end of each task. */
+static bool stream_out(int dtype, int64_t rows, int64_t cols)
+{
+	return dtype == NK_F32 && rows * cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512();
+}
+
+static void store_row(void *p, int dtype, int64_t off, const float *buf, int64_t n, bool stream)
+{
+	if (stream)
+		nk_stream_copy_f32_avx512((float *)p + off, buf, n);
+	else
+		store_f32(p, dtype, off, buf, n);
+}
+
 /* ---- row primitives (nk_softmax_impl.h) ------------------------------------------------------- */
 
 float nk_row_max_ref(const float *x, int64_t n)
@@ -94,6 +110,22 @@ static float lanes_sum(const float *x, int64_t n)
 			s[l] += x[j + l];
 	for (; j < n; j++)
 		r += x[j];
+	for (int l = 0; l < LANES; l++)
+		r += s[l];
+	return r;
+}
+
+/* sum of x*y in the lanes of lanes_sum (the products rounded to f32 first, as dy *= y then lanes_sum) */
+static float lanes_dot(const float *x, const float *y, int64_t n)
+{
+	float s[LANES] = { 0 }, r = 0;
+	int64_t j = 0;
+
+	for (; j + LANES <= n; j += LANES)
+		for (int l = 0; l < LANES; l++)
+			s[l] += x[j + l] * y[j + l];
+	for (; j < n; j++)
+		r += x[j] * y[j];
 	for (int l = 0; l < LANES; l++)
 		r += s[l];
 	return r;
@@ -140,7 +172,7 @@ static void softmax_row_f32(const nk_softmax_args_t *a, const nk_rowops_t *ops, 
 			for (int64_t j = 0; j < a->cols; j++)
 				buf[j] *= inv;
 		}
-		store_f32(a->y, a->dtype, base, buf, a->cols);
+		store_row(a->y, a->dtype, base, buf, a->cols, stream_out(a->dtype, a->rows, a->cols));
 		return;
 	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
@@ -200,6 +232,8 @@ static void softmax_rows(void *ctx, int64_t r0, int64_t r1)
 		else
 			softmax_row_f32(a, ops, r);
 	}
+	if (stream_out(a->dtype, a->rows, a->cols))
+		nk_stream_fence();
 }
 
 int nk_softmax_run(void *args)
@@ -223,6 +257,24 @@ static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, const nk_rowops_
 	float dy[CH], y[CH], dot = 0;
 	int64_t base = r * a->cols;
 
+	if (a->cols <= CH) { /* one chunk: dy and y are read once */
+		int64_t n = a->cols;
+
+		load_f32(dy, a->dy, a->dtype, base, n);
+		load_f32(y, a->y, a->dtype, base, n);
+		if (a->log) {
+			dot = lanes_sum(dy, n);
+			ops->exp_sum(y, n, 0.0f); /* y = exp(log-probability) */
+			for (int64_t j = 0; j < n; j++)
+				dy[j] = dy[j] - y[j] * dot;
+		} else {
+			dot = lanes_dot(dy, y, n);
+			for (int64_t j = 0; j < n; j++)
+				dy[j] = y[j] * (dy[j] - dot);
+		}
+		store_row(a->dx, a->dtype, base, dy, n, stream_out(a->dtype, a->rows, a->cols));
+		return;
+	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
 		int64_t n = min64(CH, a->cols - c);
 
@@ -273,6 +325,8 @@ static void softmax_bwd_rows(void *ctx, int64_t r0, int64_t r1)
 		else
 			softmax_bwd_row_f32(a, ops, r);
 	}
+	if (stream_out(a->dtype, a->rows, a->cols))
+		nk_stream_fence();
 }
 
 int nk_softmax_bwd_run(void *args)

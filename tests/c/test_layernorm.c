@@ -92,6 +92,12 @@ static double loss(const double *x, const double *w, const double *b, const doub
 	return s;
 }
 
+/* f32 outputs of 16 MiB and more are written with non-temporal stores. */
+static void test_layernorm_streamed(void)
+{
+	check_case(NK_F32, 4097, 1024, true);
+}
+
 static void test_layernorm_bwd_numerical(void)
 {
 	enum { R = 3, C = 5 };
@@ -148,6 +154,7 @@ int main(void)
 {
 	nkt_seed(3);
 	RUN(test_layernorm_vs_ref);
+	RUN(test_layernorm_streamed);
 	RUN(test_layernorm_bwd_numerical);
 	RUN(test_layernorm_errors);
 	return ctest_finish();

@@ -222,6 +222,15 @@ static void test_parallel_vs_ref(void)
 		}
 }
 
+/* Outputs of 16 MiB and more take the non-temporal-store path (unaligned head, streamed body, tail). */
+static void test_streamed_outputs(void)
+{
+	static const int ops[] = {NK_OP_ADD, NK_OP_GELU, NK_OP_SILU};
+	int lay[3] = {L_CONTIG, L_CONTIG, L_CONTIG};
+	for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+		pw_case(ops[o], NK_F32, 1, (4 << 20) + 13, 1, L_CONTIG, lay, 0);
+}
+
 /* ---- exact values ------------------------------------------------------------------------------------ */
 /* out = op(x, y) for one element of dtype dt; returns the kernel's rc. */
 static int one(int op, int dt, double x, double y, double a, int64_t ia, void *out, int out_dt)
@@ -568,6 +577,7 @@ int main(int argc, char **argv)
 	RUN(test_fill_clamp_single_bound);
 	RUN(test_all_ops_vs_ref);
 	RUN(test_parallel_vs_ref);
+	RUN(test_streamed_outputs);
 	RUN(test_copy);
 	RUN(test_reference_switch);
 	RUN(test_portable_paths);

@@ -9,7 +9,7 @@
 #include "nk_softmax_impl.h"
 #include "nrt.h"
 
-static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 33 }, { 4, 100 }, { 2, 513 }, { 3, 1500 }, { 64, 1000 } };
+static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 33 }, { 4, 100 }, { 2, 513 }, { 3, 1500 }, { 64, 1000 }, { 2, 4100 } };
 static const int dtypes[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
 
 static void tolerances(int dtype, double *atol, double *rtol)
@@ -72,6 +72,12 @@ static void test_softmax_vs_ref(void)
 		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
 			for (int log = 0; log < 2; log++)
 				check_case(dtypes[d], shapes[s][0], shapes[s][1], log);
+}
+
+/* f32 outputs (and backward dx) of 16 MiB and more are written with non-temporal stores. */
+static void test_softmax_streamed(void)
+{
+	check_case(NK_F32, 4097, 1024, false);
 }
 
 static void test_softmax_special_rows(void)
@@ -159,6 +165,7 @@ int main(void)
 	nkt_seed(2);
 	RUN(test_rowops);
 	RUN(test_softmax_vs_ref);
+	RUN(test_softmax_streamed);
 	RUN(test_softmax_special_rows);
 	RUN(test_softmax_bwd_numerical);
 	return ctest_finish();

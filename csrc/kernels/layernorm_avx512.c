@@ -1,0 +1,144 @@
+/* layernorm_avx512.c - AVX-512 versions of the layer-norm row primitives (nk_lnops_impl.h); compiled with
+ * the AVX-512 flags and used by layernorm.c only after nk_cpu_avx512().  The formulas are those of the
+ * portable versions in layernorm.c; sums run in two 16-lane f32 accumulators whose 32 lanes are folded
+ * in f64 (the portable code folds 16 lanes), tails use masked loads and stores. */
+#include <immintrin.h>
+
+#include "nk_lnops_impl.h"
+
+static inline __mmask16 tail_mask(int64_t n)
+{
+	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+
+static inline double fold(__m512 a, __m512 b)
+{
+	float t[32] __attribute__((aligned(64)));
+	double s = 0;
+
+	_mm512_store_ps(t, a);
+	_mm512_store_ps(t + 16, b);
+	for (int l = 0; l < 32; l++)
+		s += t[l];
+	return s;
+}
+
+static double ln_sum(const float *x, int64_t n)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0;
+	int64_t j = 0;
+
+	for (; j + 32 <= n; j += 32) {
+		s0 = _mm512_add_ps(s0, _mm512_loadu_ps(x + j));
+		s1 = _mm512_add_ps(s1, _mm512_loadu_ps(x + j + 16));
+	}
+	for (; j < n; j += 16)
+		s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(tail_mask(n - j), x + j));
+	return fold(s0, s1);
+}
+
+static double ln_sqdev(const float *x, int64_t n, float m)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0, vm = _mm512_set1_ps(m);
+	int64_t j = 0;
+
+	for (; j + 32 <= n; j += 32) {
+		__m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(x + j), vm), d1 = _mm512_sub_ps(_mm512_loadu_ps(x + j + 16), vm);
+
+		s0 = _mm512_fmadd_ps(d0, d0, s0);
+		s1 = _mm512_fmadd_ps(d1, d1, s1);
+	}
+	for (; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+		__m512 d = _mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, x + j), vm);
+
+		s0 = _mm512_fmadd_ps(d, d, s0);
+	}
+	return fold(s0, s1);
+}
+
+static double ln_dot(const float *x, const float *y, int64_t n)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0;
+	int64_t j = 0;
+
+	for (; j + 32 <= n; j += 32) {
+		s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + j), _mm512_loadu_ps(y + j), s0);
+		s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + j + 16), _mm512_loadu_ps(y + j + 16), s1);
+	}
+	for (; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+
+		s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + j), _mm512_maskz_loadu_ps(k, y + j), s0);
+	}
+	return fold(s0, s1);
+}
+
+static void ln_affine(float *x, int64_t n, float shift, float scale, float bias, const float *w, const float *b)
+{
+	const __m512 vsh = _mm512_set1_ps(shift), vsc = _mm512_set1_ps(scale), vbi = _mm512_set1_ps(bias);
+
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+		__m512 v = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vsh), vsc, vbi);
+
+		if (w)
+			v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, w + j));
+		if (b)
+			v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
+		_mm512_mask_storeu_ps(x + j, k, v);
+	}
+}
+
+static void ln_g_xhat(float *dy, float *x, const float *w, int64_t n, float mean, float rstd)
+{
+	const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
+	int scale = mean != 0 || rstd != 1;
+
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+
+		if (dy && w)
+			_mm512_mask_storeu_ps(dy + j, k,
+					      _mm512_mul_ps(_mm512_maskz_loadu_ps(k, dy + j), _mm512_maskz_loadu_ps(k, w + j)));
+		if (scale)
+			_mm512_mask_storeu_ps(x + j, k, _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm), vr));
+	}
+}
+
+static void ln_dx_from(float *g, const float *xhat, int64_t n, float rstd, float mg, float mgx)
+{
+	const __m512 vr = _mm512_set1_ps(rstd), vmg = _mm512_set1_ps(mg), vmgx = _mm512_set1_ps(mgx);
+
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+		__m512 t = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, g + j), vmg);
+
+		t = _mm512_fnmadd_ps(_mm512_maskz_loadu_ps(k, xhat + j), vmgx, t);
+		_mm512_mask_storeu_ps(g + j, k, _mm512_mul_ps(vr, t));
+	}
+}
+
+static void ln_partials(float *sw, float *sb, const float *dy, const float *xhat, int64_t n)
+{
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+		__m512 d = _mm512_maskz_loadu_ps(k, dy + j);
+
+		if (sw)
+			_mm512_mask_storeu_ps(sw + j, k,
+					      _mm512_fmadd_ps(d, _mm512_maskz_loadu_ps(k, xhat + j), _mm512_maskz_loadu_ps(k, sw + j)));
+		if (sb)
+			_mm512_mask_storeu_ps(sb + j, k, _mm512_add_ps(d, _mm512_maskz_loadu_ps(k, sb + j)));
+	}
+}
+
+const nk_lnops_t nk_lnops_avx512 = {
+	.sum = ln_sum,
+	.sqdev = ln_sqdev,
+	.dot = ln_dot,
+	.affine = ln_affine,
+	.g_xhat = ln_g_xhat,
+	.dx_from = ln_dx_from,
+	.partials = ln_partials,
+};
