@@ -508,7 +508,11 @@ static void *launch_thread(void *p)
 	for (int i = 0; i < CL_LAUNCHES; i++) {
 		struct order_args a = { l->last, l->bad, l->thread, i };
 
-		if (nrt_queue_launch(l->q, k_order, &a, sizeof a, "test::order"))
+		/* odd threads launch small kernels, which run inline whenever they find the queue idle */
+		int rc = l->thread & 1 ? nrt_queue_launch_cost(l->q, k_order, &a, sizeof a, "test::order", 8)
+				       : nrt_queue_launch(l->q, k_order, &a, sizeof a, "test::order");
+
+		if (rc)
 			l->errors++;
 	}
 	return NULL;
