@@ -152,6 +152,7 @@ static int parse_env(int *ndev, size_t *limit, bool *blocking)
 {
 	const char *v;
 	int rc, nthreads;
+	size_t inline_bytes;
 
 	*ndev = 1;
 	v = getenv("NEURON_RT_VISIBLE_CORES");
@@ -166,6 +167,13 @@ static int parse_env(int *ndev, size_t *limit, bool *blocking)
 	v = getenv("NEURON_NUM_THREADS");
 	if (v && nrt_parse_num_threads(v, &nthreads))
 		return env_error("NEURON_NUM_THREADS", v, "expected a thread count from 1 to 256");
+	inline_bytes = NRT_INLINE_BYTES_DEFAULT;
+	v = getenv("NEURON_INLINE_BYTES");
+	if (v && strcmp(v, "0") && (rc = nrt_parse_bytes(v, &inline_bytes)))
+		return env_error("NEURON_INLINE_BYTES", v, "expected a byte count (0 disables inline execution)");
+	if (v && !strcmp(v, "0"))
+		inline_bytes = 0;
+	nrt_set_inline_bytes(inline_bytes);
 	return NRT_OK;
 }
 

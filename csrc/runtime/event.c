@@ -91,7 +91,7 @@ int nrt_event_record(nrt_event_t *e, nrt_queue_t *q)
 	if (e->flags & NRT_EVENT_TIMING) {
 		a.e = e;
 		a.gen = e->gen + 1;
-		rc = nrt_queue_push(q, marker_kernel, &a, sizeof a, "nrt::event_record", NRT_REC_INTERNAL, &seq);
+		rc = nrt_queue_push(q, marker_kernel, &a, sizeof a, "nrt::event_record", NRT_REC_INTERNAL, &seq, true);
 	} else {
 		seq = nrt_queue_submitted(q);
 	}

@@ -68,6 +68,18 @@ int nrt_queue_priority(const nrt_queue_t *q);
  * the worker is parked.  name must be a string with static lifetime (the op name).  With
  * NEURON_LAUNCH_BLOCKING=1 the kernel runs before this returns and its error is returned here. */
 int nrt_queue_launch(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, size_t args_size, const char *name);
+/* nrt_queue_launch with an estimate of the kernel's work (bytes it reads and writes, or an equivalent
+ * for compute-bound kernels).  A kernel at or under the inline threshold, launched on an idle queue (no
+ * record pending or running), runs at once on the calling thread under the queue's execution claim
+ * instead of being handed to the worker: ordering, sticky errors, events and tracing are the same as
+ * for a queued record (a kernel failure is still reported at the next synchronizing call, never here),
+ * it only saves the wake-up and hand-off that dominate a small op.  Queues with pending work always
+ * queue the record.  Threshold: NEURON_INLINE_BYTES (bytes, 0 disables), default 32 KiB. */
+int nrt_queue_launch_cost(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, size_t args_size, const char *name,
+			  size_t cost_bytes);
+void nrt_set_inline_bytes(size_t bytes);
+size_t nrt_inline_bytes(void);
+uint64_t nrt_inline_launches(void); /* launches that ran inline so far (statistics, tests) */
 /* Waits until all launched work is done.  Returns the sticky error (NRT_ERR_KERNEL, message
  * "<op>: <detail>") if a kernel failed since the last synchronizing call, and clears it. Kernels
  * launched after a failure are skipped until the error is reported. */

@@ -36,6 +36,9 @@ static inline void nrt_cpu_relax(void)
 /* How long idle workers spin before parking (the machine may have only 2 cores). */
 #define NRT_SPIN_NS 30000
 
+/* Default inline-execution threshold of nrt_queue_launch_cost (bytes of work). */
+#define NRT_INLINE_BYTES_DEFAULT ((size_t)32 << 10)
+
 /* ---- error.c ---------------------------------------------------------------------------------- */
 /* Formats the thread's last-error message and returns status (so callers write
  * `return nrt_set_error(NRT_ERR_INVALID, "...")`). */
@@ -87,9 +90,11 @@ struct nrt_queue {
 };
 
 /* Pushes a record (or, with NEURON_LAUNCH_BLOCKING, runs it inline after draining q); *seq (if not
- * NULL) receives the head value at which the record counts as complete. */
+ * NULL) receives the head value at which the record counts as complete.  inline_ok: when q is idle
+ * (nothing queued, nobody executing) the calling thread runs the record itself under the exec claim,
+ * which costs no hand-off to the worker (small kernels; see nrt_queue_launch_cost). */
 int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size_t args_size,
-		   const char *name, int kind, uint64_t *seq);
+		   const char *name, int kind, uint64_t *seq, bool inline_ok);
 /* Blocks until q's head reaches seq (spins briefly, then parks).  Never fails. */
 void nrt_queue_wait_seq(struct nrt_queue *q, uint64_t seq);
 static inline bool nrt_queue_reached(struct nrt_queue *q, uint64_t seq)

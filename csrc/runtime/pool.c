@@ -198,8 +198,9 @@ void nrt_parallel_for(int64_t n, int64_t grain, nrt_parallel_fn fn, void *ctx)
 	atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
 	pool.job_open = true;
 	atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
-	if (pool.nparked)
-		pthread_cond_broadcast(&pool.work_cv);
+	/* wake only as many parked workers as there are chunks beyond the caller's first one */
+	for (int64_t w = nchunks - 1 < pool.nparked ? nchunks - 1 : pool.nparked; w > 0; w--)
+		pthread_cond_signal(&pool.work_cv);
 	pthread_mutex_unlock(&pool.lock);
 
 	in_pool_task = true;

@@ -19,6 +19,8 @@
 #define NRT_MEMCPY_GRAIN ((int64_t)1 << 20)
 
 static _Thread_local struct nrt_queue *cur_queue;
+static atomic_size_t inline_bytes = NRT_INLINE_BYTES_DEFAULT;
+static atomic_uint_fast64_t inline_count;
 
 struct nrt_queue *nrt_current_queue(void)
 {
@@ -148,8 +150,8 @@ static bool exec_claim(struct nrt_queue *q)
 
 static void exec_release(struct nrt_queue *q)
 {
-	atomic_store(&q->exec, 0); /* seq_cst: ordered before the worker_parked load */
-	if (atomic_load(&q->worker_parked)) {
+	atomic_store(&q->exec, 0); /* seq_cst: ordered before the worker_parked and tail loads */
+	if (atomic_load(&q->worker_parked) && atomic_load(&q->tail) != atomic_load(&q->head)) {
 		pthread_mutex_lock(&q->lock);
 		pthread_cond_signal(&q->work_cv);
 		pthread_mutex_unlock(&q->lock);
@@ -302,7 +304,7 @@ static void wait_for_slot(struct nrt_queue *q, uint64_t tail)
 }
 
 int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size_t args_size,
-		   const char *name, int kind, uint64_t *seq)
+		   const char *name, int kind, uint64_t *seq, bool inline_ok)
 {
 	struct nrt_launch_rec *r;
 	uint64_t tail;
@@ -318,6 +320,31 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 		name = "<unnamed kernel>";
 
 	pthread_mutex_lock(&q->prod_lock);
+	if (inline_ok && cur_queue != q && !nrt_launch_blocking()) {
+		tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
+		if (atomic_load_explicit(&q->head, memory_order_acquire) == tail && exec_claim(q)) {
+			/* idle queue, and the claim keeps the worker and helpers off: run the record here */
+			struct nrt_queue *prev = cur_queue;
+
+			r = &q->ring[tail & NRT_RING_MASK];
+			if (args_size)
+				memcpy(r->args, args, args_size);
+			r->fn = fn;
+			r->name = name;
+			r->kind = kind;
+			atomic_store(&q->tail, tail + 1);
+			pthread_mutex_unlock(&q->prod_lock); /* others may queue behind this record */
+			cur_queue = q;
+			exec_one(q, tail);
+			cur_queue = prev;
+			exec_release(q);
+			wake_waiters(q);
+			atomic_fetch_add_explicit(&inline_count, 1, memory_order_relaxed);
+			if (seq)
+				*seq = tail + 1;
+			return NRT_OK;
+		}
+	}
 	if (nrt_launch_blocking() && cur_queue != q) {
 		rc = run_inline(q, fn, args, args_size, name, kind);
 		if (seq)
@@ -489,7 +516,31 @@ nrt_queue_t *nrt_queue_by_id(int dev, int id)
 
 int nrt_queue_launch(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, size_t args_size, const char *name)
 {
-	return nrt_queue_push(q, fn, args, args_size, name, NRT_REC_KERNEL, NULL);
+	return nrt_queue_push(q, fn, args, args_size, name, NRT_REC_KERNEL, NULL, false);
+}
+
+int nrt_queue_launch_cost(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, size_t args_size, const char *name,
+			  size_t cost_bytes)
+{
+	size_t limit = atomic_load_explicit(&inline_bytes, memory_order_relaxed);
+	bool small = limit && cost_bytes <= limit;
+
+	return nrt_queue_push(q, fn, args, args_size, name, NRT_REC_KERNEL, NULL, small);
+}
+
+void nrt_set_inline_bytes(size_t bytes)
+{
+	atomic_store(&inline_bytes, bytes);
+}
+
+size_t nrt_inline_bytes(void)
+{
+	return atomic_load(&inline_bytes);
+}
+
+uint64_t nrt_inline_launches(void)
+{
+	return atomic_load(&inline_count);
 }
 
 int nrt_queue_synchronize(nrt_queue_t *q)
@@ -566,7 +617,7 @@ int nrt_queue_wait_for(struct nrt_queue *q, struct nrt_queue *src, uint64_t seq)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_wait_event: invalid queue");
 	if (src == q || nrt_queue_reached(src, seq))
 		return NRT_OK; /* in order already, or done */
-	return nrt_queue_push(q, wait_kernel, &a, sizeof a, "nrt::wait_event", NRT_REC_INTERNAL, NULL);
+	return nrt_queue_push(q, wait_kernel, &a, sizeof a, "nrt::wait_event", NRT_REC_INTERNAL, NULL, false);
 }
 
 /* ---- memcpy ------------------------------------------------------------------------------------ */
@@ -604,5 +655,5 @@ int nrt_memcpy_async(nrt_queue_t *q, void *dst, const void *src, size_t nbytes)
 		return NRT_OK;
 	if (!dst || !src)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_memcpy_async: null pointer for %zu bytes", nbytes);
-	return nrt_queue_push(q, memcpy_kernel, &a, sizeof a, "nrt::memcpy", NRT_REC_KERNEL, NULL);
+	return nrt_queue_push(q, memcpy_kernel, &a, sizeof a, "nrt::memcpy", NRT_REC_KERNEL, NULL, false);
 }

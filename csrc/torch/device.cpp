@@ -86,10 +86,28 @@ nrt_queue_t *queue_of(const c10::Stream &s)
 	return q;
 }
 
+// Per-thread cache of the current queue of each device: the (device, stream id) -> queue lookup takes
+// the runtime's queue-list lock, which is too much for every launch and allocation.  Stream ids are
+// never reused, so an entry stays right until the thread's current stream changes.
+struct QueueCacheEntry {
+	int id = -1;
+	nrt_queue_t *q = nullptr;
+};
+static thread_local QueueCacheEntry tl_qcache[64];
+
 nrt_queue_t *current_queue(c10::DeviceIndex idx)
 {
+	if (C10_LIKELY(idx >= 0 && idx < 64)) {
+		const QueueCacheEntry &e = tl_qcache[idx];
+		if (C10_LIKELY(e.q && e.id == tl_stream[idx]))
+			return e.q;
+	}
 	lazy_init();
 	nrt_queue_t *q = nrt_queue_by_id(idx, tl_stream[idx & 63]);
+	if (q && idx >= 0 && idx < 64) {
+		tl_qcache[idx].id = tl_stream[idx];
+		tl_qcache[idx].q = q;
+	}
 	if (C10_UNLIKELY(!q)) {
 		check_device_index(idx);
 		TORCH_CHECK(false, "neuron: no current stream on neuron:", (int)idx);
@@ -145,6 +163,28 @@ void launch(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, size_t size, con
 	int st = nrt_queue_launch(q, fn, args, size, name);
 	if (C10_UNLIKELY(st != 0))
 		raise_status(st, name);
+}
+
+void launch_cost(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, size_t size, const char *name, size_t cost)
+{
+	int st = nrt_queue_launch_cost(q, fn, args, size, name, cost);
+	if (C10_UNLIKELY(st != 0))
+		raise_status(st, name);
+}
+
+DeviceScope::DeviceScope(c10::DeviceIndex idx)
+{
+	if (C10_LIKELY(idx == tl_device || idx < 0))
+		return;
+	c10::DeviceIndex prev = tl_device;
+	set_current_device(idx); // checks the index
+	old_ = prev;
+}
+
+DeviceScope::~DeviceScope()
+{
+	if (old_ >= 0)
+		tl_device = old_;
 }
 
 void sync_queue(nrt_queue_t *q, const char *what)

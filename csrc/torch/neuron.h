@@ -61,6 +61,26 @@ template <typename A> inline void launch(nrt_queue_t *q, nrt_kernel_fn fn, const
 	static_assert(sizeof(A) <= NRT_MAX_ARGS, "kernel arguments too large");
 	launch(q, fn, &args, sizeof(A), name);
 }
+// launch with an estimate of the kernel's work in bytes (read + written; compute-bound kernels an
+// equivalent): small kernels on an idle queue run at once on the calling thread (nrt_queue_launch_cost),
+// which saves the hand-off to the queue worker.  Same semantics as launch otherwise.
+void launch_cost(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, size_t size, const char *name, size_t cost);
+template <typename A>
+inline void launch_cost(nrt_queue_t *q, nrt_kernel_fn fn, const A &args, const char *name, size_t cost)
+{
+	static_assert(sizeof(A) <= NRT_MAX_ARGS, "kernel arguments too large");
+	launch_cost(q, fn, &args, sizeof(A), name, cost);
+}
+
+// Makes idx the current device for the scope; free when it already is (the common case), unlike
+// c10::DeviceGuard, which goes through the virtual guard interface twice.
+struct DeviceScope {
+	c10::DeviceIndex old_ = -1;
+	explicit DeviceScope(c10::DeviceIndex idx);
+	~DeviceScope();
+	DeviceScope(const DeviceScope &) = delete;
+	DeviceScope &operator=(const DeviceScope &) = delete;
+};
 void sync_queue(nrt_queue_t *q, const char *what);
 void sync_device(c10::DeviceIndex idx, const char *what);
 

@@ -57,7 +57,7 @@ static at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::Sc
 	TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
 	check_dtype_supported(c10::dtype_or_default(dtype));
 	c10::Device dev = target_device(device);
-	c10::DeviceGuard g(dev);
+	DeviceScope g(dev.index());
 	return at::detail::empty_generic(size, c10::GetAllocator(kDev), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
 					 c10::dtype_or_default(dtype), mf);
 }
@@ -70,7 +70,7 @@ static at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, st
 	TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
 	check_dtype_supported(c10::dtype_or_default(dtype));
 	c10::Device dev = target_device(device);
-	c10::DeviceGuard g(dev);
+	DeviceScope g(dev.index());
 	return at::detail::empty_strided_generic(size, stride, c10::GetAllocator(kDev), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
 						 c10::dtype_or_default(dtype));
 }
@@ -184,7 +184,7 @@ static at::Tensor copy_from(const at::Tensor &src, const at::Tensor &dst, bool n
 	nk_iter_t it;
 	iter_to_nk(iter, it, "aten::_copy_from");
 	nrt_queue_t *q = current_queue(idx);
-	launch(q, nk_copy_run, it, "aten::_copy_from");
+	launch_cost(q, nk_copy_run, it, "aten::_copy_from", (size_t)dst.numel() * (src.element_size() + dst.element_size()));
 	bool async_ok = non_blocking && dst.device().is_cpu() && nrt_host_is_pinned(dst.const_data_ptr());
 	if (!(src_dev && dst_dev && src.device() == dst.device()) && !async_ok)
 		sync_queue(q, "aten::_copy_from");
@@ -217,7 +217,7 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &v)
 	NEURON_TRACK("aten::fill_.Scalar");
 	if (self.numel() == 0)
 		return self;
-	c10::DeviceGuard g(self.device());
+	DeviceScope g(self.device().index());
 	auto iter = at::TensorIteratorConfig().add_output(self).resize_outputs(false).check_all_same_dtype(false).build();
 	nk_pointwise_args_t a{};
 	iter_to_nk(iter, a.it, "aten::fill_");
@@ -228,7 +228,7 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &v)
 		a.ia = v.toLong(), a.a = (double)a.ia;
 	else
 		a.a = v.toDouble(), a.ia = (int64_t)a.a;
-	launch(current_queue(self.device().index()), nk_pointwise_run, a, "aten::fill_");
+	launch_cost(current_queue(self.device().index()), nk_pointwise_run, a, "aten::fill_", (size_t)self.numel() * self.element_size());
 	return self;
 }
 
@@ -248,7 +248,7 @@ static at::Tensor &random_kernel(at::Tensor &self, int kind, double a, double b,
 {
 	if (self.numel() == 0)
 		return self;
-	c10::DeviceGuard g(self.device());
+	DeviceScope g(self.device().index());
 	auto iter = at::TensorIteratorConfig().add_output(self).resize_outputs(false).check_all_same_dtype(false).build();
 	nk_random_args_t r{};
 	iter_to_nk(iter, r.it, name);

@@ -50,7 +50,10 @@ static void gemm3(const char *name, const at::Tensor &A, const at::Tensor &B, co
 	g.C = C.data_ptr(), g.bs_c = C.stride(0), g.rs_c = C.stride(1), g.cs_c = C.stride(2);
 	if (g.batch == 0 || g.M == 0 || g.N == 0)
 		return;
-	launch(current_queue(C.device().index()), at::isIntegralType(C.scalar_type(), false) ? nk_igemm_run : nk_gemm_run, g, name);
+	// tiny GEMMs run inline on an idle queue (launch_cost): cost ~ multiply-adds * element size / 16
+	size_t cost = (size_t)g.batch * (size_t)g.M * (size_t)g.N * (size_t)std::max<int64_t>(g.K, 1) * C.element_size() / 16;
+	launch_cost(current_queue(C.device().index()), at::isIntegralType(C.scalar_type(), false) ? nk_igemm_run : nk_gemm_run, g,
+		    name, cost);
 }
 
 static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, int64_t dims)

@@ -5,6 +5,7 @@
 #include "pointwise.h"
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/WrapDimUtils.h>
@@ -59,6 +60,114 @@ static bool is_cpu_scalar(const at::Tensor &t)
 	return t.dim() == 0 && t.device().is_cpu();
 }
 
+// The value of a 0-d CPU tensor, read directly (Tensor::item() is a dispatcher round trip).
+static c10::Scalar cpu_scalar_value(const at::Tensor &t)
+{
+	c10::Scalar v;
+	AT_DISPATCH_V2(t.scalar_type(), "cpu_scalar_value", AT_WRAP([&] {
+		v = c10::Scalar(*t.const_data_ptr<scalar_t>());
+	}), AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16);
+	return v;
+}
+
+// True when t is laid out exactly as a contiguous tensor of its shape (strides included, so size-1
+// dimensions cannot make a channels-last tensor pass).
+static bool plain_contiguous(const at::Tensor &t)
+{
+	if (!t.is_contiguous())
+		return false;
+	int64_t expect = 1;
+	auto sz = t.sizes();
+	auto st = t.strides();
+	for (int64_t d = (int64_t)sz.size() - 1; d >= 0; d--) {
+		if (st[d] != expect)
+			return false;
+		expect *= sz[d];
+	}
+	return true;
+}
+
+static size_t elem_size(at::ScalarType t)
+{
+	return c10::elementSize(t);
+}
+
+// Fills the operand k of a launch record for a CPU scalar, in dtype t.
+static void set_scalar_operand(PwLaunch &L, int k, at::ScalarType t, const c10::Scalar &v, const char *name)
+{
+	store_scalar(&L.scal[k], t, v);
+	L.a.it.data[k] = nullptr;
+	L.a.it.dtype[k] = (int8_t)nk_dtype(t, name);
+}
+
+// The common case without TensorIterator: every tensor operand is a plain contiguous neuron tensor of
+// one shape on the device (CPU scalars allowed), and `res` is undefined or a plain contiguous tensor of
+// that shape and dtype odt that each input either is exactly or does not overlap.  Then the result is
+// contiguous, no broadcasting or casting is needed and the whole op is one 1-d loop.  Returns false
+// (nothing done) when the case is not that simple; TensorIterator handles it then.
+static bool pointwise_fast(const char *name, int op, c10::SmallVector<at::Tensor, 4> &in, at::Tensor &res,
+			   at::ScalarType common, at::ScalarType odt, c10::Device dev, unsigned nocast, double a,
+			   double b, int64_t ia, int64_t ib)
+{
+	const at::Tensor *shape_src = nullptr;
+	for (const auto &x : in) {
+		if (is_cpu_scalar(x))
+			continue;
+		if (x.device() != dev || !plain_contiguous(x))
+			return false;
+		if (!shape_src)
+			shape_src = &x;
+		else if (x.sizes() != shape_src->sizes())
+			return false;
+	}
+	if (!shape_src || (int)in.size() + 1 > NK_MAX_OPS)
+		return false;
+	if (res.defined()) {
+		if (res.device() != dev || res.scalar_type() != odt || res.sizes() != shape_src->sizes() ||
+		    !plain_contiguous(res))
+			return false;
+		for (const auto &x : in) {
+			if (is_cpu_scalar(x) || (x.data_ptr() == res.data_ptr() && x.sizes() == res.sizes()))
+				continue;
+			if (at::get_overlap_status(res, x) != at::MemOverlapStatus::No)
+				return false;
+		}
+	} else {
+		res = at::empty(shape_src->sizes(), shape_src->options().dtype(odt));
+	}
+	int64_t n = res.numel();
+	if (n == 0)
+		return true;
+	PwLaunch L{};
+	nk_iter_t &it = L.a.it;
+	it.ndim = 1;
+	it.nops = 1 + (int)in.size();
+	it.shape[0] = n;
+	it.data[0] = (char *)res.data_ptr();
+	it.dtype[0] = (int8_t)nk_dtype(odt, name);
+	it.strides[0][0] = (int64_t)elem_size(odt);
+	size_t cost = (size_t)n * elem_size(odt);
+	for (int k = 1; k < it.nops; k++) {
+		const at::Tensor &x = in[k - 1];
+		bool keep = nocast >> (k - 1) & 1;
+		if (is_cpu_scalar(x)) {
+			at::ScalarType t = keep ? x.scalar_type() : common;
+			if (k == 2 && at::isReducedFloatingType(common) && opmath_scalar_op(op))
+				t = at::kFloat;
+			set_scalar_operand(L, k, t, cpu_scalar_value(x), name);
+			continue;
+		}
+		it.data[k] = (char *)x.const_data_ptr();
+		it.dtype[k] = (int8_t)nk_dtype(x.scalar_type(), name);
+		it.strides[k][0] = (int64_t)x.element_size();
+		cost += (size_t)n * x.element_size();
+	}
+	L.a.op = op;
+	L.a.a = a, L.a.b = b, L.a.ia = ia, L.a.ib = ib;
+	launch_cost(current_queue(dev.index()), pw_tramp, L, name, cost);
+	return true;
+}
+
 // out = op(inputs...) with PyTorch's promotion.  `out` may be undefined (allocated here).  Inputs
 // listed in nocast (bit mask) keep their dtype (where's condition).  Returns the result.
 static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::Tensor> inputs, at::Tensor out,
@@ -95,7 +204,16 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 			    " can't be cast to the desired output type ", out.scalar_type());
 		res = at::Tensor();
 	}
-	c10::DeviceGuard g(*dev);
+	DeviceScope g(dev->index());
+	if (pointwise_fast(name, op, in, res, common, odt, *dev, nocast, a, b, ia, ib)) {
+		if (via_temp) {
+			if (out.sizes() != res.sizes())
+				out.resize_(res.sizes());
+			out.copy_(res);
+			return out;
+		}
+		return res;
+	}
 	at::TensorIteratorConfig cfg;
 	cfg.add_output(res).allow_cpu_scalars(true).check_all_same_dtype(false).declare_static_dtype_and_device(odt, *dev);
 	for (auto &x : in)
@@ -104,6 +222,7 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 	if (iter.numel() > 0) {
 		PwLaunch L{};
 		nk_iter_t &it = L.a.it;
+		size_t cost = 0;
 		TORCH_CHECK(iter.ndim() <= NK_MAX_DIMS, name, ": too many dimensions for neuron");
 		it.ndim = (int)iter.ndim();
 		it.nops = iter.ntensors();
@@ -114,11 +233,10 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 				at::ScalarType t = (nocast >> (k - iter.noutputs()) & 1) ? iter.dtype(k) : common;
 				if (k == iter.noutputs() + 1 && at::isReducedFloatingType(common) && opmath_scalar_op(op))
 					t = at::kFloat;
-				store_scalar(&L.scal[k], t, at::Tensor(iter.tensor(k)).item());
-				it.data[k] = nullptr;
-				it.dtype[k] = (int8_t)nk_dtype(t, name);
+				set_scalar_operand(L, k, t, cpu_scalar_value(at::Tensor(iter.tensor(k))), name);
 				continue;
 			}
+			cost += (size_t)iter.numel() * iter.element_size(k);
 			it.data[k] = (char *)iter.data_ptr(k);
 			it.dtype[k] = (int8_t)nk_dtype(iter.dtype(k), name);
 			for (int d = 0; d < it.ndim; d++)
@@ -126,7 +244,7 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 		}
 		L.a.op = op;
 		L.a.a = a, L.a.b = b, L.a.ia = ia, L.a.ib = ib;
-		launch(current_queue(dev->index()), pw_tramp, L, name);
+		launch_cost(current_queue(dev->index()), pw_tramp, L, name, cost);
 	}
 	res = iter.output(0);
 	if (via_temp) {
@@ -561,7 +679,8 @@ static void launch_reduce(const char *name, const RedPlan &p, int op, const at::
 	r.a = a;
 	if (p.O * p.I == 0)
 		return;
-	launch(current_queue(p.in.device().index()), nk_reduce_run, r, name);
+	size_t cost = (size_t)(p.O * p.R * p.I) * p.in.element_size() + (size_t)out.numel() * out.element_size();
+	launch_cost(current_queue(p.in.device().index()), nk_reduce_run, r, name, cost);
 }
 
 // Result into `out` (may be undefined): reduce with output dtype odt, casting input to cdt first.

@@ -159,6 +159,7 @@ static void test_env_init_errors(void)
 	static const struct { const char *var, *val; } bad[] = {
 		{ "NEURON_RT_VISIBLE_CORES", "abc" }, { "NEURON_RT_MEMORY_LIMIT", "lots" },
 		{ "NEURON_LAUNCH_BLOCKING", "yes" }, { "NEURON_NUM_THREADS", "-2" },
+		{ "NEURON_INLINE_BYTES", "small" },
 	};
 	size_t lim = 0;
 
@@ -191,6 +192,13 @@ static void test_env_init_errors(void)
 	CHECK(nrt_device_count() == 1, "count %d", nrt_device_count());
 	CHECK(nrt_device_memory_limit(0, &lim) == NRT_OK && lim > 0, "default limit %zu", lim);
 	CHECK(!nrt_launch_blocking(), "blocking off by default");
+	CHECK(nrt_inline_bytes() == 32768, "inline threshold %zu", nrt_inline_bytes());
+	setenv("NEURON_INLINE_BYTES", "0", 1);
+	CHECK(nrt_reinit_for_testing() == NRT_OK && nrt_inline_bytes() == 0, "0 disables: %zu", nrt_inline_bytes());
+	setenv("NEURON_INLINE_BYTES", "4KiB", 1);
+	CHECK(nrt_reinit_for_testing() == NRT_OK && nrt_inline_bytes() == 4096, "4KiB: %zu", nrt_inline_bytes());
+	unsetenv("NEURON_INLINE_BYTES");
+	CHECK(nrt_reinit_for_testing() == NRT_OK && nrt_inline_bytes() == 32768, "default again");
 }
 
 static void test_status_strings(void)
@@ -291,6 +299,80 @@ static void test_sticky_error(void)
 	      nrt_last_error());
 	CHECK(nrt_queue_synchronize(q) == NRT_OK, "cleared");
 	nrt_event_destroy(e);
+}
+
+/* nrt_queue_launch_cost: a small kernel on an idle queue runs on the calling thread; on a busy queue,
+ * or above the threshold, it is queued behind the pending work; order, sticky errors and events hold. */
+static void test_inline_launch(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	size_t saved = nrt_inline_bytes();
+	pthread_t who = 0;
+	struct self_args s = { &who };
+	static int log[64];
+	atomic_int n = 0;
+	uint64_t before;
+	int ms = 40, idx = 3, rc;
+
+	CHECK(saved == 32768, "default threshold %zu", saved);
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "%s", nrt_last_error());
+
+	/* idle queue, small kernel: inline, done before the launch returns */
+	before = nrt_inline_launches();
+	CHECK(nrt_queue_launch_cost(q, k_whoami, &s, sizeof s, "test::whoami", 64) == NRT_OK, "launch");
+	CHECK(pthread_equal(who, pthread_self()), "ran on the calling thread");
+	CHECK(nrt_inline_launches() == before + 1, "counted");
+	CHECK(nrt_queue_query(q) == NRT_OK, "idle after an inline launch");
+
+	/* above the threshold: queued (the worker or a synchronizing thread runs it) */
+	before = nrt_inline_launches();
+	CHECK(nrt_queue_launch_cost(q, k_whoami, &s, sizeof s, "test::whoami", saved + 1) == NRT_OK, "launch");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "sync");
+	CHECK(nrt_inline_launches() == before, "big kernel queued");
+
+	/* busy queue: small kernels queue behind the pending work, in order */
+	CHECK(nrt_queue_launch(q, k_sleep, &ms, sizeof ms, "test::sleep") == NRT_OK, "launch");
+	before = nrt_inline_launches();
+	for (int i = 0; i < 64; i++) {
+		struct append_args a = { log, &n, i };
+
+		CHECK(nrt_queue_launch_cost(q, k_append, &a, sizeof a, "test::append", 8) == NRT_OK, "launch");
+	}
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "sync");
+	CHECK(atomic_load(&n) == 64, "ran %d", atomic_load(&n));
+	for (int i = 0; i < 64; i++)
+		if (log[i] != i) {
+			CHECK(0, "log[%d] = %d", i, log[i]);
+			break;
+		}
+	CHECK(nrt_inline_launches() - before < 64, "not all inline behind a sleeping kernel");
+
+	/* a failing inline kernel: no error at launch, sticky at the next synchronize, later work skipped */
+	atomic_store(&n, 0);
+	struct count_args c = { &n };
+	CHECK(nrt_queue_launch_cost(q, k_fail, &idx, sizeof idx, "aten::index", 4) == NRT_OK, "launch");
+	CHECK(nrt_queue_launch_cost(q, k_count, &c, sizeof c, "test::count", 4) == NRT_OK, "launch");
+	rc = nrt_queue_synchronize(q);
+	CHECK(rc == NRT_ERR_KERNEL && strcmp(nrt_last_error(), "aten::index: bad index 3") == 0, "rc %d '%s'", rc,
+	      nrt_last_error());
+	CHECK(atomic_load(&n) == 0, "skipped after the failure");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "cleared");
+
+	/* an event recorded after inline work is complete at once */
+	nrt_event_t *e = NULL;
+	CHECK(nrt_event_create(0, NRT_EVENT_TIMING, &e) == NRT_OK, "event");
+	CHECK(nrt_queue_launch_cost(q, k_count, &c, sizeof c, "test::count", 4) == NRT_OK, "launch");
+	CHECK(nrt_event_record(e, q) == NRT_OK, "record");
+	CHECK(nrt_event_query(e) == NRT_OK, "event done");
+	nrt_event_destroy(e);
+
+	/* threshold 0 disables inline execution */
+	nrt_set_inline_bytes(0);
+	before = nrt_inline_launches();
+	CHECK(nrt_queue_launch_cost(q, k_whoami, &s, sizeof s, "test::whoami", 0) == NRT_OK, "launch");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "sync");
+	CHECK(nrt_inline_launches() == before, "disabled: queued");
+	nrt_set_inline_bytes(saved);
 }
 
 static void test_launch_blocking(void)
@@ -426,7 +508,11 @@ static void *launch_thread(void *p)
 	for (int i = 0; i < CL_LAUNCHES; i++) {
 		struct order_args a = { l->last, l->bad, l->thread, i };
 
-		if (nrt_queue_launch(l->q, k_order, &a, sizeof a, "test::order"))
+		/* odd threads launch small kernels, which run inline whenever they find the queue idle */
+		int rc = l->thread & 1 ? nrt_queue_launch_cost(l->q, k_order, &a, sizeof a, "test::order", 8)
+				       : nrt_queue_launch(l->q, k_order, &a, sizeof a, "test::order");
+
+		if (rc)
 			l->errors++;
 	}
 	return NULL;
@@ -616,6 +702,7 @@ int main(void)
 	RUN(test_queue_order);
 	RUN(test_queue_ids_and_query);
 	RUN(test_sticky_error);
+	RUN(test_inline_launch);
 	RUN(test_launch_blocking);
 	RUN(test_events);
 	RUN(test_wait_event_across_queues);
