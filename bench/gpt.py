@@ -55,8 +55,9 @@ def config(quick):
     return dict(d_model=384, layers=6, heads=6, block=256, batch=8)
 
 
-def make_step(dev, cfg, seed=1337):
-    """(step function, model, losses list) for one device."""
+def make_step(dev, cfg, seed=1337, compile_backend=None):
+    """(step function, model, losses list) for one device; compile_backend: torch.compile the model
+    with that backend (bench/compiled.py)."""
     tg, data = train_gpt(), char_data()
     torch.manual_seed(seed)
     model = tg.GPT(data.vocab_size, cfg["block"], cfg["layers"], cfg["d_model"], cfg["heads"]).to(dev)
@@ -67,11 +68,12 @@ def make_step(dev, cfg, seed=1337):
     gen.manual_seed(seed)
     losses = []
     params = list(model.parameters())
+    fwd = torch.compile(model, backend=compile_backend) if compile_backend else model
 
     def step():
         x, y = data.get_batch(cfg["batch"], cfg["block"], gen)
         x, y = x.to(dev), y.to(dev)
-        _, loss = model(x, y)
+        _, loss = fwd(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -924,7 +924,8 @@ static int emit_unit(nc_graph_t *g, nc_sb_t *s, int ui, int *level, bool *needed
 		sb_printf(s, " %s", g->n[k.u->nodes[i]].op);
 	sb_printf(s, " */\n");
 	if (k.u->kind == U_PW) {
-		pw_space(&k);
+		if (!k.u->is_epi) /* an epilogue keeps the GEMM's rows (R = M, L = N) */
+			pw_space(&k);
 		((nc_unit_t *)k.u)->R = k.R, ((nc_unit_t *)k.u)->L = k.L;
 		return emit_pw(&k);
 	}
@@ -1031,8 +1032,8 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 		for (int p = sg->first; p <= sg->last && !st; p++) {
 			int ui = g->sched[p];
 			const nc_unit_t *u = &g->u[ui];
-			if (u->kind == U_EAGER)
-				continue;
+			if (u->kind == U_EAGER || u->is_epi)
+				continue; /* an epilogue is emitted inside its GEMM */
 			if (g->profile)
 				sb_printf(s, "\tint64_t t%d_ = nc_now_ns();\n", u->kid);
 			if (u->kind == U_LIB)
@@ -1097,6 +1098,6 @@ int nc_emit_plan(nc_graph_t *g, nc_sb_t *p)
 	for (int i = 0; i < g->nv; i++)
 		if (g->v[i].storage == ST_EXT)
 			sb_printf(p, " %d", i);
-	sb_printf(p, "\nkernels %d\nend\n", g->nkernels);
+	sb_printf(p, "\nkernels %d\nend\n", g->nkernels - g->nepi); /* a GEMM with its epilogue is one kernel */
 	return 0;
 }

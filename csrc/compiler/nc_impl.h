@@ -109,6 +109,8 @@ typedef struct {
 	int seg;          /* segment, -1 for eager units */
 	int kid;          /* kernel number in the generated code */
 	bool dead;
+	int epi1;         /* LIB mm: 1 + the PW unit run as its epilogue (row block by row block), or 0 */
+	bool is_epi;      /* PW: runs inside the preceding GEMM (no launch of its own) */
 } nc_unit_t;
 
 typedef struct {
@@ -132,6 +134,7 @@ typedef struct {
 	int nseg, seg_cap;
 	int *ws, nws;             /* workspace roots in plan order */
 	int nkernels;
+	int nepi;                 /* PW units fused into a GEMM as its epilogue */
 	nc_sb_t log;
 	char err[512];
 } nc_graph_t;

@@ -248,9 +248,51 @@ out:
 	return st;
 }
 
+/* GEMM epilogues: a pointwise unit scheduled right after a 2-D GEMM that reads its output C
+ * (contiguous [M, N]), whose members all have M*N elements with N a suffix product of their shapes
+ * (row r of the unit is row r of C), runs inside the GEMM: the segment computes C row block by row
+ * block and applies the epilogue (bias, activation, residual add, casts) to each block while it is
+ * in cache.  The epilogue takes the GEMM's step, so the live ranges keep its outputs off the bytes
+ * of the GEMM's operands (later row blocks still read them). */
+static void epilogues(nc_graph_t *g)
+{
+	g->nepi = 0;
+	for (int p = 0; p + 1 < g->nsched; p++) {
+		nc_unit_t *u = &g->u[g->sched[p]], *e = &g->u[g->sched[p + 1]];
+		if (u->kind != U_LIB || e->kind != U_PW || e->dead || strcmp(g->n[u->nodes[0]].op, "mm"))
+			continue;
+		const nc_node_t *mm = &g->n[u->nodes[0]];
+		if (mm->nout < 1 || mm->outs[0] < 0)
+			continue;
+		const nc_value_t *C = &g->v[mm->outs[0]];
+		if (C->rank != 2 || !nc_streq(C->lin[0], "1") || C->view_of >= 0)
+			continue;
+		bool reads = false, ok = true;
+		for (int i = 0; i < e->nnodes && ok; i++) {
+			const nc_node_t *m = &g->n[e->nodes[i]];
+			const nc_value_t *S = &g->v[m->outs[0]];
+			ok = nc_streq(S->sp[0], C->sp[0]) && nc_sp_index(S, C->size[1]) >= 0;
+			for (int j = 0; j < m->nin; j++)
+				if (m->ins[j].kind == 'v' && m->ins[j].v >= 0 && g->v[m->ins[j].v].root == C->id)
+					reads = true;
+		}
+		if (!ok || !reads)
+			continue;
+		u->epi1 = g->sched[p + 1] + 1;
+		e->is_epi = true;
+		e->step = u->step;
+		e->R = C->size[0];
+		e->L = C->size[1];
+		nc_log(g, "epilogue: unit %d runs inside the gemm of unit %d", g->sched[p + 1], g->sched[p]);
+		p++;
+	}
+}
+
 int nc_plan(nc_graph_t *g)
 {
 	int st = schedule(g);
+	if (!st)
+		epilogues(g);
 	if (!st)
 		st = storage(g);
 	if (!st)
@@ -259,5 +301,18 @@ int nc_plan(nc_graph_t *g)
 	for (int i = 0; i < g->nu; i++)
 		if (g->u[i].kind != U_EAGER && !g->u[i].dead)
 			g->u[i].kid = g->nkernels++;
+	g->nepi = 0;
+	for (int i = 0; i < g->nu; i++) {
+		nc_unit_t *u = &g->u[i];
+		if (!u->epi1)
+			continue;
+		nc_unit_t *e = &g->u[u->epi1 - 1];
+		if (e->seg != u->seg) { /* cut by the pointer limit: run it as its own kernel */
+			u->epi1 = 0;
+			e->is_epi = false;
+		} else {
+			g->nepi++;
+		}
+	}
 	return st;
 }

@@ -781,15 +781,42 @@ def library(S, emit, operand, node, outs):
         elif name == "layernorm":
             x, shape, w, b, eps = a
             xd = S.values[S.fx_value[x]].dtype
-            if xd not in floats or any(o is not None and S.values[o].dtype != xd for o in outs):
-                return None  # the kernel writes mean/rstd in the input dtype
-            emit("L", name, outs, [vid(x), vid(w), vid(b)], [len(shape), _float_tok(eps)[1:]], fx=node)
+            if xd not in floats or (outs[0] is not None and S.values[outs[0]].dtype != xd):
+                return None
+            # the kernel writes mean/rstd in the input dtype (as eager on the CPU); the meta function
+            # says f32 for bf16/f16 inputs: write temporaries and cast (exactly) to the traced dtype
+            louts, casts = list(outs), []
+            for i in (1, 2):
+                o = outs[i] if i < len(outs) else None
+                if o is not None and S.values[o].dtype != xd:
+                    ov = S.values[o]
+                    if ov.dtype not in floats or not contig(f"v{o}"):
+                        return None
+                    tmp = Value.make(S.new_id(), xd, ov.device, ov.sizes)
+                    S.values[tmp.id] = tmp
+                    louts[i] = tmp.id
+                    casts.append((o, tmp.id))
+            emit("L", name, louts, [vid(x), vid(w), vid(b)], [len(shape), _float_tok(eps)[1:]], fx=node)
+            for o, t in casts:
+                emit("P", "copy", [o], [f"v{t}"], [_DTYPES[S.values[o].dtype]], fx=node)
         elif name == "layernorm_bwd":
             dy, x, shape, mean, rstd, w, b, mask = a
             xd = S.values[S.fx_value[x]].dtype
-            if xd not in floats or any(S.values[S.fx_value[t]].dtype != xd for t in (dy, mean, rstd)):
+            if xd not in floats or S.values[S.fx_value[dy]].dtype != xd:
                 return None
-            emit("L", name, outs, [vid(dy), vid(x), vid(mean), vid(rstd), vid(w), vid(b)],
+            stats = []
+            for t in (mean, rstd):  # f32 statistics of a bf16/f16 layer norm: cast to the input dtype
+                tv = S.values[S.fx_value[t]]
+                if tv.dtype == xd:
+                    stats.append(vid(t))
+                    continue
+                if tv.dtype not in floats:
+                    return None
+                tmp = Value.make(S.new_id(), xd, tv.device, tv.sizes)
+                S.values[tmp.id] = tmp
+                emit("P", "copy", [tmp.id], [vid(t)], [_DTYPES[xd]], fx=node)
+                stats.append(f"v{tmp.id}")
+            emit("L", name, outs, [vid(dy), vid(x), stats[0], stats[1], vid(w), vid(b)],
                  [len(shape)] + [int(bool(t)) for t in mask], fx=node)
         elif name == "embedding":
             w, idx = a[0], a[1]
