@@ -166,6 +166,7 @@ def run_case(name, setup, flops, outs, rounds=3, target_s=0.5, modes=MODES, verb
         order = list(fns) if r % 2 == 0 else list(fns)[::-1]
         for mode in order:
             try:
+                time.sleep(0.1)  # let the previous mode's OpenMP / pool threads stop spinning
                 res[mode]["times"].append(_time(fns[mode], res[mode]["iters"]))
             except Exception as e:  # noqa: BLE001
                 res[mode]["error"] = f"{type(e).__name__}: {e}"[:160]
@@ -229,7 +230,7 @@ def md_section(results, meta):
     return "\n".join(out)
 
 
-def run(quick, rounds=None, target_s=None, only=None, verbose=True):
+def run(quick, rounds=None, target_s=None, only=None, verbose=True, modes=MODES):
     """[(name, results)] for the GPT step and BERT inference."""
     rounds = rounds or (3 if quick else 5)
     target_s = target_s or (0.3 if quick else 1.0)
@@ -238,7 +239,8 @@ def run(quick, rounds=None, target_s=None, only=None, verbose=True):
         if only and key not in only:
             continue
         name, setup, flops, outs = mk(quick)
-        results.append((name, run_case(name, setup, flops, outs, rounds=rounds, target_s=target_s, verbose=verbose)))
+        results.append((name, run_case(name, setup, flops, outs, rounds=rounds, target_s=target_s, modes=modes,
+                                       verbose=verbose)))
         torch._dynamo.reset()
         gc.collect()
     return results
@@ -251,10 +253,14 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--target", type=float, default=None, help="seconds per round per mode")
     ap.add_argument("--only", default=None, help="gpt,bert")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of: " + ", ".join(MODES))
     ap.add_argument("-v", "--verbose", action="count", default=1)
     a = ap.parse_args(argv)
-    print(f"torch.compile: {'quick' if a.quick else 'full'} run; modes: {', '.join(MODES)}", flush=True)
-    run(a.quick, a.rounds, a.target, set(a.only.split(",")) if a.only else None, verbose=a.verbose)
+    modes = tuple(m.strip() for m in a.modes.split(","))
+    if set(modes) - set(MODES):
+        ap.error(f"unknown mode(s): {set(modes) - set(MODES)}")
+    print(f"torch.compile: {'quick' if a.quick else 'full'} run; modes: {', '.join(modes)}", flush=True)
+    run(a.quick, a.rounds, a.target, set(a.only.split(",")) if a.only else None, verbose=a.verbose, modes=modes)
     return 0
 
 

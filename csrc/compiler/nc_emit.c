@@ -447,7 +447,7 @@ static int emit_node(kc_t *k, const nc_node_t *m, int mode, int indent)
 static void emit_store(kc_t *k, const nc_value_t *v, int mode, int indent)
 {
 	nc_graph_t *g = k->g;
-	int pi = ptr_index(g, k->u->seg, v->id);
+	int pi = ptr_index(g, k->u->seg, v->storage == ST_INTO ? v->into : v->id);
 	char name[32], idx[NC_EXPR], x[64], sv[NC_EXPR];
 	fmt(name, sizeof name, "s%d_%d", v->id, k->pass);
 	if (mode == CLS_FULL) {

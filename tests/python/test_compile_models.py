@@ -199,3 +199,47 @@ def test_compiled_forward_backward_launches_a_third_of_eager():
     kernels = sum(p["kernels"] for p in progs) + sum(n for k, n in launches[True].items() if not k.startswith("neuron_compiled"))
     assert all(p["eager_ops"] == 0 for p in progs) and kernels < n_eager, (kernels, n_eager)
     assert abs(losses[True] - losses[False]) <= 1e-5 * abs(losses[False])
+
+
+# ---- a compiled optimizer step: input mutations written in place ------------------------------------------------
+
+@pytest.mark.parametrize("capturable", [False, True])
+def test_compiled_clip_and_adamw_write_parameters_in_place(capturable):
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    models, opts, steps = {}, {}, {}
+    for name, dev in (("cpu", "cpu"), ("eager", "neuron"), ("comp", "neuron")):
+        m = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+        m.load_state_dict(ref.state_dict())
+        m = m.to(dev)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.1,
+                                capturable=capturable and dev == "neuron", foreach=True)
+
+        def step(m=m, opt=opt):
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+            opt.step()
+        models[name], opts[name] = m, opt
+        steps[name] = torch.compile(step, backend="neuron") if name == "comp" else step
+    x = torch.randn(6, 8)
+    for it in range(3):
+        for name, m in models.items():
+            dev = next(m.parameters()).device
+            m.zero_grad(set_to_none=True)
+            m(x.to(dev)).square().sum().backward()
+            if it == 2 and name == "comp":
+                with kernel_trace() as tr:
+                    steps[name]()
+            else:
+                steps[name]()
+    launched = collections.Counter(r[0] for r in tr.records)
+    assert "aten::_copy_from" not in launched and "aten::copy_" not in launched, launched  # written in place
+    if capturable:
+        assert sum(launched.values()) <= 4, launched
+    pc, pe = dict(models["cpu"].named_parameters()), dict(models["eager"].named_parameters())
+    for n, p in models["comp"].named_parameters():
+        torch.testing.assert_close(p.detach().cpu(), pc[n].detach(), rtol=1e-5, atol=1e-6, msg=lambda s, n=n: f"{n}: {s}")
+        torch.testing.assert_close(p.detach().cpu(), pe[n].detach().cpu(), rtol=1e-5, atol=1e-6)
+        sc, sk = opts["cpu"].state[pc[n]], opts["comp"].state[p]
+        torch.testing.assert_close(sk["exp_avg"].cpu(), sc["exp_avg"], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(sk["exp_avg_sq"].cpu(), sc["exp_avg_sq"], rtol=1e-4, atol=1e-8)
+        assert float(sk["step"]) == float(sc["step"]) == 3

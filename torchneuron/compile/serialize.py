@@ -210,6 +210,7 @@ class Serialized:
         self.inputs = []      # per placeholder: ('t', value id) | ('s', sympy expr) | ('o', None)
         self.outputs = []     # per output: ('t', vid) | ('s', expr) | ('c', python constant)
         self.attrs = []       # (value id, attribute name) of get_attr constants
+        self.mutations = []   # (value id, input value id): value written into the input in place
         self.ex = Exprs()
         self.bindings = []    # per symbol: (placeholder index, 'size'|'stride'|'offset'|'int', dim)
         self.kinds = {}       # IR node kind counts
@@ -249,8 +250,10 @@ def _float_tok(x):
     return "f" + repr(x)
 
 
-def serialize(gm, example_inputs=None):
-    """Serialized form of an ATen-level GraphModule; raises Unsupported for what it cannot express."""
+def serialize(gm, example_inputs=None, inplace=True):
+    """Serialized form of an ATen-level GraphModule; raises Unsupported for what it cannot express.
+    inplace: input mutations (`copy_` into a graph input, with no users) are written by the kernel
+    that computes the new value (IR `mut`); False: they run as eager copy_ ops."""
     S = Serialized()
     ex = S.ex
     graph = gm.graph
@@ -274,6 +277,7 @@ def serialize(gm, example_inputs=None):
 
     lines = []
     nid = [0]
+    input_ids = set()
 
     def new_value(val, root=None, off=0):
         v = Value(S.new_id(), val, root, off)
@@ -331,6 +335,7 @@ def serialize(gm, example_inputs=None):
                 v = new_value(m)
                 S.fx_value[node] = v.id
                 S.inputs.append(("t", v.id))
+                input_ids.add(v.id)
             elif isinstance(m, torch.SymInt):
                 S.inputs.append(("s", to_expr(m)))
             else:
@@ -378,6 +383,22 @@ def serialize(gm, example_inputs=None):
                 raise Unsupported("view of a non-tensor")
             S.fx_value[node] = view_value(S, emit, base, m, reshape=p in ops.RESHAPE_VIEWS).id
             continue
+
+        if inplace and str(node.target) == "aten.copy_.default" and not node.users and on_neuron:
+            dst = S.fx_value.get(node.args[0])
+            src = S.fx_value.get(node.args[1])
+            if isinstance(dst, int) and isinstance(src, int) and dst in input_ids:
+                dv, sv = S.values[dst], S.values[src]
+                if (dv.rank == sv.rank and all(_eq(a, b) for a, b in zip(dv.sizes, sv.sizes))
+                        and (dv.rank == 0 or dv._lin(0) == 1) and dv.dtype in _DTYPES and sv.dtype in _DTYPES):
+                    # an input mutation kept in the graph (keep_inference_input_mutations): the kernel
+                    # that computes the new value writes it into the input's buffer
+                    nv = Value.make(S.new_id(), dv.dtype, dv.device, dv.sizes)
+                    S.values[nv.id] = nv
+                    emit("P", "copy", [nv.id], [f"v{src}"], [_DTYPES[dv.dtype]], fx=node)
+                    S.mutations.append((nv.id, dst))
+                    S.fx_value[node] = dst
+                    continue
 
         outs = out_values(node)
         S.fx_value[node] = outs
@@ -457,7 +478,8 @@ def serialize(gm, example_inputs=None):
     head += [S.values[i].line(ex) for i in sorted(S.values)]
     ins = [str(x[1]) for x in S.inputs if x[0] == "t"] + [str(a[0]) for a in S.attrs]
     head.append(" ".join(["in", str(len(ins))] + ins))
-    S.ir = "\n".join(head + lines + [" ".join(["out", str(len(out_ids))] + [str(i) for i in out_ids]), "end", ""])
+    muts = [" ".join(["mut", str(len(S.mutations))] + [f"{v} {d}" for v, d in S.mutations])] if S.mutations else []
+    S.ir = "\n".join(head + lines + muts + [" ".join(["out", str(len(out_ids))] + [str(i) for i in out_ids]), "end", ""])
     return S
 
 
