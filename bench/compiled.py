@@ -7,7 +7,8 @@ interleaved round by round:
     inductor CPU      torch.compile(model) (inductor, C++ codegen) on the CPU
 
 The GPT step is bench/gpt.py's step (forward, backward, clip_grad_norm_, AdamW, LambdaLR, loss.item())
-with the model compiled (the optimizer runs eagerly in every mode).  BERT: a post-LayerNorm encoder
+with the model compiled (the optimizer runs eagerly in every mode: LambdaLR changes the learning rate,
+a Python float, every step, which would recompile a compiled optimizer step each time).  BERT: a post-LayerNorm encoder
 (12 layers, d 768, 12 heads, FFN 3072, GELU; sequence 128, batch 8) with a key padding mask, under
 torch.no_grad(); --quick uses small variants of both.  Compile time (first call, Dynamo + backend) is
 measured separately and not in the step times.
