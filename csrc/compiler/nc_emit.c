@@ -406,6 +406,9 @@ static int operands(kc_t *k, const nc_node_t *m, int mode, char a[][NC_EXPR], in
 		} else if (o->kind == 'e') {
 			fmt(x, sizeof x, "(int64_t)(%s)", o->e);
 			from = NC_I64;
+		} else if (o->kind == 'd') {
+			fmt(x, sizeof x, "nc_i2d(S%lld)", (long long)o->i);
+			from = NC_F64;
 		} else if (o->v < 0) {
 			return nc_fail(g, NC_ERR_INVALID, "node %d: absent operand", m->id);
 		} else {
@@ -704,6 +707,8 @@ static void prologue(kc_t *k, const char *lo, const char *hi)
 			} else if (o->kind == 'i') {
 				fmt(x, sizeof x, "(int64_t)%lld", (long long)o->i);
 				from = NC_I64;
+			} else if (o->kind == 'd') {
+				fmt(x, sizeof x, "nc_i2d(S%lld)", (long long)o->i);
 			} else {
 				fmt(x, sizeof x, "(int64_t)(%s)", o->e);
 				from = NC_I64;

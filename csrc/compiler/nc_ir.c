@@ -240,6 +240,12 @@ static int parse_operand(lexer_t *L, nc_opnd_t *o)
 		o->kind = 'e';
 		o->e = nc_strdup(&g->A, t + 1);
 		return 0;
+	case 'd': /* a double passed at launch time in symbol slot i (a CPU scalar tensor's value) */
+		o->kind = 'd';
+		o->i = strtoll(t + 1, &end, 10);
+		if (*end || o->i < 0 || o->i >= g->nsyms)
+			break;
+		return 0;
 	}
 	return L->err = nc_fail(g, NC_ERR_PARSE, "IR line %d: bad operand '%s'", L->line, t);
 }

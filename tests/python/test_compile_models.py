@@ -243,3 +243,50 @@ def test_compiled_clip_and_adamw_write_parameters_in_place(capturable):
         torch.testing.assert_close(sk["exp_avg"].cpu(), sc["exp_avg"], rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(sk["exp_avg_sq"].cpu(), sc["exp_avg_sq"], rtol=1e-4, atol=1e-8)
         assert float(sk["step"]) == float(sc["step"]) == 3
+
+
+def test_compiled_training_step_runs_a_third_of_the_eager_kernels():
+    """The GPT test model's whole training step (forward, backward, clip_grad_norm_, AdamW with its
+    defaults): the model and the clip + AdamW update compiled (two torch.compile regions) against
+    eager.  Kernels: every eager launch is one; a compiled program counts its fused kernels and
+    library calls (compile_stats "kernels", the CPU-side eager ops of AdamW's CPU `step`s excluded:
+    they launch nothing on the device)."""
+    from torchneuron.compile import frontend
+    from train_gpt import GPT
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 32, (4, 16), generator=g).to("neuron")
+    y = torch.randint(0, 32, (4, 16), generator=g).to("neuron")
+    kernels, launches, losses = {}, {}, {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        m = GPT(32, 16, 2, 32, 4).to("neuron")
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
+
+        def update():
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+            opt.step()
+        fwd = torch.compile(m, backend="neuron") if compiled else m
+        upd = torch.compile(update, backend="neuron") if compiled else update
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = fwd(x, y)[1]
+            loss.backward()
+            upd()
+            return loss
+        losses[compiled] = [step().item() for _ in range(2)]
+        before = {id(p): p.calls for p in frontend.programs}
+        with kernel_trace() as tr:
+            losses[compiled].append(step().item())
+        progs = [p for p in frontend.programs if p.calls > before.get(id(p), 0)]
+        c = collections.Counter(r[0] for r in tr.records)
+        inside = sum(n for k, n in c.items() if k.startswith("neuron_compiled"))
+        launches[compiled] = len(tr.records)
+        kernels[compiled] = len(tr.records) - inside + sum(p.kernels_per_call - p.eager_steps for p in progs)
+        if compiled:
+            assert len(progs) == 4 and all(hasattr(p, "plan") for p in progs), [p.name for p in progs]
+            assert not any(k.startswith("aten::") and k not in ("aten::fill_", "aten::linalg_vector_norm") for k in c), c
+    torch.testing.assert_close(torch.tensor(losses[True]), torch.tensor(losses[False]), rtol=1e-5, atol=1e-6)
+    assert kernels[True] * 3 <= kernels[False], (kernels, launches)
+    assert launches[True] * 10 <= launches[False], (kernels, launches)

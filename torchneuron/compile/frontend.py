@@ -37,9 +37,10 @@ def compile_graph(gm, example_inputs, kind="forward"):
         return prog
     nc = toolchain.graph_compiler()
     st, source, plan_text, fusion_log, err = nc.compile(ser.ir)
-    if st != 0 and ser.mutations:
-        log.info("torchneuron: %s: in-place input writes rejected (%s); eager copies instead", name, err)
-        ser = serialize.serialize(gm, example_inputs, inplace=False)
+    if st != 0 and (ser.mutations or ser.scalars):
+        log.info("torchneuron: %s: in-place input writes / launch-time scalars rejected (%s); eager instead",
+                 name, err)
+        ser = serialize.serialize(gm, example_inputs, inplace=False, scalars=False)
         st, source, plan_text, fusion_log, err = nc.compile(ser.ir)
     if st != 0:
         raise RuntimeError(f"neuron compile: the graph compiler rejected graph {name}: {err}")

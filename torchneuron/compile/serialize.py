@@ -211,6 +211,8 @@ class Serialized:
         self.outputs = []     # per output: ('t', vid) | ('s', expr) | ('c', python constant)
         self.attrs = []       # (value id, attribute name) of get_attr constants
         self.mutations = []   # (value id, input value id): value written into the input in place
+        self.scalars = []     # value ids of CPU scalars passed at launch (symbol slots after ex.syms)
+        self.hoist = set()    # ids of eager nodes that compute them (run before the first launch)
         self.ex = Exprs()
         self.bindings = []    # per symbol: (placeholder index, 'size'|'stride'|'offset'|'int', dim)
         self.kinds = {}       # IR node kind counts
@@ -250,10 +252,13 @@ def _float_tok(x):
     return "f" + repr(x)
 
 
-def serialize(gm, example_inputs=None, inplace=True):
+def serialize(gm, example_inputs=None, inplace=True, scalars=True):
     """Serialized form of an ATen-level GraphModule; raises Unsupported for what it cannot express.
     inplace: input mutations (`copy_` into a graph input, with no users) are written by the kernel
-    that computes the new value (IR `mut`); False: they run as eager copy_ ops."""
+    that computes the new value (IR `mut`); False: they run as eager copy_ ops.
+    scalars: 0-d f32/f64 CPU tensors computed on the CPU from graph inputs before any device work
+    (AdamW's bias corrections of CPU `step`s) are pointwise operands passed at launch time (IR `d`
+    operands in symbol slots after the size symbols; their eager ops run first)."""
     S = Serialized()
     ex = S.ex
     graph = gm.graph
@@ -278,6 +283,15 @@ def serialize(gm, example_inputs=None, inplace=True):
     lines = []
     nid = [0]
     input_ids = set()
+    cpu_pure = set()        # CPU values computable up front: inputs, then pure eager ops on them
+    barrier_seen = [False]
+    slots = {}
+
+    def is_cpu_scalar(x):
+        m = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        vid = S.fx_value.get(x) if isinstance(x, torch.fx.Node) else None
+        return (scalars and _is_tensor(m) and m.device.type == "cpu" and m.dim() == 0
+                and m.dtype in (torch.float32, torch.float64) and isinstance(vid, int) and vid in cpu_pure)
 
     def new_value(val, root=None, off=0):
         v = Value(S.new_id(), val, root, off)
@@ -294,6 +308,11 @@ def serialize(gm, example_inputs=None, inplace=True):
             x = S.fx_value.get(a)
             if not isinstance(x, int):
                 raise Unsupported(f"operand {a} has no tensor value")
+            if is_cpu_scalar(a):
+                if x not in slots:
+                    slots[x] = len(slots)
+                    S.scalars.append(x)
+                return f"d{len(ex.syms) + slots[x]}"
             return f"v{x}"
         if isinstance(a, bool):
             return f"i{int(a)}"
@@ -317,7 +336,14 @@ def serialize(gm, example_inputs=None, inplace=True):
         ins = [f"v{S.fx_value[x]}" for x in _flat_nodes((node.args, node.kwargs))
                if isinstance(S.fx_value.get(x), int)]
         # mutating ops read (and write) their inputs: a barrier in the schedule
-        return emit("E", "barrier" if ops.is_mutating(node.target) else "op", outs, ins, fx=node)
+        barrier = ops.is_mutating(node.target)
+        n = emit("E", "barrier" if barrier else "op", outs, ins, fx=node)
+        barrier_seen[0] |= barrier
+        if (not barrier_seen[0] and all(int(t[1:]) in cpu_pure for t in ins)
+                and all(o is None or S.values[o].device.type == "cpu" for o in outs)):
+            cpu_pure.update(o for o in outs if o is not None)
+            S.hoist.add(n.id)
+        return n
 
     def out_values(node):
         """Values for a node's outputs: one id, or a tuple of ids/None."""
@@ -336,6 +362,8 @@ def serialize(gm, example_inputs=None, inplace=True):
                 S.fx_value[node] = v.id
                 S.inputs.append(("t", v.id))
                 input_ids.add(v.id)
+                if m.device.type == "cpu":
+                    cpu_pure.add(v.id)
             elif isinstance(m, torch.SymInt):
                 S.inputs.append(("s", to_expr(m)))
             else:
@@ -372,6 +400,10 @@ def serialize(gm, example_inputs=None, inplace=True):
         tensors_in = [x for x in _flat_nodes((node.args, node.kwargs)) if _is_tensor(x.meta.get("val"))]
         on_neuron = all(x.meta["val"].device.type == "neuron" for x in tensors_in) and (
             not _is_tensor(m) or m.device.type == "neuron")
+        # pointwise and _foreach_ ops may also take CPU scalars (passed at launch time)
+        pw_ok = on_neuron or (any(x.meta["val"].device.type == "neuron" for x in tensors_in) and all(
+            x.meta["val"].device.type == "neuron" or is_cpu_scalar(x) for x in tensors_in) and (
+            not _is_tensor(m) or m.device.type == "neuron"))
 
         # views: metadata only
         if p in ops.MULTI_VIEWS and ops.is_view_op(node.target):
@@ -405,9 +437,9 @@ def serialize(gm, example_inputs=None, inplace=True):
         out_list = list(outs) if isinstance(outs, tuple) else [outs]
 
         kind = None
-        if on_neuron and isinstance(m, (list, tuple)):
+        if pw_ok and isinstance(m, (list, tuple)):
             kind = foreach(S, emit, operand, node, out_list)
-        if on_neuron and _is_tensor(m) and m.dtype in _DTYPES:
+        if pw_ok and _is_tensor(m) and m.dtype in _DTYPES:
             spec = ops.pointwise_spec(node)
             if spec is not None:
                 op, operands, ck = spec
@@ -423,11 +455,12 @@ def serialize(gm, example_inputs=None, inplace=True):
                     toks = [operand(a) for a in operands]
                 except Unsupported:
                     toks = None
-                if toks is not None and all(_operand_dtype_ok(S, t) for t in toks):
+                if toks is not None and all(_operand_dtype_ok(S, t) for t in toks) and (
+                        cd in ("f32", "f64") or not any(t.startswith("d") for t in toks)):
                     if cd is not None:
                         emit("P", op, [outs], toks, [cd], fx=node)
                         kind = "P"
-            if kind is None:
+            if kind is None and on_neuron:
                 spec = ops.reduction_spec(node)
                 x = node.args[0] if node.args else None
                 if spec is not None and not isinstance(S.fx_value.get(x), int):
@@ -472,7 +505,7 @@ def serialize(gm, example_inputs=None, inplace=True):
             for s in e.free_symbols:
                 if s not in ex.index:
                     raise Unsupported(f"size symbol {s} is not an input size")
-    head = ["ncir 1", f"syms {len(ex.syms)}"]
+    head = ["ncir 1", f"syms {len(ex.syms) + len(S.scalars)}"]
     if os.environ.get("NEURON_COMPILE_PROFILE", "0") not in ("", "0"):
         head.append("profile 1")
     head += [S.values[i].line(ex) for i in sorted(S.values)]
@@ -503,6 +536,8 @@ def foreach(S, emit, operand, node, outs):
         except Unsupported:
             return None
         if cd is None or not all(_operand_dtype_ok(S, t) for t in toks):
+            return None
+        if any(t.startswith("d") for t in toks) and cd not in ("f32", "f64"):
             return None
         planned.append((op, o, toks, cd))
     for op, o, toks, cd in planned:
