@@ -167,7 +167,6 @@ def run_case(name, setup, flops, outs, rounds=3, target_s=0.5, modes=MODES, verb
         order = list(fns) if r % 2 == 0 else list(fns)[::-1]
         for mode in order:
             try:
-                time.sleep(0.1)  # let the previous mode's OpenMP / pool threads stop spinning
                 res[mode]["times"].append(_time(fns[mode], res[mode]["iters"]))
             except Exception as e:  # noqa: BLE001
                 res[mode]["error"] = f"{type(e).__name__}: {e}"[:160]
