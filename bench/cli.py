@@ -52,7 +52,7 @@ def main(argv=None):
                     help="Markdown report path (default docs/benchmarks.md for a full run, none for --quick; "
                          "'-' for none)")
     ap.add_argument("--only", default=None,
-                    help="comma-separated groups: " + ",".join(g[0] for g in GROUPS))
+                    help="comma-separated groups: " + ",".join(g[0] for g in GROUPS) + ",compiled")
     ap.add_argument("--no-limits", action="store_true", help="skip the C microbenchmarks")
     ap.add_argument("--no-mem", action="store_true", help="skip the GPT peak-RSS subprocesses (--quick skips them)")
     ap.add_argument("--retries", type=int, default=1,
@@ -74,7 +74,7 @@ def main(argv=None):
         out = None
     only = set(a.only.split(",")) if a.only else None
     if only:
-        bad = only - {g[0] for g in GROUPS}
+        bad = only - {g[0] for g in GROUPS} - {"compiled"}
         if bad:
             ap.error(f"unknown group(s): {', '.join(sorted(bad))}")
 
@@ -117,6 +117,18 @@ def main(argv=None):
         except Exception:  # noqa: BLE001
             pass
 
+    # ---- 7. torch.compile (bench/compiled.py: four modes, its own interleaved timing) ----
+    compiled_text = compiled_md = None
+    if not only or "compiled" in only:
+        from . import compiled
+        print("7. torch.compile (compiled neuron, eager neuron, CPU eager, inductor CPU)", flush=True)
+        try:
+            cres = compiled.run(a.quick, rounds=rounds, verbose=a.verbose)
+            compiled_text = "\n".join(compiled.text_table(n, r) for n, r in cres)
+            compiled_md = compiled.md_section(cres, f"{rounds} rounds.")
+        except Exception as e:  # noqa: BLE001
+            print(f"  torch.compile workloads failed: {e}")
+
     if limits is not None and not limits.error:
         print("machine limits again (best of start and end kept) ...", flush=True)
         limits.measure()
@@ -135,6 +147,9 @@ def main(argv=None):
                             f"peaks): ![GEMM throughput](gemm.png)" if why is None else f"(gemm.png not drawn: {why})")
         print(f"wrote {png}" if why is None else f"gemm.png not drawn: {why}")
     text, md = build(groups, limits, info, meta)
+    if compiled_md:
+        text += "\n\n7. torch.compile\n" + compiled_text
+        md += "\n\n" + compiled_md + "\n"
     print()
     print(text)
     if out:

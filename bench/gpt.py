@@ -56,9 +56,10 @@ def config(quick):
     return dict(d_model=384, layers=6, heads=6, block=256, batch=8)
 
 
-def make_step(dev, cfg, seed=1337, amp=False):
+def make_step(dev, cfg, seed=1337, amp=False, compile_backend=None):
     """(step function, model, losses list) for one device; amp: the forward under
-    torch.autocast(dev, dtype=torch.bfloat16) (fp32 weights, optimizer and backward as usual)."""
+    torch.autocast(dev, dtype=torch.bfloat16) (fp32 weights, optimizer and backward as usual);
+    compile_backend: torch.compile the model with that backend (bench/compiled.py)."""
     tg, data = train_gpt(), char_data()
     torch.manual_seed(seed)
     model = tg.GPT(data.vocab_size, cfg["block"], cfg["layers"], cfg["d_model"], cfg["heads"]).to(dev)
@@ -69,12 +70,13 @@ def make_step(dev, cfg, seed=1337, amp=False):
     gen.manual_seed(seed)
     losses = []
     params = list(model.parameters())
+    fwd = torch.compile(model, backend=compile_backend) if compile_backend else model
 
     def step():
         x, y = data.get_batch(cfg["batch"], cfg["block"], gen)
         x, y = x.to(dev), y.to(dev)
         with (torch.autocast(device_type=dev, dtype=torch.bfloat16) if amp else contextlib.nullcontext()):
-            _, loss = model(x, y)
+            _, loss = fwd(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

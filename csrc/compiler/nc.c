@@ -4,7 +4,7 @@
 
 #include "nc_impl.h"
 
-#define NC_VERSION "nc-0.1.0"
+#define NC_VERSION "nc-0.4.0"
 
 struct nc_result {
 	char *source, *plan, *log, *error;

@@ -406,6 +406,9 @@ static int operands(kc_t *k, const nc_node_t *m, int mode, char a[][NC_EXPR], in
 		} else if (o->kind == 'e') {
 			fmt(x, sizeof x, "(int64_t)(%s)", o->e);
 			from = NC_I64;
+		} else if (o->kind == 'd') {
+			fmt(x, sizeof x, "nc_i2d(S%lld)", (long long)o->i);
+			from = NC_F64;
 		} else if (o->v < 0) {
 			return nc_fail(g, NC_ERR_INVALID, "node %d: absent operand", m->id);
 		} else {
@@ -447,7 +450,7 @@ static int emit_node(kc_t *k, const nc_node_t *m, int mode, int indent)
 static void emit_store(kc_t *k, const nc_value_t *v, int mode, int indent)
 {
 	nc_graph_t *g = k->g;
-	int pi = ptr_index(g, k->u->seg, v->id);
+	int pi = ptr_index(g, k->u->seg, v->storage == ST_INTO ? v->into : v->id);
 	char name[32], idx[NC_EXPR], x[64], sv[NC_EXPR];
 	fmt(name, sizeof name, "s%d_%d", v->id, k->pass);
 	if (mode == CLS_FULL) {
@@ -704,6 +707,8 @@ static void prologue(kc_t *k, const char *lo, const char *hi)
 			} else if (o->kind == 'i') {
 				fmt(x, sizeof x, "(int64_t)%lld", (long long)o->i);
 				from = NC_I64;
+			} else if (o->kind == 'd') {
+				fmt(x, sizeof x, "nc_i2d(S%lld)", (long long)o->i);
 			} else {
 				fmt(x, sizeof x, "(int64_t)(%s)", o->e);
 				from = NC_I64;
@@ -924,7 +929,8 @@ static int emit_unit(nc_graph_t *g, nc_sb_t *s, int ui, int *level, bool *needed
 		sb_printf(s, " %s", g->n[k.u->nodes[i]].op);
 	sb_printf(s, " */\n");
 	if (k.u->kind == U_PW) {
-		pw_space(&k);
+		if (!k.u->is_epi) /* an epilogue keeps the GEMM's rows (R = M, L = N) */
+			pw_space(&k);
 		((nc_unit_t *)k.u)->R = k.R, ((nc_unit_t *)k.u)->L = k.L;
 		return emit_pw(&k);
 	}
@@ -1031,8 +1037,8 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 		for (int p = sg->first; p <= sg->last && !st; p++) {
 			int ui = g->sched[p];
 			const nc_unit_t *u = &g->u[ui];
-			if (u->kind == U_EAGER)
-				continue;
+			if (u->kind == U_EAGER || u->is_epi)
+				continue; /* an epilogue is emitted inside its GEMM */
 			if (g->profile)
 				sb_printf(s, "\tint64_t t%d_ = nc_now_ns();\n", u->kid);
 			if (u->kind == U_LIB)
@@ -1097,6 +1103,6 @@ int nc_emit_plan(nc_graph_t *g, nc_sb_t *p)
 	for (int i = 0; i < g->nv; i++)
 		if (g->v[i].storage == ST_EXT)
 			sb_printf(p, " %d", i);
-	sb_printf(p, "\nkernels %d\nend\n", g->nkernels);
+	sb_printf(p, "\nkernels %d\nend\n", g->nkernels - g->nepi); /* a GEMM with its epilogue is one kernel */
 	return 0;
 }

@@ -63,6 +63,27 @@ static void gemm(nc_graph_t *g, nc_sb_t *s, int seg, const nc_node_t *n, bool ba
 		  B->stride[o], B->stride[o + 1], batched ? B->stride[0] : "0");
 	sb_printf(s, "\t\ta_.C = %s; a_.rs_c = (%s); a_.cs_c = (%s); a_.bs_c = %s;\n", ptr(g, seg, C->id, pc, sizeof pc),
 		  C->stride[o], C->stride[o + 1], batched ? C->stride[0] : "0");
+	int epi = batched ? 0 : g->u[n->unit].epi1;
+	if (epi) {
+		/* the epilogue (a PW unit over rows of C, R = M, L = N) after each row block of the GEMM,
+		 * while the block is in cache: blocks of about 1 MiB of C, at least 64 rows */
+		const nc_unit_t *e = &g->u[epi - 1];
+		sb_printf(s, "\t\tconst int64_t L_ = (%s), CH_ = L_ < NC_CHUNK ? (L_ > 0 ? L_ : 1) : NC_CHUNK, NCH_ = (L_ + CH_ - 1) / CH_;\n", e->L);
+		sb_printf(s, "\t\tconst int64_t MB_ = nc_max(64, ((1 << 20) / (%d * nc_max(a_.N, 1))) / 16 * 16);\n", nc_dtype_size(C->dtype));
+		sb_printf(s, "\t\tfor (int64_t m0_ = 0; m0_ < a_.M; m0_ += MB_) {\n");
+		sb_printf(s, "\t\t\tnk_gemm_args_t b_ = a_;\n\t\t\tb_.M = nc_min(MB_, a_.M - m0_);\n");
+		sb_printf(s, "\t\t\tb_.A = (const char *)a_.A + m0_ * a_.rs_a * %d;\n", nc_dtype_size(A->dtype));
+		sb_printf(s, "\t\t\tb_.C = (char *)a_.C + m0_ * a_.rs_c * %d;\n", nc_dtype_size(C->dtype));
+		sb_printf(s, "\t\t\tif (b_.N > 0 && b_.K == 0) {\n\t\t\t\tfor (int64_t i = 0; i < b_.M; i++)\n"
+			     "\t\t\t\t\tfor (int64_t j = 0; j < b_.N; j++)\n"
+			     "\t\t\t\t\t\tmemset((char *)b_.C + (i * b_.rs_c + j * b_.cs_c) * %d, 0, %d);\n"
+			     "\t\t\t} else if (b_.N > 0 && RT->gemm(&b_)) {\n\t\t\t\treturn 1;\n\t\t\t}\n",
+			  nc_dtype_size(C->dtype), nc_dtype_size(C->dtype));
+		sb_printf(s, "\t\t\tnc_off_t o_ = {nc_k%d, &ctx, m0_ * NCH_};\n", e->kid);
+		sb_printf(s, "\t\t\tif (L_ > 0)\n\t\t\t\tRT->parallel_for(b_.M * NCH_, nc_max(1, 32768 / CH_), nc_off_run, &o_);\n");
+		sb_printf(s, "\t\t}\n\t}\n");
+		return;
+	}
 	sb_printf(s, "\t\tif (a_.M > 0 && a_.N > 0 && a_.batch > 0) {\n");
 	sb_printf(s, "\t\t\tif (a_.K == 0) {\n\t\t\t\tfor (int64_t b = 0; b < a_.batch; b++)\n"
 		     "\t\t\t\t\tfor (int64_t i = 0; i < a_.M; i++)\n\t\t\t\t\t\tfor (int64_t j = 0; j < a_.N; j++)\n"

@@ -496,7 +496,15 @@ static int singletons(nc_graph_t *g)
 			nc_add_dep(g, ui, last_eager); /* eager ops keep their order (random numbers) */
 			last_eager = ui;
 		}
-		if (x->barrier) {
+		bool host_only = true; /* a mutation of CPU tensors only (a CPU `step` += 1): kernels never
+					* touch them, the eager order above is enough */
+		for (int j = 0; j < x->nin; j++)
+			if (x->ins[j].kind == 'v' && x->ins[j].v >= 0 && g->v[x->ins[j].v].on_device)
+				host_only = false;
+		for (int j = 0; j < x->nout; j++)
+			if (x->outs[j] >= 0 && g->v[x->outs[j]].on_device)
+				host_only = false;
+		if (x->barrier && !host_only) {
 			for (int k2 = 0; k2 < ui; k2++)
 				nc_add_dep(g, ui, k2);
 			last_barrier = ui;

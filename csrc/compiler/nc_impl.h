@@ -49,7 +49,8 @@ const char *nc_ctype_reg(int dt);      /* type of a value in a register: float f
 
 /* ---- graph ---------------------------------------------------------------------------------------- */
 enum { CLS_NONE, CLS_FULL, CLS_ROW, CLS_COL };          /* a value's index space inside its unit */
-enum { ST_NONE, ST_INPUT, ST_EAGER, ST_EXT, ST_WS };     /* where a root buffer lives */
+enum { ST_NONE, ST_INPUT, ST_EAGER, ST_EXT, ST_WS, ST_INTO }; /* where a root buffer lives; ST_INTO: stored
+								 * into the graph input `into` (in place) */
 
 typedef struct {
 	int id, dtype, rank;
@@ -60,6 +61,7 @@ typedef struct {
 	int view_of;      /* base value of a view, -1 otherwise */
 	bool reshape;     /* produced by a row-major-preserving view */
 	int root;         /* the non-view ancestor */
+	int into;         /* an input mutation (IR `mut`): this value is written into input `into`, -1 */
 	int *users;       /* nodes reading this value directly (V nodes included) */
 	int nusers, users_cap;
 	/* after fusion and planning */
@@ -109,6 +111,8 @@ typedef struct {
 	int seg;          /* segment, -1 for eager units */
 	int kid;          /* kernel number in the generated code */
 	bool dead;
+	int epi1;         /* LIB mm: 1 + the PW unit run as its epilogue (row block by row block), or 0 */
+	bool is_epi;      /* PW: runs inside the preceding GEMM (no launch of its own) */
 } nc_unit_t;
 
 typedef struct {
@@ -132,6 +136,7 @@ typedef struct {
 	int nseg, seg_cap;
 	int *ws, nws;             /* workspace roots in plan order */
 	int nkernels;
+	int nepi;                 /* PW units fused into a GEMM as its epilogue */
 	nc_sb_t log;
 	char err[512];
 } nc_graph_t;
@@ -142,6 +147,7 @@ void nc_log(nc_graph_t *g, const char *fmt, ...) __attribute__((format(printf, 2
 int nc_parse(nc_graph_t *g, const char *ir);
 int nc_fuse(nc_graph_t *g);
 int nc_plan(nc_graph_t *g);
+int nc_mutations(nc_graph_t *g); /* checks in-place input writes, orders the readers first */
 int nc_emit(nc_graph_t *g, nc_sb_t *src);
 int nc_emit_plan(nc_graph_t *g, nc_sb_t *plan);
 int nc_emit_lib(nc_graph_t *g, nc_sb_t *s, int node); /* one library call inside a segment */

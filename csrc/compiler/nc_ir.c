@@ -240,6 +240,12 @@ static int parse_operand(lexer_t *L, nc_opnd_t *o)
 		o->kind = 'e';
 		o->e = nc_strdup(&g->A, t + 1);
 		return 0;
+	case 'd': /* a double passed at launch time in symbol slot i (a CPU scalar tensor's value) */
+		o->kind = 'd';
+		o->i = strtoll(t + 1, &end, 10);
+		if (*end || o->i < 0 || o->i >= g->nsyms)
+			break;
+		return 0;
 	}
 	return L->err = nc_fail(g, NC_ERR_PARSE, "IR line %d: bad operand '%s'", L->line, t);
 }
@@ -289,7 +295,7 @@ static void parse_value(lexer_t *L)
 	for (int d = 0; d <= v->rank; d++)
 		v->lin[d] = next_str(L);
 	v->on_device = !strcmp(next(L), "n");
-	v->producer = -1, v->view_of = -1, v->root = id, v->ws_index = -1;
+	v->producer = -1, v->view_of = -1, v->root = id, v->ws_index = -1, v->into = -1;
 }
 
 static void parse_node(lexer_t *L, int index)
@@ -521,6 +527,13 @@ int nc_parse(nc_graph_t *g, const char *ir)
 			nvals++;
 		} else if (!strcmp(t, "n")) {
 			parse_node(&L, nnodes++);
+		} else if (!strcmp(t, "mut")) { /* mut <n> (<value> <input>)*n: write value into the input */
+			int n = (int)next_int(&L, 0, g->nv);
+			for (int i = 0; i < n && !L.err; i++) {
+				int v = (int)next_int(&L, 0, g->nv - 1), dst = (int)next_int(&L, 0, g->nv - 1);
+				if (!L.err)
+					g->v[v].into = dst;
+			}
 		} else if (!strcmp(t, "profile")) {
 			g->profile = next_int(&L, 0, 1) != 0;
 		} else if (!strcmp(t, "in") || !strcmp(t, "out")) {

@@ -100,6 +100,54 @@ static void scan_users(nc_graph_t *g, int value, int root, int unit, bool tr, bo
 	}
 }
 
+/* Input mutations (values with `into`): the writing unit must be a pointwise unit that reads the
+ * input, if at all, at the element it writes (same flat index, contiguous); every other unit that
+ * reads the input runs before it (a dependency).  A violation fails the compile: the frontend then
+ * compiles the graph again with the mutations applied by eager copies. */
+static bool dense(const nc_value_t *v) { return v->rank == 0 || nc_streq(v->lin[0], "1"); }
+
+static int reads_of_input(nc_graph_t *g, int value, int dst, int writer)
+{
+	const nc_value_t *v = &g->v[value], *d = &g->v[dst];
+	for (int i = 0; i < v->nusers; i++) {
+		const nc_node_t *u = &g->n[v->users[i]];
+		if (u->kind == 'V') {
+			int st = reads_of_input(g, u->outs[0], dst, writer);
+			if (st)
+				return st;
+			continue;
+		}
+		if (u->unit < 0)
+			continue;
+		if (u->unit != writer) {
+			nc_add_dep(g, writer, u->unit);
+			continue;
+		}
+		if (!nc_streq(v->sp[0], d->sp[0]) || !dense(v) || !nc_streq(v->off, d->off))
+			return nc_fail(g, NC_ERR_INVALID, "input %d is mutated by unit %d, which also reads it at other elements", dst, writer);
+	}
+	return 0;
+}
+
+int nc_mutations(nc_graph_t *g)
+{
+	for (int i = 0; i < g->nv; i++) {
+		nc_value_t *v = &g->v[i];
+		if (v->into < 0)
+			continue;
+		nc_value_t *d = &g->v[v->into];
+		int w = v->producer >= 0 ? g->n[v->producer].unit : -1;
+		if (!d->is_input || d->view_of >= 0 || v->view_of >= 0 || v->nusers || v->is_output || w < 0 || g->u[w].kind != U_PW ||
+		    !dense(d) || !dense(v) || !nc_streq(v->sp[0], d->sp[0]) || v->dtype != d->dtype)
+			return nc_fail(g, NC_ERR_INVALID, "value %d cannot be written into input %d in place", i, v->into);
+		int st = reads_of_input(g, v->into, v->into, w);
+		if (st)
+			return st;
+		nc_log(g, "in place: value %d (unit %d) is written into input %d", i, w, v->into);
+	}
+	return 0;
+}
+
 static int storage(nc_graph_t *g)
 {
 	for (int i = 0; i < g->nv; i++) {
@@ -113,6 +161,12 @@ static int storage(nc_graph_t *g)
 			continue;
 		int unit = -1;
 		bool mem = false, eager_use = false;
+		if (v->into >= 0) {
+			v->storage = ST_INTO;
+			v->mat = true;
+			v->def_step = v->last_step = g->u[g->n[v->producer].unit].step;
+			continue;
+		}
 		if (v->is_input) {
 			v->storage = ST_INPUT;
 			v->mat = true;
@@ -161,7 +215,7 @@ static void unit_roots(nc_graph_t *g, int ui, void (*fn)(nc_graph_t *, int, void
 		const nc_node_t *n = &g->n[u->nodes[k]];
 		for (int i = 0; i < n->nout; i++)
 			if (n->outs[i] >= 0 && g->v[n->outs[i]].mat && g->v[n->outs[i]].storage != ST_NONE)
-				fn(g, n->outs[i], ctx);
+				fn(g, g->v[n->outs[i]].storage == ST_INTO ? g->v[n->outs[i]].into : n->outs[i], ctx);
 		for (int i = 0; i < n->nin; i++) {
 			if (n->ins[i].kind != 'v' || n->ins[i].v < 0)
 				continue;
@@ -248,9 +302,54 @@ out:
 	return st;
 }
 
+/* GEMM epilogues: a pointwise unit scheduled right after a 2-D GEMM that reads its output C
+ * (contiguous [M, N]), whose members all have M*N elements with N a suffix product of their shapes
+ * (row r of the unit is row r of C), runs inside the GEMM: the segment computes C row block by row
+ * block and applies the epilogue (bias, activation, residual add, casts) to each block while it is
+ * in cache.  The epilogue takes the GEMM's step, so the live ranges keep its outputs off the bytes
+ * of the GEMM's operands (later row blocks still read them). */
+static void epilogues(nc_graph_t *g)
+{
+	g->nepi = 0;
+	for (int p = 0; p + 1 < g->nsched; p++) {
+		nc_unit_t *u = &g->u[g->sched[p]], *e = &g->u[g->sched[p + 1]];
+		if (u->kind != U_LIB || e->kind != U_PW || e->dead || strcmp(g->n[u->nodes[0]].op, "mm"))
+			continue;
+		const nc_node_t *mm = &g->n[u->nodes[0]];
+		if (mm->nout < 1 || mm->outs[0] < 0)
+			continue;
+		const nc_value_t *C = &g->v[mm->outs[0]];
+		if (C->rank != 2 || !nc_streq(C->lin[0], "1") || C->view_of >= 0)
+			continue;
+		bool reads = false, ok = true;
+		for (int i = 0; i < e->nnodes && ok; i++) {
+			const nc_node_t *m = &g->n[e->nodes[i]];
+			const nc_value_t *S = &g->v[m->outs[0]];
+			ok = nc_streq(S->sp[0], C->sp[0]) && nc_sp_index(S, C->size[1]) >= 0 && S->into < 0; /* no in-place write:
+														     * later blocks read the GEMM's operands */
+			for (int j = 0; j < m->nin; j++)
+				if (m->ins[j].kind == 'v' && m->ins[j].v >= 0 && g->v[m->ins[j].v].root == C->id)
+					reads = true;
+		}
+		if (!ok || !reads)
+			continue;
+		u->epi1 = g->sched[p + 1] + 1;
+		e->is_epi = true;
+		e->step = u->step;
+		e->R = C->size[0];
+		e->L = C->size[1];
+		nc_log(g, "epilogue: unit %d runs inside the gemm of unit %d", g->sched[p + 1], g->sched[p]);
+		p++;
+	}
+}
+
 int nc_plan(nc_graph_t *g)
 {
-	int st = schedule(g);
+	int st = nc_mutations(g);
+	if (!st)
+		st = schedule(g);
+	if (!st)
+		epilogues(g);
 	if (!st)
 		st = storage(g);
 	if (!st)
@@ -259,5 +358,18 @@ int nc_plan(nc_graph_t *g)
 	for (int i = 0; i < g->nu; i++)
 		if (g->u[i].kind != U_EAGER && !g->u[i].dead)
 			g->u[i].kid = g->nkernels++;
+	g->nepi = 0;
+	for (int i = 0; i < g->nu; i++) {
+		nc_unit_t *u = &g->u[i];
+		if (!u->epi1)
+			continue;
+		nc_unit_t *e = &g->u[u->epi1 - 1];
+		if (e->seg != u->seg) { /* cut by the pointer limit: run it as its own kernel */
+			u->epi1 = 0;
+			e->is_epi = false;
+		} else {
+			g->nepi++;
+		}
+	}
 	return st;
 }

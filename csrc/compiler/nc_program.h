@@ -60,7 +60,21 @@ static inline int64_t nc_now_ns(void)
 }
 
 static inline int64_t nc_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* a kernel over tiles [off + b, off + e): runs a GEMM epilogue on the tiles of one row block */
+typedef struct {
+	void (*fn)(void *ctx, int64_t b, int64_t e);
+	void *ctx;
+	int64_t off;
+} nc_off_t;
+static __attribute__((unused)) void nc_off_run(void *c, int64_t b, int64_t e)
+{
+	const nc_off_t *o = (const nc_off_t *)c;
+	o->fn(o->ctx, o->off + b, o->off + e);
+}
 static inline int64_t nc_max(int64_t a, int64_t b) { return a > b ? a : b; }
+/* a double passed in an int64 launch slot (a CPU scalar tensor read at launch time) */
+static inline double nc_i2d(int64_t i) { double d; memcpy(&d, &i, sizeof d); return d; }
 /* column tile of a column reduction over L columns: about a quarter of the row (so several tiles
  * run in parallel), a multiple of 16, at most NC_CC */
 static inline int64_t nc_colw(int64_t L) { return L <= 16 ? (L > 0 ? L : 1) : nc_min(NC_CC, ((L + 3) / 4 + 15) / 16 * 16); }

@@ -3,6 +3,7 @@
 // Shapes and dtypes are checked here; the C kernels get contiguous buffers or explicit strides.
 #include "neuron.h"
 
+#include <algorithm>
 #include <ATen/TensorIterator.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/native/TypeProperties.h>
@@ -470,19 +471,24 @@ static at::Tensor nll_bwd(const at::Tensor &grad, const at::Tensor &self, const 
 
 std::pair<uint64_t, uint64_t> philox_args(const std::optional<at::Generator> &gen, c10::DeviceIndex idx, int64_t n);
 
+/* Sizes are compared as SymInts: under dynamic shapes (FakeTensors with symbolic sizes) a concrete
+ * size() would specialize the sequence length and recompile the graph for every length. */
 static int64_t sdp_choice(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &mask, double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa)
 {
 	bool ok = q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type() &&
-		  at::isFloatingType(q.scalar_type()) && q.size(0) == k.size(0) && q.size(0) == v.size(0) && k.size(2) == v.size(2) &&
-		  q.size(3) == k.size(3) && k.size(1) == v.size(1) && k.size(1) > 0 && q.size(1) % k.size(1) == 0 &&
-		  (q.size(1) == k.size(1) || enable_gqa) && q.device() == k.device() && q.device() == v.device();
+		  at::isFloatingType(q.scalar_type()) && q.device() == k.device() && q.device() == v.device();
+	if (ok) {
+		ok = q.sym_size(0) == k.sym_size(0) && q.sym_size(0) == v.sym_size(0) && k.sym_size(2) == v.sym_size(2) &&
+		     q.sym_size(3) == k.sym_size(3) && k.sym_size(1) == v.sym_size(1) && k.sym_size(1) > 0 &&
+		     (q.sym_size(1) == k.sym_size(1) || (enable_gqa && q.sym_size(1) % k.sym_size(1) == 0));
+	}
 	if (ok && mask.has_value() && mask->defined()) {
 		const at::Tensor &m = *mask;
 		ok = m.dim() <= 4 && (m.scalar_type() == at::kBool || m.scalar_type() == q.scalar_type()) && m.device() == q.device();
-		std::vector<int64_t> full{q.size(0), q.size(1), q.size(2), k.size(2)};
+		c10::SymInt full[4] = {q.sym_size(0), q.sym_size(1), q.sym_size(2), k.sym_size(2)};
 		for (int64_t i = 0; ok && i < m.dim(); i++) {
-			int64_t s = m.size(m.dim() - 1 - i), f = full[3 - i];
-			ok = s == f || s == 1;
+			c10::SymInt s = m.sym_size(m.dim() - 1 - i);
+			ok = s == full[3 - i] || s == 1;
 		}
 	}
 	return (int64_t)(ok ? sdp::SDPBackend::overrideable : sdp::SDPBackend::math);
@@ -522,6 +528,25 @@ static void attn_args(nk_attention_args_t &a, const at::Tensor &q, const at::Ten
 	}
 }
 
+/* The output with the layout of the meta function (alloc_with_matching_layout in
+ * torch/_meta_registrations.py): q's layout when the shapes agree, else q's dim order. Compiled
+ * graphs are traced with these strides. */
+static at::Tensor sdpa_out_like(const at::Tensor &q, int64_t dv)
+{
+	std::vector<int64_t> shape{q.size(0), q.size(1), q.size(2), dv};
+	if (q.sizes().vec() == shape)
+		return at::empty_like(q);
+	int order[4] = {0, 1, 2, 3};
+	std::stable_sort(order, order + 4, [&](int a, int b) { return q.stride(a) > q.stride(b); });
+	std::vector<int64_t> strides(4);
+	int64_t st = 1;
+	for (int i = 3; i >= 0; i--) {
+		strides[order[i]] = st;
+		st *= shape[order[i]];
+	}
+	return at::empty_strided(shape, strides, q.options());
+}
+
 static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor, at::Tensor, at::Tensor>
 sdpa_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &bias, double dropout_p, bool causal, bool debug_mask, std::optional<double> scale)
 {
@@ -529,7 +554,7 @@ sdpa_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const st
 	TORCH_CHECK(!debug_mask, "scaled_dot_product_attention: return_debug_mask is not supported on neuron");
 	c10::DeviceGuard g(q.device());
 	at::Tensor mask = bias.has_value() ? *bias : at::Tensor();
-	at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
+	at::Tensor out = sdpa_out_like(q, v.size(3));
 	at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
 	nk_attention_args_t a{};
 	attn_args(a, q, k, v, mask, dropout_p, causal, scale);
@@ -557,7 +582,7 @@ sdpa_bwd(const at::Tensor &dout, const at::Tensor &q, const at::Tensor &k, const
 	NEURON_TRACK("aten::_scaled_dot_product_fused_attention_overrideable_backward");
 	TORCH_CHECK(!(mask_req[3] && bias.defined()), "scaled_dot_product_attention: the gradient of attn_mask is not supported on neuron");
 	c10::DeviceGuard g(q.device());
-	at::Tensor dq = at::empty_like(q, at::MemoryFormat::Contiguous), dk = at::empty_like(k, at::MemoryFormat::Contiguous), dv = at::empty_like(v, at::MemoryFormat::Contiguous);
+	at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v); /* as the meta function */
 	nk_attention_bwd_args_t a{};
 	attn_args(a.f, q, k, v, bias, dropout_p, causal, scale);
 	a.f.seed = dropout_p > 0 ? (uint64_t)seed.item<int64_t>() : 0;

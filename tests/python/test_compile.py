@@ -358,3 +358,15 @@ def test_gpt_training_20_steps_matches_cpu():
     cpu, neuron = train("cpu", False), train("neuron", True)
     for step, (a, b) in enumerate(zip(cpu, neuron)):
         assert abs(a - b) <= 1e-4 * abs(a), (step, a, b)
+
+
+def test_compile_lock_times_out_with_a_clear_error(tmp_path):
+    """A second compile of the same program waits on the entry's flock, up to
+    NEURON_COMPILE_LOCK_TIMEOUT seconds, then raises naming the lock file."""
+    path = str(tmp_path / "programs" / "ab" / "abcd.lock")
+    with toolchain.FileLock(path, timeout=5):
+        with pytest.raises(TimeoutError, match="abcd.lock"):
+            with toolchain.FileLock(path, timeout=0.2):
+                pass
+    with toolchain.FileLock(path, timeout=0.2):  # free again once the holder leaves
+        pass

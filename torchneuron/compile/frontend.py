@@ -37,6 +37,11 @@ def compile_graph(gm, example_inputs, kind="forward"):
         return prog
     nc = toolchain.graph_compiler()
     st, source, plan_text, fusion_log, err = nc.compile(ser.ir)
+    if st != 0 and (ser.mutations or ser.scalars):
+        log.info("torchneuron: %s: in-place input writes / launch-time scalars rejected (%s); eager instead",
+                 name, err)
+        ser = serialize.serialize(gm, example_inputs, inplace=False, scalars=False)
+        st, source, plan_text, fusion_log, err = nc.compile(ser.ir)
     if st != 0:
         raise RuntimeError(f"neuron compile: the graph compiler rejected graph {name}: {err}")
     plan = runtime.Plan(plan_text)
@@ -67,6 +72,7 @@ def _aot_backend():
         inference_compiler=functools.partial(compile_graph, kind="inference"),
         decompositions=decompositions(),
         partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,  # copy_ into inputs stays in the graph: written in place
     )
 
 

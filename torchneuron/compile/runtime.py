@@ -9,6 +9,7 @@ allocator's queue-ordered reuse makes freeing the workspace right after the laun
 """
 import ctypes
 import functools
+import struct
 import logging
 
 import torch
@@ -92,6 +93,13 @@ class Program:
 
     def __init__(self, ser, plan, lib, key, gm, name):
         self.ser, self.plan, self.lib, self.key, self.name = ser, plan, lib, key, name
+        # eager ops computing the CPU scalars kernels take at launch time run before everything else
+        hoist = getattr(ser, "hoist", set())
+        if hoist:
+            plan.steps = [s for s in plan.steps if s[0] == "E" and s[1] in hoist] + [
+                s for s in plan.steps if not (s[0] == "E" and s[1] in hoist)]
+        self.scalars = list(getattr(ser, "scalars", []))
+        self._n_hoist = sum(1 for s in plan.steps if s[0] == "E" and s[1] in hoist)
         self._boxed_call = True  # an instance attribute: functools.wraps copies it to wrappers
         self.gm = gm
         self.calls = 0
@@ -112,7 +120,7 @@ class Program:
             for r in roots:
                 first.setdefault(r, i)
                 last[r] = i
-        keep = {ser.values[v].root for k, v in ser.outputs if k == "t"}
+        keep = {ser.values[v].root for k, v in ser.outputs if k == "t"} | set(self.scalars)
         self._alloc_at = {}
         self._free_at = {}
         for r, i in last.items():
@@ -136,7 +144,8 @@ class Program:
             lib.nc_init.restype = ctypes.c_int
             if lib.nc_init(ctypes.addressof(runtime().table)) != 0:
                 raise RuntimeError("neuron compile: program ABI mismatch")
-            nsyms = len(ser.ex.syms)
+            nsyms = len(ser.ex.syms) + len(self.scalars)
+            self._nsyms_all = nsyms
             nk = ctypes.c_int.in_dll(lib, "nc_nkernels").value
             self.kernel_names = [n.decode() for n in (ctypes.c_char_p * (nk + 1)).in_dll(lib, "nc_kernel_names")[:nk]]
             self._prof_ns = (ctypes.c_int64 * (nk + 1)).in_dll(lib, "nc_prof_ns")
@@ -186,7 +195,7 @@ class Program:
         plan = self.plan
         ws_total, ws_off = 0, []
         if self.lib is not None and plan.ws:
-            Sa = (ctypes.c_int64 * max(1, len(S)))(*S)
+            Sa = (ctypes.c_int64 * max(1, len(S) + len(self.scalars)))(*S)
             off = (ctypes.c_int64 * len(plan.ws))()
             ws_total = self.lib.nc_plan(Sa, off)
             ws_off = list(off)
@@ -279,13 +288,16 @@ class Program:
         q = None
         rt = runtime()
         free_at = self._free_at
+        base = None
         for i, (kind, k) in enumerate(plan.steps):
+            if base is None and i >= self._n_hoist:  # the CPU scalars, before any CPU mutation
+                base = list(S) + [_f64_bits(float(env[v])) for v in self.scalars]
             for vid, size, stride, dtype in ext.get(i, ()):
                 env[vid] = torch.empty_strided(size, stride, dtype=dtype, device=dev)
             if kind == "K":
                 if q is None:
                     q = rt.queue(self.device)
-                vals = list(S)
+                vals = list(base)
                 for r in plan.segs[k]:
                     t = env.get(r)
                     vals.append(t.data_ptr() if t is not None else wsp + ws_off[self.ws_index[r]])
@@ -309,6 +321,10 @@ class Program:
                 out.append(x)
         del ws
         return out
+
+
+def _f64_bits(x):
+    return struct.unpack("<q", struct.pack("<d", x))[0]
 
 
 class EagerProgram:

@@ -210,6 +210,9 @@ class Serialized:
         self.inputs = []      # per placeholder: ('t', value id) | ('s', sympy expr) | ('o', None)
         self.outputs = []     # per output: ('t', vid) | ('s', expr) | ('c', python constant)
         self.attrs = []       # (value id, attribute name) of get_attr constants
+        self.mutations = []   # (value id, input value id): value written into the input in place
+        self.scalars = []     # value ids of CPU scalars passed at launch (symbol slots after ex.syms)
+        self.hoist = set()    # ids of eager nodes that compute them (run before the first launch)
         self.ex = Exprs()
         self.bindings = []    # per symbol: (placeholder index, 'size'|'stride'|'offset'|'int', dim)
         self.kinds = {}       # IR node kind counts
@@ -249,8 +252,13 @@ def _float_tok(x):
     return "f" + repr(x)
 
 
-def serialize(gm, example_inputs=None):
-    """Serialized form of an ATen-level GraphModule; raises Unsupported for what it cannot express."""
+def serialize(gm, example_inputs=None, inplace=True, scalars=True):
+    """Serialized form of an ATen-level GraphModule; raises Unsupported for what it cannot express.
+    inplace: input mutations (`copy_` into a graph input, with no users) are written by the kernel
+    that computes the new value (IR `mut`); False: they run as eager copy_ ops.
+    scalars: 0-d f32/f64 CPU tensors computed on the CPU from graph inputs before any device work
+    (AdamW's bias corrections of CPU `step`s) are pointwise operands passed at launch time (IR `d`
+    operands in symbol slots after the size symbols; their eager ops run first)."""
     S = Serialized()
     ex = S.ex
     graph = gm.graph
@@ -274,6 +282,16 @@ def serialize(gm, example_inputs=None):
 
     lines = []
     nid = [0]
+    input_ids = set()
+    cpu_pure = set()        # CPU values computable up front: inputs, then pure eager ops on them
+    barrier_seen = [False]
+    slots = {}
+
+    def is_cpu_scalar(x):
+        m = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        vid = S.fx_value.get(x) if isinstance(x, torch.fx.Node) else None
+        return (scalars and _is_tensor(m) and m.device.type == "cpu" and m.dim() == 0
+                and m.dtype in (torch.float32, torch.float64) and isinstance(vid, int) and vid in cpu_pure)
 
     def new_value(val, root=None, off=0):
         v = Value(S.new_id(), val, root, off)
@@ -290,6 +308,11 @@ def serialize(gm, example_inputs=None):
             x = S.fx_value.get(a)
             if not isinstance(x, int):
                 raise Unsupported(f"operand {a} has no tensor value")
+            if is_cpu_scalar(a):
+                if x not in slots:
+                    slots[x] = len(slots)
+                    S.scalars.append(x)
+                return f"d{len(ex.syms) + slots[x]}"
             return f"v{x}"
         if isinstance(a, bool):
             return f"i{int(a)}"
@@ -313,7 +336,14 @@ def serialize(gm, example_inputs=None):
         ins = [f"v{S.fx_value[x]}" for x in _flat_nodes((node.args, node.kwargs))
                if isinstance(S.fx_value.get(x), int)]
         # mutating ops read (and write) their inputs: a barrier in the schedule
-        return emit("E", "barrier" if ops.is_mutating(node.target) else "op", outs, ins, fx=node)
+        barrier = ops.is_mutating(node.target)
+        n = emit("E", "barrier" if barrier else "op", outs, ins, fx=node)
+        barrier_seen[0] |= barrier
+        if (not barrier_seen[0] and all(int(t[1:]) in cpu_pure for t in ins)
+                and all(o is None or S.values[o].device.type == "cpu" for o in outs)):
+            cpu_pure.update(o for o in outs if o is not None)
+            S.hoist.add(n.id)
+        return n
 
     def out_values(node):
         """Values for a node's outputs: one id, or a tuple of ids/None."""
@@ -331,6 +361,9 @@ def serialize(gm, example_inputs=None):
                 v = new_value(m)
                 S.fx_value[node] = v.id
                 S.inputs.append(("t", v.id))
+                input_ids.add(v.id)
+                if m.device.type == "cpu":
+                    cpu_pure.add(v.id)
             elif isinstance(m, torch.SymInt):
                 S.inputs.append(("s", to_expr(m)))
             else:
@@ -367,6 +400,10 @@ def serialize(gm, example_inputs=None):
         tensors_in = [x for x in _flat_nodes((node.args, node.kwargs)) if _is_tensor(x.meta.get("val"))]
         on_neuron = all(x.meta["val"].device.type == "neuron" for x in tensors_in) and (
             not _is_tensor(m) or m.device.type == "neuron")
+        # pointwise and _foreach_ ops may also take CPU scalars (passed at launch time)
+        pw_ok = on_neuron or (any(x.meta["val"].device.type == "neuron" for x in tensors_in) and all(
+            x.meta["val"].device.type == "neuron" or is_cpu_scalar(x) for x in tensors_in) and (
+            not _is_tensor(m) or m.device.type == "neuron"))
 
         # views: metadata only
         if p in ops.MULTI_VIEWS and ops.is_view_op(node.target):
@@ -379,14 +416,30 @@ def serialize(gm, example_inputs=None):
             S.fx_value[node] = view_value(S, emit, base, m, reshape=p in ops.RESHAPE_VIEWS).id
             continue
 
+        if inplace and str(node.target) == "aten.copy_.default" and not node.users and on_neuron:
+            dst = S.fx_value.get(node.args[0])
+            src = S.fx_value.get(node.args[1])
+            if isinstance(dst, int) and isinstance(src, int) and dst in input_ids:
+                dv, sv = S.values[dst], S.values[src]
+                if (dv.rank == sv.rank and all(_eq(a, b) for a, b in zip(dv.sizes, sv.sizes))
+                        and (dv.rank == 0 or dv._lin(0) == 1) and dv.dtype in _DTYPES and sv.dtype in _DTYPES):
+                    # an input mutation kept in the graph (keep_inference_input_mutations): the kernel
+                    # that computes the new value writes it into the input's buffer
+                    nv = Value.make(S.new_id(), dv.dtype, dv.device, dv.sizes)
+                    S.values[nv.id] = nv
+                    emit("P", "copy", [nv.id], [f"v{src}"], [_DTYPES[dv.dtype]], fx=node)
+                    S.mutations.append((nv.id, dst))
+                    S.fx_value[node] = dst
+                    continue
+
         outs = out_values(node)
         S.fx_value[node] = outs
         out_list = list(outs) if isinstance(outs, tuple) else [outs]
 
         kind = None
-        if on_neuron and isinstance(m, (list, tuple)):
+        if pw_ok and isinstance(m, (list, tuple)):
             kind = foreach(S, emit, operand, node, out_list)
-        if on_neuron and _is_tensor(m) and m.dtype in _DTYPES:
+        if pw_ok and _is_tensor(m) and m.dtype in _DTYPES:
             spec = ops.pointwise_spec(node)
             if spec is not None:
                 op, operands, ck = spec
@@ -402,11 +455,12 @@ def serialize(gm, example_inputs=None):
                     toks = [operand(a) for a in operands]
                 except Unsupported:
                     toks = None
-                if toks is not None and all(_operand_dtype_ok(S, t) for t in toks):
+                if toks is not None and all(_operand_dtype_ok(S, t) for t in toks) and (
+                        cd in ("f32", "f64") or not any(t.startswith("d") for t in toks)):
                     if cd is not None:
                         emit("P", op, [outs], toks, [cd], fx=node)
                         kind = "P"
-            if kind is None:
+            if kind is None and on_neuron:
                 spec = ops.reduction_spec(node)
                 x = node.args[0] if node.args else None
                 if spec is not None and not isinstance(S.fx_value.get(x), int):
@@ -451,13 +505,14 @@ def serialize(gm, example_inputs=None):
             for s in e.free_symbols:
                 if s not in ex.index:
                     raise Unsupported(f"size symbol {s} is not an input size")
-    head = ["ncir 1", f"syms {len(ex.syms)}"]
+    head = ["ncir 1", f"syms {len(ex.syms) + len(S.scalars)}"]
     if os.environ.get("NEURON_COMPILE_PROFILE", "0") not in ("", "0"):
         head.append("profile 1")
     head += [S.values[i].line(ex) for i in sorted(S.values)]
     ins = [str(x[1]) for x in S.inputs if x[0] == "t"] + [str(a[0]) for a in S.attrs]
     head.append(" ".join(["in", str(len(ins))] + ins))
-    S.ir = "\n".join(head + lines + [" ".join(["out", str(len(out_ids))] + [str(i) for i in out_ids]), "end", ""])
+    muts = [" ".join(["mut", str(len(S.mutations))] + [f"{v} {d}" for v, d in S.mutations])] if S.mutations else []
+    S.ir = "\n".join(head + lines + muts + [" ".join(["out", str(len(out_ids))] + [str(i) for i in out_ids]), "end", ""])
     return S
 
 
@@ -481,6 +536,8 @@ def foreach(S, emit, operand, node, outs):
         except Unsupported:
             return None
         if cd is None or not all(_operand_dtype_ok(S, t) for t in toks):
+            return None
+        if any(t.startswith("d") for t in toks) and cd not in ("f32", "f64"):
             return None
         planned.append((op, o, toks, cd))
     for op, o, toks, cd in planned:
@@ -781,15 +838,42 @@ def library(S, emit, operand, node, outs):
         elif name == "layernorm":
             x, shape, w, b, eps = a
             xd = S.values[S.fx_value[x]].dtype
-            if xd not in floats or any(o is not None and S.values[o].dtype != xd for o in outs):
-                return None  # the kernel writes mean/rstd in the input dtype
-            emit("L", name, outs, [vid(x), vid(w), vid(b)], [len(shape), _float_tok(eps)[1:]], fx=node)
+            if xd not in floats or (outs[0] is not None and S.values[outs[0]].dtype != xd):
+                return None
+            # the kernel writes mean/rstd in the input dtype (as eager on the CPU); the meta function
+            # says f32 for bf16/f16 inputs: write temporaries and cast (exactly) to the traced dtype
+            louts, casts = list(outs), []
+            for i in (1, 2):
+                o = outs[i] if i < len(outs) else None
+                if o is not None and S.values[o].dtype != xd:
+                    ov = S.values[o]
+                    if ov.dtype not in floats or not contig(f"v{o}"):
+                        return None
+                    tmp = Value.make(S.new_id(), xd, ov.device, ov.sizes)
+                    S.values[tmp.id] = tmp
+                    louts[i] = tmp.id
+                    casts.append((o, tmp.id))
+            emit("L", name, louts, [vid(x), vid(w), vid(b)], [len(shape), _float_tok(eps)[1:]], fx=node)
+            for o, t in casts:
+                emit("P", "copy", [o], [f"v{t}"], [_DTYPES[S.values[o].dtype]], fx=node)
         elif name == "layernorm_bwd":
             dy, x, shape, mean, rstd, w, b, mask = a
             xd = S.values[S.fx_value[x]].dtype
-            if xd not in floats or any(S.values[S.fx_value[t]].dtype != xd for t in (dy, mean, rstd)):
+            if xd not in floats or S.values[S.fx_value[dy]].dtype != xd:
                 return None
-            emit("L", name, outs, [vid(dy), vid(x), vid(mean), vid(rstd), vid(w), vid(b)],
+            stats = []
+            for t in (mean, rstd):  # f32 statistics of a bf16/f16 layer norm: cast to the input dtype
+                tv = S.values[S.fx_value[t]]
+                if tv.dtype == xd:
+                    stats.append(vid(t))
+                    continue
+                if tv.dtype not in floats:
+                    return None
+                tmp = Value.make(S.new_id(), xd, tv.device, tv.sizes)
+                S.values[tmp.id] = tmp
+                emit("P", "copy", [tmp.id], [vid(t)], [_DTYPES[xd]], fx=node)
+                stats.append(f"v{tmp.id}")
+            emit("L", name, outs, [vid(dy), vid(x), stats[0], stats[1], vid(w), vid(b)],
                  [len(shape)] + [int(bool(t)) for t in mask], fx=node)
         elif name == "embedding":
             w, idx = a[0], a[1]

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -260,9 +261,22 @@ def prelude():
     """nc_program.h with nk.h pasted in, so generated sources compile on their own."""
     with open(os.path.join(_SRC_DIR, "nc_program.h")) as f:
         p = f.read()
-    with open(_NK_H) as f:
-        nk = f.read()
-    return p.replace('#include "nk.h"', nk)
+    return p.replace('#include "nk.h"', _inline_headers(_NK_H, set()))
+
+
+def _inline_headers(path, seen):
+    """The text of a kernel-library header with its local includes ("nk_*.h") pasted in, once each."""
+    seen.add(os.path.basename(path))
+    out = []
+    with open(path) as f:
+        for line in f:
+            m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+            if m:
+                if m.group(1) not in seen:
+                    out.append(_inline_headers(os.path.join(os.path.dirname(path), m.group(1)), seen))
+                continue
+            out.append(line)
+    return "".join(out)
 
 
 # ---- programs -------------------------------------------------------------------------------------------
