@@ -34,6 +34,8 @@ typedef struct {
 	int64_t in[3], out[3];
 	int64_t k[3], s[3], p[3], dil[3]; /* NK_POOL_MAX/AVG only (dil: MAX only) */
 	bool count_include_pad;
+	bool acc_dtype; /* AVG modes, bf16/f16: round the sum and each divide to the dtype (ATen's 3-d
+	                 * adaptive average pooling does; everything else accumulates in f32) */
 	int64_t divisor;
 	const void *x;
 	void *y;

@@ -199,9 +199,14 @@ static void avg_plane(const pool_ctx_t *c, int64_t nc)
 
 					for (int64_t id = w[0].lo; id < w[0].hi; id++)
 						for (int64_t ih = w[1].lo; ih < w[1].hi; ih++)
-							for (int64_t iw = w[2].lo; iw < w[2].hi; iw++)
+							for (int64_t iw = w[2].lo; iw < w[2].hi; iw++) {
 								s = sp_r(f64, s + sp_ld(x, dt, (id * IH + ih) * IW + iw));
-					if (adaptive)
+								if (a->acc_dtype)
+									s = sp_rdt(dt, s);
+							}
+					if (adaptive && a->acc_dtype)
+						s = sp_rdt(dt, sp_r(f64, sp_rdt(dt, sp_r(f64, sp_rdt(dt, sp_r(f64, s / (double)n0)) / (double)n1)) / (double)n2));
+					else if (adaptive)
 						s = sp_r(f64, sp_r(f64, sp_r(f64, s / (double)n0) / (double)n1) / (double)n2);
 					else
 						s = sp_r(f64, s / (double)div);

@@ -12,7 +12,8 @@
  *   cubic:          real as linear without the clamp at 0, t = real - floorf(real), Keys' kernel
  *                   A = -0.75 at i0-1 .. i0+2, indices clamped to [0, I-1].
  * Math in float for f32/bf16/f16 (every operation rounded to float, exactly as float code), in double
- * for f64.  Output = sum_a wd_a * (sum_b wh_b * (sum_c x[a,b,c] * ww_c)), products summed in tap order.
+ * for f64; for bf16/f16 the linear lambdas and cubic weights are rounded to the dtype (as ATen stores
+ * them in scalar_t), the sums stay in f32.  Output = sum_a wd_a * (sum_b wh_b * (sum_c x[a,b,c] * ww_c)), products summed in tap order.
  * Nearest modes copy elements (any dtype).  Backward: gx = 0, then gx[taps] += (wd*wh*ww) * gy in
  * output order; bf16/f16 accumulate in an f32 plane (per-thread workspace) and round once, as the CPU.
  * Threading: planes over the pool; _ref twins run serially.
@@ -32,7 +33,7 @@ typedef struct {
 } taps_t;
 
 typedef struct {
-	int mode, nsp;
+	int mode, nsp, dt;
 	bool ac, f64;
 	const int64_t *in, *out;
 	const double *scale;
@@ -91,7 +92,8 @@ static void taps(const interp_geom_t *g, int d, int64_t o, taps_t *t)
 			if (mode == NK_INTERP_LINEAR) {
 				t->n = 2;
 				t->i[0] = i0, t->i[1] = i0 + (i0 < I - 1);
-				t->w[0] = sp_r(f64, 1 - l), t->w[1] = l;
+				l = sp_rdt(g->dt, l); /* bf16/f16: ATen keeps the lambdas in the dtype */
+				t->w[0] = sp_rdt(g->dt, sp_r(f64, 1 - l)), t->w[1] = l;
 			} else {
 				const double A = -0.75;
 				double x1 = l, x2 = sp_r(f64, 1 - l), u;
@@ -109,6 +111,8 @@ static void taps(const interp_geom_t *g, int d, int64_t o, taps_t *t)
 				t->w[2] = sp_r(f64, sp_r(f64, sp_r(f64, sp_r(f64, sp_r(f64, (A + 2) * x2) - (A + 3)) * x2) * x2) + 1);
 				u = sp_r(f64, x2 + 1);
 				t->w[3] = sp_r(f64, sp_r(f64, sp_r(f64, sp_r(f64, sp_r(f64, sp_r(f64, A * u) - 5 * A) * u) + 8 * A) * u) - 4 * A);
+				for (int j = 0; j < 4; j++) /* bf16/f16: weights stored in the dtype, as ATen */
+					t->w[j] = sp_rdt(g->dt, t->w[j]);
 			}
 		}
 		return;
@@ -203,7 +207,7 @@ static void interp_planes(void *ctx, int64_t p0, int64_t p1)
 static int interp_prepare(const nk_interp_args_t *a, interp_ctx_t *c)
 {
 	c->a = a;
-	c->g = (interp_geom_t){ a->mode, a->nsp, a->align_corners, a->dtype == NK_F64, a->in, a->out, a->scale };
+	c->g = (interp_geom_t){ a->mode, a->nsp, a->dtype, a->align_corners, a->dtype == NK_F64, a->in, a->out, a->scale };
 	return interp_check(&c->g, a->dtype, a->NC, false);
 }
 
@@ -299,7 +303,7 @@ static int interp_bwd_prepare(const nk_interp_bwd_args_t *a, interp_bwd_ctx_t *c
 {
 	c->a = a;
 	c->failed = 0;
-	c->g = (interp_geom_t){ a->mode, a->nsp, a->align_corners, a->dtype == NK_F64, a->in, a->out, a->scale };
+	c->g = (interp_geom_t){ a->mode, a->nsp, a->dtype, a->align_corners, a->dtype == NK_F64, a->in, a->out, a->scale };
 	return interp_check(&c->g, a->dtype, a->NC, true);
 }
 

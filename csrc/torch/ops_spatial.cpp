@@ -151,6 +151,7 @@ void pool_forward(const char *name, const at::Tensor &self, const PoolCfg &c, co
 	for (int d = 0; d < 3; d++)
 		a.out[d] = o[d], a.k[d] = c.k[d], a.s[d] = c.s[d], a.p[d] = c.p[d], a.dil[d] = c.dil[d];
 	a.count_include_pad = c.cip, a.divisor = c.divisor;
+	a.acc_dtype = c.mode == NK_POOL_ADAPTIVE_AVG && c.nsp == 3;
 	a.x = x.const_data_ptr(), a.y = y.t.data_ptr(), a.idx = idx ? ix->t.data_ptr<int64_t>() : nullptr;
 	if (y.t.numel())
 		run(self, nk_pool_run, &a, sizeof a, name);
@@ -690,7 +691,8 @@ void pad_geometry(const char *op, int nsp, const at::Tensor &x, IntArrayRef pad,
 			TORCH_CHECK(l < in[d] && r < in[d], op, ": Argument #4: Padding size should be less than the corresponding input dimension, but got: padding (",
 				    l, ", ", r, ") at dimension ", x.dim() - 1 - j, " of input ", x.sizes());
 		out[d] = in[d] + l + r, lo[d] = l;
-		TORCH_CHECK(out[d] >= 1, op, ": input (", in[d], ") is too small. Calculated output ", (d == 2 ? "W" : d == 1 ? "H" : "D"), ": ", out[d]);
+		TORCH_CHECK(out[d] >= 0, op, ": input (", (d == 2 ? "W" : d == 1 ? "H" : "D"), ": ", in[d], ") is too small. Calculated output ",
+			    (d == 2 ? "W" : d == 1 ? "H" : "D"), ": ", out[d]);
 	}
 }
 
