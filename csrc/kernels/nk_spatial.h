@@ -7,7 +7,7 @@
  * Index tensors (max pooling, unpooling) are int64, flat within a plane (d*H*W + h*W + w), as ATen's.
  * Dtypes: f32, f64, bf16, f16 everywhere (f32/bf16/f16 accumulate in f32, f64 in f64); integer dtypes
  * where PyTorch's CPU has them: max pooling (all ints), avg pooling (integer sum, truncating divide),
- * nearest interpolation and padding (any dtype, values are copied).
+ * nearest interpolation and padding (any dtype, values are copied), uint8 bilinear/bicubic.
  */
 #ifndef NK_SPATIAL_H
 #define NK_SPATIAL_H
@@ -78,7 +78,8 @@ int nk_unpool_ref(void *args);
  * over the taps of each dimension, computed as ATen's CPU (same index/weight formulas, float math for
  * f32/bf16/f16 and double for f64; nearest always computes its scale in float).  Dimensions before the
  * last `nsp` are copied (in == out, one tap).  scale[d] > 0 is the user's scale factor (used when
- * align_corners is false), otherwise in/out. */
+ * align_corners is false), otherwise in/out.  uint8 2-d linear/cubic take ATen's fixed-point (Pillow)
+ * path instead, bit-exact with the CPU (upsample.c). */
 typedef enum {
 	NK_INTERP_NEAREST,       /* floor(o * scale), ATen's legacy 'nearest' */
 	NK_INTERP_NEAREST_EXACT, /* floor((o + 0.5) * scale) */

@@ -12,8 +12,9 @@
  *   cubic:          real as linear without the clamp at 0, t = real - floorf(real), Keys' kernel
  *                   A = -0.75 at i0-1 .. i0+2, indices clamped to [0, I-1].
  * Math in float for f32/bf16/f16 (every operation rounded to float, exactly as float code), in double
- * for f64; for bf16/f16 the linear lambdas and cubic weights are rounded to the dtype (as ATen stores
- * them in scalar_t), the sums stay in f32.  Output = sum_a wd_a * (sum_b wh_b * (sum_c x[a,b,c] * ww_c)), products summed in tap order.
+ * for f64; for bf16/f16 the 1-d/3-d linear lambdas and the cubic weights are rounded to the dtype (as
+ * ATen's generic kernels store them in scalar_t; its 2-d bilinear kernel keeps them in f32), the sums
+ * stay in f32.  Output = sum_a wd_a * (sum_b wh_b * (sum_c x[a,b,c] * ww_c)), products summed in tap order.
  * Nearest modes copy elements (any dtype).  Backward: gx = 0, then gx[taps] += (wd*wh*ww) * gy in
  * output order; bf16/f16 accumulate in an f32 plane (per-thread workspace) and round once, as the CPU.
  * Threading: planes over the pool; _ref twins run serially.
@@ -92,8 +93,12 @@ static void taps(const interp_geom_t *g, int d, int64_t o, taps_t *t)
 			if (mode == NK_INTERP_LINEAR) {
 				t->n = 2;
 				t->i[0] = i0, t->i[1] = i0 + (i0 < I - 1);
-				l = sp_rdt(g->dt, l); /* bf16/f16: ATen keeps the lambdas in the dtype */
-				t->w[0] = sp_rdt(g->dt, sp_r(f64, 1 - l)), t->w[1] = l;
+				if (g->nsp != 2) { /* bf16/f16: ATen's 1-d/3-d kernels keep the lambdas in the dtype */
+					l = sp_rdt(g->dt, l);
+					t->w[0] = sp_rdt(g->dt, sp_r(f64, 1 - l)), t->w[1] = l;
+				} else {
+					t->w[0] = sp_r(f64, 1 - l), t->w[1] = l;
+				}
 			} else {
 				const double A = -0.75;
 				double x1 = l, x2 = sp_r(f64, 1 - l), u;
@@ -126,8 +131,10 @@ static int interp_check(const interp_geom_t *g, int dtype, int64_t NC, bool bwd)
 {
 	bool nearest = g->mode == NK_INTERP_NEAREST || g->mode == NK_INTERP_NEAREST_EXACT;
 
+	bool u8_2d = !bwd && dtype == NK_U8 && g->nsp == 2; /* the fixed-point path below */
+
 	if (!nk_dtype_valid(dtype) || g->mode < 0 || g->mode >= NK_INTERP_NMODES || g->nsp < 1 || g->nsp > 3 ||
-	    ((bwd || !nearest) && !sp_is_float(dtype))) {
+	    ((bwd || !nearest) && !sp_is_float(dtype) && !u8_2d)) {
 		nrt_kernel_fail("interpolate%s: unsupported dtype %s, mode %d or rank %d", bwd ? " backward" : "",
 				nk_dtype_name(dtype), g->mode, g->nsp);
 		return -1;
@@ -211,6 +218,177 @@ static int interp_prepare(const nk_interp_args_t *a, interp_ctx_t *c)
 	return interp_check(&c->g, a->dtype, a->NC, false);
 }
 
+/* ---- uint8 bilinear / bicubic (2-d): ATen's fixed-point path -------------------------------------
+ * PyTorch's CPU resizes uint8 images with Pillow's algorithm (upsample_avx_bilinear_bicubic_uint8 and
+ * the separable generic kernel): per dimension, taps [xmin, xmin + size) with double weights (linear:
+ * triangle, cubic: Keys A = -0.75; taps beyond the border folded onto the edge), scaled to int16 at the
+ * largest precision p that keeps 2 * max weight * 2^p below 2^15; a horizontal pass (if W changes)
+ * into a uint8 image, then a vertical pass (if H changes), each output
+ * clamp((2^(p-1) + sum k_i * x_i) >> p, 0, 255).  Integer sums: exact, in any order. */
+
+typedef struct {
+	int64_t xmin, size;
+	double w[4];
+} u8_taps_t;
+
+static double u8_filter(bool cubic, double x)
+{
+	const double A = -0.75;
+
+	x = fabs(x);
+	if (!cubic)
+		return x < 1 ? 1 - x : 0;
+	if (x < 1)
+		return ((A + 2) * x - (A + 3)) * x * x + 1;
+	if (x < 2)
+		return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A;
+	return 0;
+}
+
+/* Taps of output o (ATen's _compute_indices_min_size_weights); returns the largest partial weight. */
+static double u8_taps(bool cubic, bool ac, int64_t o, int64_t I, int64_t O, double s, u8_taps_t *t)
+{
+	int n = cubic ? 4 : 2, support = n / 2, wi = 0;
+	double scale, real, lambda, wmax = 0;
+	int64_t i0, umin, umax;
+
+	if (ac)
+		scale = O > 1 ? (double)(I - 1) / (double)(O - 1) : 0;
+	else
+		scale = s > 0 ? 1.0 / s : (double)I / (double)O;
+	real = ac ? scale * (double)o : scale * ((double)o + 0.5) - 0.5;
+	if (!cubic && !ac && real < 0)
+		real = 0;
+	i0 = (int64_t)floorf((float)real);
+	i0 = i0 < I - 1 ? i0 : I - 1;
+	lambda = real - (double)i0;
+	lambda = lambda < 0 ? 0 : lambda > 1 ? 1 : lambda;
+	umin = i0 - support + 1, umax = i0 + support + 1;
+	t->xmin = umin > 0 ? umin : 0;
+	t->size = (umax < I ? umax : I) - t->xmin;
+	t->size = t->size < 0 ? 0 : t->size > n ? n : t->size;
+	for (int j = 0; j < n; j++) {
+		double w = u8_filter(cubic, (double)(j + 1 - support) - lambda);
+
+		t->w[j] = 0;
+		if (umin + j <= 0)
+			wi = 0;
+		else if (umin + j >= I - 1)
+			wi = (int)t->size - 1;
+		t->w[wi] += w;
+		wmax = wmax > t->w[wi] ? wmax : t->w[wi];
+		wi++;
+	}
+	return wmax;
+}
+
+static unsigned u8_precision(bool cubic, bool ac, int64_t I, int64_t O, double s)
+{
+	double wmax = 0;
+	unsigned p;
+	u8_taps_t t;
+
+	for (int64_t o = 0; o < O; o++) {
+		double m = u8_taps(cubic, ac, o, I, O, s, &t);
+
+		wmax = wmax > m ? wmax : m;
+	}
+	for (p = 0; p < 22; p++)
+		if ((int)(0.5 + wmax * (double)(1 << (p + 1))) >= (1 << 15))
+			break;
+	return p;
+}
+
+static int16_t u8_weight(double w, unsigned p)
+{
+	double v = w * (double)(1 << p);
+
+	return (int16_t)(v < 0 ? (int)(-0.5 + v) : (int)(0.5 + v));
+}
+
+/* One pass along a dimension: n lines; element k of line l at base + l*ls + k*es, in and out. */
+static void u8_pass(const uint8_t *x, uint8_t *y, int64_t lines, int64_t ls_in, int64_t ls_out, int64_t es,
+		    bool cubic, bool ac, int64_t I, int64_t O, double s)
+{
+	unsigned p = u8_precision(cubic, ac, I, O, s);
+
+	for (int64_t o = 0; o < O; o++) {
+		u8_taps_t t;
+		int16_t k[4];
+
+		u8_taps(cubic, ac, o, I, O, s, &t);
+		for (int j = 0; j < t.size; j++)
+			k[j] = u8_weight(t.w[j], p);
+		for (int64_t l = 0; l < lines; l++) {
+			int32_t acc = p ? 1 << (p - 1) : 0;
+
+			for (int j = 0; j < t.size; j++)
+				acc += (int32_t)k[j] * x[l * ls_in + (t.xmin + j) * es];
+			acc >>= p;
+			y[l * ls_out + o * es] = (uint8_t)(acc < 0 ? 0 : acc > 255 ? 255 : acc);
+		}
+	}
+}
+
+typedef struct {
+	const nk_interp_args_t *a;
+	int failed;
+} u8_ctx_t;
+
+static void u8_planes(void *ctx, int64_t p0, int64_t p1)
+{
+	u8_ctx_t *c = ctx;
+	const nk_interp_args_t *a = c->a;
+	bool cubic = a->mode == NK_INTERP_CUBIC, ac = a->align_corners;
+	int64_t IH = a->in[1], IW = a->in[2], OH = a->out[1], OW = a->out[2];
+	uint8_t *tmp = NULL;
+
+	if (OW != IW && OH != IH) {
+		tmp = nk_ws_get(NK_WS_SPATIAL, (size_t)(IH * OW));
+		if (!tmp) {
+			__atomic_store_n(&c->failed, 1, __ATOMIC_RELAXED);
+			return;
+		}
+	}
+	for (int64_t nc = p0; nc < p1; nc++) {
+		const uint8_t *x = (const uint8_t *)a->x + nc * IH * IW;
+		uint8_t *y = (uint8_t *)a->y + nc * OH * OW;
+
+		if (OW == IW && OH == IH) {
+			memcpy(y, x, (size_t)(IH * IW));
+		} else if (OH == IH) {
+			u8_pass(x, y, IH, IW, OW, 1, cubic, ac, IW, OW, a->scale[2]);
+		} else if (OW == IW) {
+			u8_pass(x, y, IW, 1, 1, IW, cubic, ac, IH, OH, a->scale[1]);
+		} else {
+			u8_pass(x, tmp, IH, IW, OW, 1, cubic, ac, IW, OW, a->scale[2]);
+			u8_pass(tmp, y, OW, 1, 1, OW, cubic, ac, IH, OH, a->scale[1]);
+		}
+	}
+}
+
+static int interp_u8(const nk_interp_args_t *a, bool parallel)
+{
+	u8_ctx_t c = { a, 0 };
+	int64_t opl = a->out[1] * a->out[2];
+
+	if (a->in[0] != 1 || a->out[0] != 1) {
+		nrt_kernel_fail("interpolate: uint8 bilinear/bicubic takes 2-d planes");
+		return -1;
+	}
+	if (!a->NC || !opl)
+		return 0;
+	if (parallel)
+		nrt_parallel_for(a->NC, NK_PARALLEL_GRAIN / (4 * opl + 1) + 1, u8_planes, &c);
+	else
+		u8_planes(&c, 0, a->NC);
+	if (c.failed) {
+		nrt_kernel_fail("interpolate: out of host memory for the uint8 intermediate image");
+		return -1;
+	}
+	return 0;
+}
+
 int nk_interp_run(void *args)
 {
 	const nk_interp_args_t *a = args;
@@ -219,6 +397,8 @@ int nk_interp_run(void *args)
 
 	if (interp_prepare(a, &c))
 		return -1;
+	if (a->dtype == NK_U8 && (a->mode == NK_INTERP_LINEAR || a->mode == NK_INTERP_CUBIC))
+		return interp_u8(a, true);
 	if (a->NC && opl)
 		nrt_parallel_for(a->NC, NK_PARALLEL_GRAIN / (8 * opl + 1) + 1, interp_planes, &c);
 	return 0;
@@ -231,6 +411,8 @@ int nk_interp_ref(void *args)
 
 	if (interp_prepare(a, &c))
 		return -1;
+	if (a->dtype == NK_U8 && (a->mode == NK_INTERP_LINEAR || a->mode == NK_INTERP_CUBIC))
+		return interp_u8(a, false);
 	if (a->out[0] * a->out[1] * a->out[2] != 0)
 		interp_planes(&c, 0, a->NC);
 	return 0;

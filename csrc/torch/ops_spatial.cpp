@@ -582,7 +582,7 @@ at::Tensor &upsample_out(const char *name, const char *op, int mode, int nsp, co
 	bool nearest = mode == NK_INTERP_NEAREST || mode == NK_INTERP_NEAREST_EXACT;
 	TORCH_CHECK(self.dim() == nsp + 2, op, ": expected a ", nsp + 2, "-D input (batch, channels, spatial), got ", self.sizes());
 	auto shape = upsample_check(op, nsp, self.sizes(), osz);
-	check_dtype(op, self, nearest, true);
+	check_dtype(op, self, nearest || nsp == 2, true); // uint8: nearest, bilinear, bicubic (as the CPU)
 	check_device(name, self, out);
 	c10::DeviceGuard g(self.device());
 	at::native::resize_output(out, shape);

@@ -496,6 +496,33 @@ static void check_interp(int dt, int mode, int nsp, bool ac, int64_t NC, const i
 	free(x), free(y), free(y2);
 }
 
+/* uint8 bilinear/bicubic (the fixed-point path: separable passes with a uint8 intermediate) against the
+ * f64 path on the same values: at most 2 apart after clamping to [0, 255]; _run == _ref. */
+static void check_interp_u8(int mode, bool ac, const int64_t in[3], const int64_t out[3])
+{
+	int64_t NC = 3, ipl = in[1] * in[2], opl = out[1] * out[2];
+	uint8_t *x = talloc(NK_U8, NC * ipl), *y = talloc(NK_U8, NC * opl), *y2 = talloc(NK_U8, NC * opl);
+	double *xf = talloc(NK_F64, NC * ipl), *yf = talloc(NK_F64, NC * opl), worst = 0;
+	nk_interp_args_t a = { .dtype = NK_U8, .mode = mode, .nsp = 2, .align_corners = ac, .NC = NC, .x = x, .y = y };
+
+	memcpy(a.in, in, sizeof a.in), memcpy(a.out, out, sizeof a.out);
+	for (int64_t i = 0; i < NC * ipl; i++) /* smooth (no clamped overshoot in the intermediate) */
+		x[i] = (uint8_t)(128 + 100 * sin(0.3 * (double)(i / in[2] % in[1])) * cos(0.2 * (double)(i % in[2])) +
+				 (double)nkt_randint(-3, 4)),
+		xf[i] = x[i];
+	CHECK(nk_interp_run(&a) == 0, "u8 interp run");
+	a.y = y2;
+	CHECK(nk_interp_ref(&a) == 0, "u8 interp ref");
+	CHECK(!memcmp(y, y2, (size_t)(NC * opl)), "u8 interp run == ref");
+	a.dtype = NK_F64, a.x = xf, a.y = yf;
+	CHECK(nk_interp_run(&a) == 0, "f64 interp run");
+	for (int64_t i = 0; i < NC * opl; i++)
+		worst = fmax(worst, fabs((double)y[i] - fmin(fmax(yf[i], 0), 255)));
+	CHECK(worst <= 2, "u8 interp mode %d ac %d %lldx%lld -> %lldx%lld: %g from f64", mode, ac, (long long)in[1], (long long)in[2],
+	      (long long)out[1], (long long)out[2], worst);
+	free(x), free(y), free(y2), free(xf), free(yf);
+}
+
 static void test_interp(void)
 {
 	static const int64_t shapes[][7] = {
@@ -533,6 +560,10 @@ static void test_interp(void)
 			check_interp(NK_I64, NK_INTERP_NEAREST_EXACT, nsp, false, 2, &shapes[s][1], &shapes[s][4], sc);
 		}
 	}
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) /* uint8 2-d: within 2 of the f64 result */
+		for (int mode = NK_INTERP_LINEAR; mode <= NK_INTERP_CUBIC && shapes[s][0] == 2; mode++)
+			for (int ac = 0; ac < 2; ac++)
+				check_interp_u8(mode, ac, &shapes[s][1], &shapes[s][4]);
 	{
 		int64_t in[3] = { 1, 1, 4 }, out[3] = { 1, 1, 8 };
 		double sc[3] = { 0 };

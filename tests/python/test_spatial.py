@@ -152,11 +152,16 @@ def test_interpolate_matches_cpu(mode, ac, shape, kw, dtype):
     _parity(lambda t: F.interpolate(t, mode=mode, align_corners=ac, **kw), x)
 
 
-def test_interpolate_nearest_uint8_matches_cpu():
-    x = torch.randint(0, 256, (2, 3, 7, 9), dtype=torch.uint8)
-    for mode in ("nearest", "nearest-exact"):
-        for kw in (dict(size=(13, 4)), dict(scale_factor=1.7)):
-            assert torch.equal(F.interpolate(_dev(x), mode=mode, **kw).cpu(), F.interpolate(x, mode=mode, **kw))
+@pytest.mark.parametrize("channels", [1, 3, 4, 5])
+def test_interpolate_uint8_is_bit_exact(channels):
+    """uint8 nearest copies; uint8 bilinear/bicubic follow ATen's fixed-point (Pillow) path exactly,
+    whichever CPU kernel (AVX for <= 4 channels, separable generic otherwise) produced the reference."""
+    x = torch.randint(0, 256, (2, channels, 7, 9), dtype=torch.uint8)
+    for mode, ac in (("nearest", None), ("nearest-exact", None), ("bilinear", False), ("bilinear", True),
+                     ("bicubic", False), ("bicubic", True)):
+        for kw in (dict(size=(13, 4)), dict(scale_factor=1.7), dict(size=(7, 20)), dict(size=(3, 9))):
+            want = F.interpolate(x, mode=mode, align_corners=ac, **kw)
+            assert torch.equal(F.interpolate(_dev(x), mode=mode, align_corners=ac, **kw).cpu(), want), (mode, ac, kw)
 
 
 PAD_CASES = [
