@@ -1,5 +1,6 @@
 // ops_spatial.cpp - pooling (max/avg/adaptive, unpool), interpolation (upsample_*) and reflection /
-// replication padding, forward and backward, on the C kernels of nk_spatial.h.
+// replication padding, forward and backward, on the C kernels of nk_spatial.h; channel_shuffle as a
+// strided copy.
 // Inputs are checked here with ATen's own shape checks (Pool.h, UpSample.h, Padding.h) so errors read
 // as on the CPU; the kernels get contiguous [NC, D, H, W] planes (channels_last and other strides are
 // made contiguous here; an out= tensor that is not contiguous is filled through a temporary).
@@ -781,6 +782,35 @@ NEURON_PAD(replication_pad1d, "replication_pad1d", NK_PAD_REPLICATE, 1)
 NEURON_PAD(replication_pad2d, "replication_pad2d", NK_PAD_REPLICATE, 2)
 NEURON_PAD(replication_pad3d, "replication_pad3d", NK_PAD_REPLICATE, 3)
 
+// ==== channel shuffle ==============================================================================
+
+// [N, C, *] -> [N, g, C/g, *] transposed to [N, C/g, g, *]: a strided copy (the native copy kernel).
+at::Tensor channel_shuffle(const at::Tensor &self, c10::SymInt groups_sym)
+{
+	NEURON_TRACK("aten::channel_shuffle");
+	int64_t g = groups_sym.guard_int(__FILE__, __LINE__);
+	TORCH_CHECK(self.dim() > 2, "channel_shuffle expects input to have at least 3 dimensions, but got input with sizes ", self.sizes());
+	TORCH_CHECK(g > 0, "Number of groups to divide channels in must be positive.", " Value of groups:", g);
+	int64_t c = self.size(1);
+	TORCH_CHECK(c % g == 0, "Number of channels must be divisible by groups. Got ", c, " channels and ", g, " groups.");
+	c10::DeviceGuard guard(self.device());
+	std::vector<int64_t> split{self.size(0), g, c / g};
+	for (int64_t i = 2; i < self.dim(); i++)
+		split.push_back(self.size(i));
+	at::Tensor out = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
+	if (self.numel() == 0)
+		return out;
+	// out viewed as [N, C/g, g, *] (in its own layout) receives self viewed as [N, g, C/g, *] transposed
+	std::vector<int64_t> oshape{self.size(0), c / g, g};
+	for (int64_t i = 2; i < self.dim(); i++)
+		oshape.push_back(self.size(i));
+	std::vector<int64_t> ostride{out.stride(0), g * out.stride(1), out.stride(1)};
+	for (int64_t i = 2; i < self.dim(); i++)
+		ostride.push_back(out.stride(i));
+	out.as_strided(oshape, ostride).copy_(self.reshape(split).transpose(1, 2));
+	return out;
+}
+
 } // namespace
 } // namespace neuron
 
@@ -820,6 +850,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("max_unpool2d.out", max_unpool2d_out);
 	m.impl("max_unpool3d", max_unpool3d);
 	m.impl("max_unpool3d.out", max_unpool3d_out);
+	m.impl("channel_shuffle", channel_shuffle);
+	m.impl("native_channel_shuffle", channel_shuffle);
 #define UP(fn, op)                                      \
 	m.impl(op, fn);                                 \
 	m.impl(op ".out", fn##_out);                    \

@@ -274,3 +274,13 @@ def test_spatial_ops_are_native(neuron_ops):
     sum(o.sum() for o in outs).backward()
     torch.neuron.synchronize()
     assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
+
+
+@pytest.mark.parametrize("shape, groups", [((2, 6, 4, 5), 3), ((3, 8, 5), 4), ((1, 4, 2, 3, 2), 2), ((0, 6, 2, 2), 2)])
+def test_channel_shuffle_matches_cpu(shape, groups, neuron_ops):
+    x = torch.randn(*shape)
+    for xl in _layouts(x):
+        assert torch.equal(F.channel_shuffle(_dev(xl), groups).cpu(), F.channel_shuffle(xl, groups))
+    with pytest.raises(RuntimeError, match="divisible by groups"):
+        F.channel_shuffle(_dev(x), 5)
+    assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
