@@ -131,6 +131,33 @@ int nk_pad_ref(void *args);
 int nk_pad_bwd_run(void *args);
 int nk_pad_bwd_ref(void *args);
 
+/* ---- grid sampling (2-d) --------------------------------------------------------------------------- */
+/* y[n, c, h, w] = x[n, c] sampled at grid[n, h, w] = (gx, gy) in [-1, 1] (ATen's grid_sampler_2d):
+ * contiguous x [N, C, IH, IW], grid [N, OH, OW, 2] and y [N, C, OH, OW] of one float dtype. */
+typedef enum { NK_GRID_BILINEAR, NK_GRID_NEAREST, NK_GRID_BICUBIC, NK_GRID_NMODES } nk_grid_mode_t;
+typedef enum { NK_GRID_PAD_ZEROS, NK_GRID_PAD_BORDER, NK_GRID_PAD_REFLECTION, NK_GRID_NPADS } nk_grid_pad_t;
+
+typedef struct {
+	int dtype, mode, padding;
+	bool align_corners;
+	int64_t N, C, IH, IW, OH, OW;
+	const void *x, *grid;
+	void *y;
+} nk_grid_sample_args_t;
+int nk_grid_sample_run(void *args);
+int nk_grid_sample_ref(void *args);
+
+/* Backward: gx (may be NULL) = d/dx, ggrid (may be NULL) = d/dgrid of sum(y * gy). */
+typedef struct {
+	int dtype, mode, padding;
+	bool align_corners;
+	int64_t N, C, IH, IW, OH, OW;
+	const void *gy, *x, *grid;
+	void *gx, *ggrid;
+} nk_grid_sample_bwd_args_t;
+int nk_grid_sample_bwd_run(void *args);
+int nk_grid_sample_bwd_ref(void *args);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,12 +1,13 @@
 // ops_spatial.cpp - pooling (max/avg/adaptive, unpool), interpolation (upsample_*) and reflection /
-// replication padding, forward and backward, on the C kernels of nk_spatial.h; channel_shuffle as a
-// strided copy.
+// replication padding, grid_sampler_2d, forward and backward, on the C kernels of nk_spatial.h;
+// channel_shuffle as a strided copy.
 // Inputs are checked here with ATen's own shape checks (Pool.h, UpSample.h, Padding.h) so errors read
 // as on the CPU; the kernels get contiguous [NC, D, H, W] planes (channels_last and other strides are
 // made contiguous here; an out= tensor that is not contiguous is filled through a temporary).
 #include "neuron.h"
 
 #include <ATen/native/AdaptivePooling.h>
+#include <ATen/native/GridSamplerUtils.h>
 #include <ATen/native/Padding.h>
 #include <ATen/native/Pool.h>
 #include <ATen/native/Resize.h>
@@ -811,6 +812,59 @@ at::Tensor channel_shuffle(const at::Tensor &self, c10::SymInt groups_sym)
 	return out;
 }
 
+// ==== grid sampling ================================================================================
+
+void grid_check(const char *op, const at::Tensor &input, const at::Tensor &grid, int64_t mode, int64_t pad)
+{
+	at::native::check_grid_sampler_common(input, grid);
+	at::native::check_grid_sampler_2d(input, grid);
+	TORCH_CHECK(mode >= 0 && mode < NK_GRID_NMODES, op, ": bad interpolation_mode ", mode);
+	TORCH_CHECK(pad >= 0 && pad < NK_GRID_NPADS, op, ": bad padding_mode ", pad);
+	TORCH_CHECK(input.scalar_type() == grid.scalar_type(), op, ": expected input and grid to have the same dtype, got ", input.scalar_type(), " and ",
+		    grid.scalar_type());
+	check_dtype(op, input, false);
+}
+
+at::Tensor grid_sampler_2d(const at::Tensor &input, const at::Tensor &grid, int64_t mode, int64_t pad, bool ac)
+{
+	NEURON_TRACK("aten::grid_sampler_2d");
+	grid_check("grid_sampler_2d", input, grid, mode, pad);
+	c10::DeviceGuard g(input.device());
+	at::Tensor x = input.contiguous(), gr = grid.contiguous();
+	at::Tensor out = at::empty({input.size(0), input.size(1), grid.size(1), grid.size(2)}, input.options());
+	nk_grid_sample_args_t a{};
+	a.dtype = nk_dtype(input.scalar_type(), "aten::grid_sampler_2d"), a.mode = (int)mode, a.padding = (int)pad, a.align_corners = ac;
+	a.N = input.size(0), a.C = input.size(1), a.IH = input.size(2), a.IW = input.size(3), a.OH = grid.size(1), a.OW = grid.size(2);
+	a.x = x.const_data_ptr(), a.grid = gr.const_data_ptr(), a.y = out.data_ptr();
+	if (out.numel())
+		run(input, nk_grid_sample_run, &a, sizeof a, "aten::grid_sampler_2d");
+	return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> grid_sampler_2d_bwd(const at::Tensor &grad, const at::Tensor &input, const at::Tensor &grid, int64_t mode, int64_t pad,
+						       bool ac, std::array<bool, 2> mask)
+{
+	NEURON_TRACK("aten::grid_sampler_2d_backward");
+	grid_check("grid_sampler_2d_backward", input, grid, mode, pad);
+	check_device("grid_sampler_2d_backward", grad, input);
+	std::vector<int64_t> oshape{input.size(0), input.size(1), grid.size(1), grid.size(2)};
+	TORCH_CHECK(grad.sizes() == at::IntArrayRef(oshape), "grid_sampler_2d_backward: grad_output has shape ", grad.sizes(), ", expected ", oshape);
+	TORCH_CHECK(grad.scalar_type() == input.scalar_type(), "grid_sampler_2d_backward: grad_output dtype ", grad.scalar_type(), " differs from the input's ",
+		    input.scalar_type());
+	c10::DeviceGuard g(input.device());
+	at::Tensor x = input.contiguous(), gr = grid.contiguous(), gy = grad.contiguous();
+	at::Tensor gx = mask[0] ? at::empty(input.sizes(), input.options()) : at::Tensor();
+	at::Tensor gg = mask[1] ? at::empty(grid.sizes(), grid.options()) : at::Tensor();
+	nk_grid_sample_bwd_args_t a{};
+	a.dtype = nk_dtype(input.scalar_type(), "aten::grid_sampler_2d_backward"), a.mode = (int)mode, a.padding = (int)pad, a.align_corners = ac;
+	a.N = input.size(0), a.C = input.size(1), a.IH = input.size(2), a.IW = input.size(3), a.OH = grid.size(1), a.OW = grid.size(2);
+	a.gy = gy.const_data_ptr(), a.x = x.const_data_ptr(), a.grid = gr.const_data_ptr();
+	a.gx = mask[0] ? gx.data_ptr() : nullptr, a.ggrid = mask[1] ? gg.data_ptr() : nullptr;
+	if ((mask[0] && gx.numel()) || (mask[1] && gg.numel()))
+		run(input, nk_grid_sample_bwd_run, &a, sizeof a, "aten::grid_sampler_2d_backward");
+	return {gx, gg};
+}
+
 } // namespace
 } // namespace neuron
 
@@ -851,6 +905,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("max_unpool3d", max_unpool3d);
 	m.impl("max_unpool3d.out", max_unpool3d_out);
 	m.impl("channel_shuffle", channel_shuffle);
+	m.impl("grid_sampler_2d", grid_sampler_2d);
+	m.impl("grid_sampler_2d_backward", grid_sampler_2d_bwd);
 	m.impl("native_channel_shuffle", channel_shuffle);
 #define UP(fn, op)                                      \
 	m.impl(op, fn);                                 \

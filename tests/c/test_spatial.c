@@ -666,6 +666,111 @@ static void test_pad(void)
 	}
 }
 
+/* ---- grid sampling ------------------------------------------------------------------------------- */
+
+static double grid_loss(nk_grid_sample_args_t *a, const double *g, double *y)
+{
+	a->y = y;
+	nk_grid_sample_ref(a);
+	return dot(y, g, NK_F64, a->N * a->C * a->OH * a->OW);
+}
+
+/* f64: identity sampling, adjoint of the input gradient, central differences for the grid gradient,
+ * run == ref; f32/bf16 against f64. */
+static void check_grid(int mode, int padding, bool ac)
+{
+	int64_t N = 2, C = 3, IH = 5, IW = 7, OH = 4, OW = 6, ni = N * C * IH * IW, no = N * C * OH * OW, ng = N * OH * OW * 2;
+	double *x = talloc(NK_F64, ni), *grid = talloc(NK_F64, ng), *y = talloc(NK_F64, no), *y2 = talloc(NK_F64, no);
+	double *g = talloc(NK_F64, no), *gx = talloc(NK_F64, ni), *gg = talloc(NK_F64, ng), *gx2 = talloc(NK_F64, ni), *gg2 = talloc(NK_F64, ng);
+	nk_grid_sample_args_t a = { .dtype = NK_F64, .mode = mode, .padding = padding, .align_corners = ac, .N = N, .C = C, .IH = IH,
+				    .IW = IW, .OH = OH, .OW = OW, .x = x, .grid = grid, .y = y };
+	nk_grid_sample_bwd_args_t b = { .dtype = NK_F64, .mode = mode, .padding = padding, .align_corners = ac, .N = N, .C = C, .IH = IH,
+					.IW = IW, .OH = OH, .OW = OW, .gy = g, .x = x, .grid = grid, .gx = gx, .ggrid = gg };
+	double worst = 0;
+
+	tfill(x, NK_F64, ni, false), tfill(g, NK_F64, no, false);
+	for (int64_t i = 0; i < ng; i++)
+		grid[i] = nkt_uniform(-1.3, 1.3); /* some points outside: padding matters */
+	CHECK(nk_grid_sample_run(&a) == 0, "grid run");
+	a.y = y2;
+	CHECK(nk_grid_sample_ref(&a) == 0 && !memcmp(y, y2, (size_t)no * 8), "grid run == ref");
+	CHECK(nk_grid_sample_bwd_run(&b) == 0, "grid bwd run");
+	b.gx = gx2, b.ggrid = gg2;
+	CHECK(nk_grid_sample_bwd_ref(&b) == 0 && !memcmp(gx, gx2, (size_t)ni * 8) && !memcmp(gg, gg2, (size_t)ng * 8), "grid bwd run == ref");
+	CHECK(fabs(dot(y, g, NK_F64, no) - dot(x, gx, NK_F64, ni)) < 1e-9 * (1 + asum(g, NK_F64, no)), "grid adjoint mode %d pad %d", mode, padding);
+	if (mode != NK_GRID_NEAREST)
+		for (int64_t i = 0; i < ng; i++) {
+			double keep = grid[i], h = 1e-6, lp, lm, fd;
+
+			grid[i] = keep + h, lp = grid_loss(&a, g, y2);
+			grid[i] = keep - h, lm = grid_loss(&a, g, y2);
+			grid[i] = keep;
+			fd = (lp - lm) / (2 * h);
+			worst = fmax(worst, fabs(fd - gg[i]) / (1e-4 * (1 + fabs(fd))));
+		}
+	else
+		for (int64_t i = 0; i < ng; i++)
+			worst = fmax(worst, fabs(gg[i]) * 1e9);
+	CHECK(worst <= 1, "grid gradient mode %d pad %d ac %d: err %g", mode, padding, ac, worst);
+	/* identity grid (align_corners: pixel centres) reproduces the input */
+	if (ac) {
+		nk_grid_sample_args_t id = a;
+
+		double *gi = talloc(NK_F64, N * IH * IW * 2);
+
+		id.OH = IH, id.OW = IW, id.y = gx;
+
+		for (int64_t n = 0; n < N; n++)
+			for (int64_t h = 0; h < IH; h++)
+				for (int64_t w = 0; w < IW; w++) {
+					gi[((n * IH + h) * IW + w) * 2] = -1 + 2.0 * (double)w / (double)(IW - 1);
+					gi[((n * IH + h) * IW + w) * 2 + 1] = -1 + 2.0 * (double)h / (double)(IH - 1);
+				}
+		id.grid = gi;
+		CHECK(nk_grid_sample_run(&id) == 0, "identity run");
+		CHECK(nkt_err(gx, x, NK_F64, ni, 1e-12, 1e-12) <= 1, "grid identity mode %d pad %d", mode, padding);
+		free(gi);
+	}
+	{ /* f32 / bf16 against f64 */
+		static const int dts[] = { NK_F32, NK_BF16 };
+
+		for (int d = 0; d < 2; d++) {
+			int dt = dts[d];
+			void *xl = talloc(dt, ni), *gl = talloc(dt, ng), *yl = talloc(dt, no);
+			nk_grid_sample_args_t l = a;
+
+			for (int64_t i = 0; i < ni; i++)
+				tset(xl, dt, i, x[i]);
+			for (int64_t i = 0; i < ng; i++)
+				tset(gl, dt, i, grid[i]), grid[i] = tget(gl, dt, i); /* same grid points */
+			a.y = y, nk_grid_sample_ref(&a);
+			l.dtype = dt, l.x = xl, l.grid = gl, l.y = yl;
+			CHECK(nk_grid_sample_run(&l) == 0, "grid lowp run");
+			worst = 0;
+			for (int64_t i = 0; i < no; i++)
+				worst = fmax(worst, fabs(tget(yl, dt, i) - y[i]) / ((dt == NK_F32 ? 1e-5 : mode == NK_GRID_BICUBIC ? 2e-1 : 8e-2) * (1 + fabs(y[i]))));
+			CHECK(worst <= 1 || mode == NK_GRID_NEAREST, "grid %s mode %d pad %d: err %g", dtn(dt), mode, padding, worst);
+			free(xl), free(gl), free(yl);
+		}
+	}
+	free(x), free(grid), free(y), free(y2), free(g), free(gx), free(gg), free(gx2), free(gg2);
+}
+
+static void test_grid(void)
+{
+	for (int mode = 0; mode < NK_GRID_NMODES; mode++)
+		for (int pad = 0; pad < NK_GRID_NPADS; pad++)
+			for (int ac = 0; ac < 2; ac++)
+				check_grid(mode, pad, ac);
+	{
+		nk_grid_sample_args_t a = { .dtype = NK_I32, .N = 1 };
+
+		nrt_kernel_fail_clear();
+		CHECK(nk_grid_sample_run(&a) != 0, "int grid sampling is refused");
+		nrt_kernel_fail_clear();
+	}
+}
+
 int main(void)
 {
 	nkt_seed(11);
@@ -674,5 +779,6 @@ int main(void)
 	RUN(test_unpool);
 	RUN(test_interp);
 	RUN(test_pad);
+	RUN(test_grid);
 	return ctest_finish();
 }

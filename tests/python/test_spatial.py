@@ -284,3 +284,37 @@ def test_channel_shuffle_matches_cpu(shape, groups, neuron_ops):
     with pytest.raises(RuntimeError, match="divisible by groups"):
         F.channel_shuffle(_dev(x), 5)
     assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_grid_sample_2d_matches_cpu(mode, padding_mode, dtype, neuron_ops):
+    """Forward and both gradients; grid points outside [-1, 1] exercise the padding modes; bf16
+    follows ATen's vectorized kernel operation by operation."""
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 5, 7).to(dtype)
+    grid = (torch.rand(2, 4, 6, 2) * 2.6 - 1.3).to(dtype)
+    rtol, atol = _tol(dtype)
+    for ac in (False, True):
+        for xl in (x, x.contiguous(memory_format=torch.channels_last)):
+            xc, gc = xl.clone().requires_grad_(), grid.clone().requires_grad_()
+            xd, gd = _dev(xl).requires_grad_(), _dev(grid).requires_grad_()
+            y = F.grid_sample(xc, gc, mode=mode, padding_mode=padding_mode, align_corners=ac)
+            yd = F.grid_sample(xd, gd, mode=mode, padding_mode=padding_mode, align_corners=ac)
+            torch.testing.assert_close(yd.cpu(), y, rtol=rtol, atol=atol)
+            go = torch.randn_like(y)
+            want = torch.autograd.grad(y, (xc, gc), go)
+            got = torch.autograd.grad(yd, (xd, gd), _dev(go))
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a.cpu(), b, rtol=10 * rtol, atol=10 * atol)
+    assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
+
+
+def test_grid_sample_bad_input():
+    x, grid = torch.randn(2, 3, 5, 7), torch.rand(2, 4, 6, 2)
+    for args, msg in [((x, grid[:1]), "same batch size"), ((x, grid[..., :1]), "grid"), ((x[0], grid), "batch size|4-D|4D")]:
+        with pytest.raises(RuntimeError, match=msg):
+            F.grid_sample(*args, align_corners=False)
+        with pytest.raises(RuntimeError, match=msg):
+            F.grid_sample(*(_dev(a) for a in args), align_corners=False)
