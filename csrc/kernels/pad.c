@@ -52,6 +52,20 @@ bad:
 	return -1;
 }
 
+/* One output row of OW elements from an input row of IW: the interior (o - l) as one copy, the
+ * padded edges element by element. */
+static void pad_row(char *y, const char *x, int mode, int64_t IW, int64_t OW, int64_t l, size_t es)
+{
+	int64_t i0 = l > 0 ? l : 0, i1 = l + IW < OW ? l + IW : OW;
+
+	for (int64_t ow = 0; ow < i0 && ow < OW; ow++)
+		sp_cp(y, ow, x, src_index(mode, ow, IW, l), es);
+	if (i1 > i0)
+		memcpy(y + (size_t)i0 * es, x + (size_t)(i0 - l) * es, (size_t)(i1 - i0) * es);
+	for (int64_t ow = i1 > i0 ? i1 : i0; ow < OW; ow++)
+		sp_cp(y, ow, x, src_index(mode, ow, IW, l), es);
+}
+
 static void pad_planes(void *ctx, int64_t p0, int64_t p1)
 {
 	const nk_pad_args_t *a = ctx;
@@ -67,11 +81,10 @@ static void pad_planes(void *ctx, int64_t p0, int64_t p1)
 		for (int64_t od = 0; od < OD; od++) {
 			int64_t id = src_index(a->mode, od, a->in[0], a->lo[0]);
 
-			for (int64_t oh = 0; oh < OH; oh++) {
+			for (int64_t oh = 0; oh < OH; oh++, o += OW) {
 				int64_t row = (id * IH + src_index(a->mode, oh, IH, a->lo[1])) * IW;
 
-				for (int64_t ow = 0; ow < OW; ow++, o++)
-					sp_cp(y, o, x, row + src_index(a->mode, ow, IW, a->lo[2]), es);
+				pad_row(y + (size_t)o * es, x + (size_t)row * es, a->mode, IW, OW, a->lo[2], es);
 			}
 		}
 	}

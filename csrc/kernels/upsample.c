@@ -160,7 +160,8 @@ typedef struct {
 	interp_geom_t g;
 } interp_ctx_t;
 
-static void interp_plane(const interp_ctx_t *c, int64_t nc)
+/* One plane; tws (may be NULL) holds the W taps of every output column, computed once per task. */
+static void interp_plane(const interp_ctx_t *c, int64_t nc, const taps_t *tws)
 {
 	const nk_interp_args_t *a = c->a;
 	int dt = a->dtype;
@@ -179,9 +180,34 @@ static void interp_plane(const interp_ctx_t *c, int64_t nc)
 			for (int64_t ow = 0; ow < a->out[2]; ow++, o++) {
 				double acc = 0;
 
-				taps(&c->g, 2, ow, &tw);
+				if (tws)
+					tw = tws[ow];
+				else
+					taps(&c->g, 2, ow, &tw);
 				if (nearest) {
 					sp_cp(y, o, x, (td.i[0] * IH + th.i[0]) * IW + tw.i[0], es);
+					continue;
+				}
+				if (dt == NK_F32) { /* the same operations in float, without the per-element dtype switch */
+					const float *xf = (const float *)x;
+					float facc = 0;
+
+					for (int i = 0; i < td.n; i++) {
+						float acc_h = 0;
+
+						for (int j = 0; j < th.n; j++) {
+							const float *row = xf + (td.i[i] * IH + th.i[j]) * IW;
+							float acc_w = row[tw.i[0]] * (float)tw.w[0];
+
+							for (int k = 1; k < tw.n; k++)
+								acc_w = acc_w + row[tw.i[k]] * (float)tw.w[k];
+							acc_w = acc_w * (float)th.w[j];
+							acc_h = j ? acc_h + acc_w : acc_w;
+						}
+						acc_h = acc_h * (float)td.w[i];
+						facc = i ? facc + acc_h : acc_h;
+					}
+					((float *)y)[o] = facc;
 					continue;
 				}
 				for (int i = 0; i < td.n; i++) {
@@ -207,8 +233,16 @@ static void interp_plane(const interp_ctx_t *c, int64_t nc)
 
 static void interp_planes(void *ctx, int64_t p0, int64_t p1)
 {
+	const interp_ctx_t *c = ctx;
+	int64_t OW = c->a->out[2];
+	/* the W taps once per task (per-thread workspace; on no memory they are computed per element) */
+	taps_t *tws = nk_ws_get(NK_WS_SPATIAL, (size_t)OW * sizeof(taps_t));
+
+	if (tws)
+		for (int64_t ow = 0; ow < OW; ow++)
+			taps(&c->g, 2, ow, &tws[ow]);
 	for (int64_t nc = p0; nc < p1; nc++)
-		interp_plane(ctx, nc);
+		interp_plane(c, nc, tws);
 }
 
 static int interp_prepare(const nk_interp_args_t *a, interp_ctx_t *c)
