@@ -236,6 +236,10 @@ static int pool_prepare(const nk_pool_args_t *a, pool_ctx_t *c)
 	c->g = (geom_t){ a->mode, a->in, a->out, a->k, a->s, a->p, a->dil };
 	if (check_geom(&c->g, a->dtype, a->NC, "pool"))
 		return -1;
+	if ((a->mode == NK_POOL_MAX || a->mode == NK_POOL_ADAPTIVE_MAX) && !a->idx) {
+		nrt_kernel_fail("max pool: no index output");
+		return -1;
+	}
 	if (!sp_is_float(a->dtype) && (a->mode == NK_POOL_ADAPTIVE_MAX || a->mode == NK_POOL_ADAPTIVE_AVG)) {
 		nrt_kernel_fail("adaptive pool: unsupported dtype %s", nk_dtype_name(a->dtype));
 		return -1;

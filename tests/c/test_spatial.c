@@ -360,7 +360,9 @@ static void test_pool_errors(void)
 	ix[3] = -1;
 	CHECK(nk_pool_bwd_ref(&b) != 0, "index -1 fails");
 	CHECK(nk_pool_run(&f) != 0, "kernel size 0 fails");
-	f.k[2] = 2, f.dtype = NK_BOOL;
+	f.k[2] = 2, f.idx = NULL;
+	CHECK(nk_pool_run(&f) != 0, "max pooling without an index output fails");
+	f.idx = ix, f.dtype = NK_BOOL;
 	CHECK(nk_pool_run(&f) != 0, "bool fails");
 	b.dtype = NK_I32, ix[3] = 3;
 	CHECK(nk_pool_bwd_run(&b) != 0, "integer backward fails");
