@@ -14,6 +14,7 @@ enum {
 	NK_WS_GEMM_C,    /* f32 accumulation block (bf16/f16 C) */
 	NK_WS_ATTENTION, /* attention tiles */
 	NK_WS_PARTIALS,  /* per-chunk partial sums of split reductions (caller thread) */
+	NK_WS_SPATIAL,   /* upsample.c: f32 gradient plane (bf16/f16 backward), uint8 intermediate image */
 	NK_WS_SLOTS
 };
 
