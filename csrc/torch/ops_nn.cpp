@@ -57,6 +57,23 @@ static void gemm3(const char *name, const at::Tensor &A, const at::Tensor &B, co
 		    name, cost);
 }
 
+// gemm3 for 2-d operands without building the 3-d views (three dispatcher round trips per mm).
+static void gemm2(const char *name, const at::Tensor &A, const at::Tensor &B, const at::Tensor &C, double alpha, double beta)
+{
+	nk_gemm_args_t g{};
+	g.dtype = nk_dtype(C.scalar_type(), name);
+	g.batch = 1, g.M = C.size(0), g.N = C.size(1), g.K = A.size(1);
+	g.alpha = alpha, g.beta = beta;
+	g.A = A.const_data_ptr(), g.bs_a = 0, g.rs_a = A.stride(0), g.cs_a = A.stride(1);
+	g.B = B.const_data_ptr(), g.bs_b = 0, g.rs_b = B.stride(0), g.cs_b = B.stride(1);
+	g.C = C.data_ptr(), g.bs_c = 0, g.rs_c = C.stride(0), g.cs_c = C.stride(1);
+	if (g.M == 0 || g.N == 0)
+		return;
+	size_t cost = (size_t)g.M * (size_t)g.N * (size_t)std::max<int64_t>(g.K, 1) * C.element_size() / 16;
+	launch_cost(current_queue(C.device().index()), at::isIntegralType(C.scalar_type(), false) ? nk_igemm_run : nk_gemm_run, g,
+		    name, cost);
+}
+
 static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, int64_t dims)
 {
 	check_same_device(op, {&a, &b});
@@ -70,7 +87,7 @@ static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, i
 // out = beta*bias + alpha*(a @ b) for 2-d a, b; bias broadcast to out (may be undefined).
 static at::Tensor &mm_into(const char *name, const at::Tensor &a, const at::Tensor &b, at::Tensor &out, const at::Tensor &bias, double beta, double alpha)
 {
-	c10::DeviceGuard g(a.device());
+	DeviceScope g(a.device().index());
 	at::native::resize_output(out, {a.size(0), b.size(1)});
 	bool use_bias = bias.defined() && beta != 0;
 	if (use_bias)
@@ -82,7 +99,7 @@ static at::Tensor &mm_into(const char *name, const at::Tensor &a, const at::Tens
 			out.mul_(beta);
 		return out;
 	}
-	gemm3(name, a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0), alpha, use_bias ? beta : 0);
+	gemm2(name, a, b, out, alpha, use_bias ? beta : 0);
 	return out;
 }
 

@@ -244,3 +244,24 @@ def test_small_ops_inline_keep_order_and_errors():
     with pytest.raises((RuntimeError, IndexError)):
         emb(torch.tensor([7], device="neuron"), w)
         torch.neuron.synchronize()
+
+
+def _run(code, **env):
+    import os
+    import subprocess
+    import sys
+    e = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=120)
+
+
+def test_inline_bytes_env():
+    code = ("import torch\n"
+            "print('imported', flush=True)\n"
+            "x = torch.arange(5.0, device='neuron')\n"
+            "print((x + x).sum().item())\n")
+    r = _run(code, NEURON_INLINE_BYTES="0")
+    assert r.returncode == 0 and r.stdout.split() == ["imported", "20.0"], r.stderr
+    r = _run(code, NEURON_INLINE_BYTES="lots")
+    assert "imported" in r.stdout  # garbage never breaks import torch ...
+    assert r.returncode != 0        # ... the first use of the device raises, naming it
+    assert "NEURON_INLINE_BYTES" in r.stderr and "lots" in r.stderr, r.stderr[-2000:]
