@@ -3,6 +3,8 @@
 // Shapes and dtypes are checked here; the C kernels get contiguous buffers or explicit strides.
 #include "neuron.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <ATen/TensorIterator.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/native/TypeProperties.h>
@@ -475,7 +477,9 @@ static int64_t sdp_choice(const at::Tensor &q, const at::Tensor &k, const at::Te
 		  (q.size(1) == k.size(1) || enable_gqa) && q.device() == k.device() && q.device() == v.device();
 	if (ok && mask.has_value() && mask->defined()) {
 		const at::Tensor &m = *mask;
-		ok = m.dim() <= 4 && (m.scalar_type() == at::kBool || m.scalar_type() == q.scalar_type()) && m.device() == q.device();
+		// the fused kernel has no attn_mask gradient: a mask that needs one takes the math path
+		// (composed of native matmul/softmax ops, which autograd differentiates)
+		ok = !(m.requires_grad() && at::GradMode::is_enabled()) && m.dim() <= 4 && (m.scalar_type() == at::kBool || m.scalar_type() == q.scalar_type()) && m.device() == q.device();
 		std::vector<int64_t> full{q.size(0), q.size(1), q.size(2), k.size(2)};
 		for (int64_t i = 0; ok && i < m.dim(); i++) {
 			int64_t s = m.size(m.dim() - 1 - i), f = full[3 - i];
