@@ -11,8 +11,9 @@
  *   median      the first NaN if there is one, else position (R-1)/2 in the stable order (aten's
  *               nth_element compares (value, index) pairs, i.e. the same order);
  *   nanmedian   position (R - #NaN - 1)/2 in the stable order;
- *   mode        the smallest most frequent value (each NaN counts alone), with the largest index
- *               holding it (the last of its run in the stable order).
+ *   mode        aten's algorithm: libstdc++'s std::sort of the (value, index) pairs by value (ported
+ *               below: its order among equal values decides the index), then the last element of
+ *               the first longest run; with NaN the result is whatever that order gives, as in aten.
  * Values are copied from the input bytes at the chosen index (NaN payloads and -0.0 preserved).
  * Threading: selection lines over the pool; unique, bincount and histc run serially (their outputs
  * depend on every element, and serial accumulation matches aten's rounding).
@@ -137,6 +138,173 @@ static void sel_quick_select(sel_pair_t *v, int64_t n, int64_t k, bool is_int)
 	} while (R > L);
 }
 
+/* ---- libstdc++'s std::sort (introsort), for mode -------------------------------------------------- */
+/* aten's CPU mode std::sorts (value, index) pairs comparing values with < and reports the last element
+ * of the longest run; which index that is among equal values depends on the exact algorithm, so it is
+ * reproduced here (GCC's bits/stl_algo.h / stl_heap.h: introsort to runs of 16, median of three,
+ * unguarded partition, heapsort past 2*floor(log2 n) levels, final insertion sort).  NaN compares as
+ * aten's comparator sees it (never less). */
+static inline bool gs_less(const sel_pair_t *a, const sel_pair_t *b, bool is_int)
+{
+	return is_int ? a->i < b->i : a->f < b->f;
+}
+
+static void gs_push_heap(sel_pair_t *v, int64_t hole, int64_t top, sel_pair_t val, bool is_int)
+{
+	int64_t parent = (hole - 1) / 2;
+	while (hole > top && gs_less(&v[parent], &val, is_int)) {
+		v[hole] = v[parent];
+		hole = parent;
+		parent = (hole - 1) / 2;
+	}
+	v[hole] = val;
+}
+
+static void gs_adjust_heap(sel_pair_t *v, int64_t hole, int64_t len, sel_pair_t val, bool is_int)
+{
+	int64_t top = hole, child = hole;
+	while (child < (len - 1) / 2) {
+		child = 2 * (child + 1);
+		if (gs_less(&v[child], &v[child - 1], is_int))
+			child--;
+		v[hole] = v[child];
+		hole = child;
+	}
+	if ((len & 1) == 0 && child == (len - 2) / 2) {
+		child = 2 * (child + 1);
+		v[hole] = v[child - 1];
+		hole = child - 1;
+	}
+	gs_push_heap(v, hole, top, val, is_int);
+}
+
+static void gs_heap_sort(sel_pair_t *v, int64_t n, bool is_int)
+{
+	if (n < 2)
+		return;
+	for (int64_t parent = (n - 2) / 2;; parent--) { /* make_heap */
+		gs_adjust_heap(v, parent, n, v[parent], is_int);
+		if (parent == 0)
+			break;
+	}
+	for (int64_t last = n - 1; last > 0; last--) { /* sort_heap: pop_heap(first, last, last) */
+		sel_pair_t val = v[last];
+		v[last] = v[0];
+		gs_adjust_heap(v, 0, last, val, is_int);
+	}
+}
+
+static void gs_swap(sel_pair_t *a, sel_pair_t *b)
+{
+	sel_pair_t t = *a;
+	*a = *b;
+	*b = t;
+}
+
+static void gs_median_to_first(sel_pair_t *r, sel_pair_t *a, sel_pair_t *b, sel_pair_t *c, bool is_int)
+{
+	if (gs_less(a, b, is_int)) {
+		if (gs_less(b, c, is_int))
+			gs_swap(r, b);
+		else if (gs_less(a, c, is_int))
+			gs_swap(r, c);
+		else
+			gs_swap(r, a);
+	} else if (gs_less(a, c, is_int)) {
+		gs_swap(r, a);
+	} else if (gs_less(b, c, is_int)) {
+		gs_swap(r, c);
+	} else {
+		gs_swap(r, b);
+	}
+}
+
+static void gs_introsort_loop(sel_pair_t *v, int64_t first, int64_t last, int depth, bool is_int)
+{
+	while (last - first > 16) {
+		if (depth == 0) {
+			gs_heap_sort(v + first, last - first, is_int);
+			return;
+		}
+		--depth;
+		int64_t mid = first + (last - first) / 2;
+		gs_median_to_first(&v[first], &v[first + 1], &v[mid], &v[last - 1], is_int);
+		int64_t lo = first + 1, hi = last; /* unguarded partition around v[first] */
+		for (;;) {
+			while (gs_less(&v[lo], &v[first], is_int))
+				++lo;
+			--hi;
+			while (gs_less(&v[first], &v[hi], is_int))
+				--hi;
+			if (!(lo < hi))
+				break;
+			gs_swap(&v[lo], &v[hi]);
+			++lo;
+		}
+		gs_introsort_loop(v, lo, last, depth, is_int);
+		last = lo;
+	}
+}
+
+static void gs_linear_insert(sel_pair_t *v, int64_t last, bool is_int)
+{
+	sel_pair_t val = v[last];
+	int64_t next = last - 1;
+	while (gs_less(&val, &v[next], is_int)) {
+		v[last] = v[next];
+		last = next;
+		--next;
+	}
+	v[last] = val;
+}
+
+static void gs_insertion_sort(sel_pair_t *v, int64_t first, int64_t last, bool is_int)
+{
+	if (first == last)
+		return;
+	for (int64_t i = first + 1; i != last; ++i) {
+		if (gs_less(&v[i], &v[first], is_int)) {
+			sel_pair_t val = v[i];
+			memmove(&v[first + 1], &v[first], (size_t)(i - first) * sizeof *v);
+			v[first] = val;
+		} else {
+			gs_linear_insert(v, i, is_int);
+		}
+	}
+}
+
+static void gs_sort(sel_pair_t *v, int64_t n, bool is_int)
+{
+	if (n == 0)
+		return;
+	int lg = 0;
+	while (((int64_t)1 << (lg + 1)) <= n)
+		lg++;
+	gs_introsort_loop(v, 0, n, 2 * lg, is_int);
+	if (n > 16) {
+		gs_insertion_sort(v, 0, 16, is_int);
+		for (int64_t i = 16; i < n; i++)
+			gs_linear_insert(v, i, is_int);
+	} else {
+		gs_insertion_sort(v, 0, n, is_int);
+	}
+}
+
+/* aten's mode over the sorted pairs: the last element of the first longest run (runs split at !=) */
+static int64_t gs_mode_pick(const sel_pair_t *v, int64_t R, bool is_int)
+{
+	int64_t best = 0, freq = 0, run = 0;
+	for (int64_t r = 0; r < R; r++) {
+		run++;
+		if (r == R - 1 || !sel_equal(&v[r], &v[r + 1], is_int)) {
+			if (run > freq)
+				freq = run, best = v[r].idx;
+			run = 0;
+		}
+	}
+	return best;
+}
+
 /* ---- topk / kthvalue / median / mode --------------------------------------------------------------- */
 
 static int64_t sel_out_count(const nk_select_args_t *a)
@@ -176,20 +344,10 @@ static int64_t sel_line(const nk_select_args_t *a, sel_pair_t *v, sel_pair_t *t,
 		pick[0] = v[(R - nn - 1) / 2].idx; /* all NaN: position 0 (C division truncates) */
 		return 1;
 	}
-	default: { /* NK_SEL_MODE */
-		sel_msort(v, t, R, is_int, false);
-		int64_t best = 0, freq = 0, run = 0;
-		for (int64_t r = 0; r < R; r++) {
-			run++;
-			if (r == R - 1 || !sel_equal(&v[r], &v[r + 1], is_int)) {
-				if (run > freq)
-					freq = run, best = v[r].idx;
-				run = 0;
-			}
-		}
-		pick[0] = best;
+	default: /* NK_SEL_MODE */
+		gs_sort(v, R, is_int);
+		pick[0] = gs_mode_pick(v, R, is_int);
 		return 1;
-	}
 	}
 }
 
@@ -357,7 +515,8 @@ int nk_select_ref(void *args)
 			case NK_SEL_NANMEDIAN:
 				p = ref_at_rank(v, R, (R - nn - 1) / 2, is_int, false);
 				break;
-			default: { /* mode: count every element's occurrences */
+			default: { /* mode: count every element's occurrences; the largest index (= aten's for
+				    * lines of <= 16 without NaN, which libstdc++ insertion-sorts) */
 				int64_t bestc = 0;
 				p = 0;
 				for (int64_t r = 0; r < R; r++) {

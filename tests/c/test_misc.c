@@ -64,9 +64,13 @@ static void check_select(int dt, int op, int64_t O, int64_t R, int64_t I, int64_
 	r.out = o2, r.idx = i2, r.work = w2;
 	CHECK(nk_select_ref(&r) == 0, "select ref op %d", op);
 	bool ok = true;
+	/* mode's index among equal values is libstdc++'s sort order (the reference, counting, gives the
+	 * largest index: the same for lines of <= 16, insertion-sorted); with NaN its answer is aten's
+	 * undefined one */
+	bool cmp_val = !(op == NK_SEL_MODE && nan_every), cmp_idx = cmp_val && !(op == NK_SEL_MODE && R > 16);
 	for (int64_t e = 0; e < O * K * I; e++) {
-		ok &= i1[e] == i2[e];
-		ok &= memcmp((char *)o1 + e * (int64_t)es, (char *)o2 + e * (int64_t)es, es) == 0;
+		ok &= !cmp_idx || i1[e] == i2[e];
+		ok &= !cmp_val || memcmp((char *)o1 + e * (int64_t)es, (char *)o2 + e * (int64_t)es, es) == 0;
 		/* the value is the input's at the index */
 		int64_t o = e / (K * I), i = e % I;
 		ok &= i1[e] >= 0 && i1[e] < R && same(elem(o1, dt, e), elem(in, dt, (o * R + i1[e]) * I + i));
@@ -104,8 +108,9 @@ static void test_select(void)
 	CHECK(nk_select_run(&a) == 0 && isnan(v) && idx == 4, "median with NaN: %g %lld", v, (long long)idx);
 	a.op = NK_SEL_NANMEDIAN;
 	CHECK(nk_select_run(&a) == 0 && v == 1 && idx == 3, "nanmedian: %g %lld", v, (long long)idx);
-	a.op = NK_SEL_MODE;
+	a.op = NK_SEL_MODE, a.R = 4; /* (without the NaN) */
 	CHECK(nk_select_run(&a) == 0 && v == 1 && idx == 3, "mode: %g %lld", v, (long long)idx);
+	a.R = 5;
 	a.op = NK_SEL_KTHVALUE, a.k = 5;
 	CHECK(nk_select_run(&a) == 0 && isnan(v) && idx == 4, "kthvalue 5: %g %lld", v, (long long)idx);
 	a.k = 6;
