@@ -130,6 +130,7 @@ int nk_multinomial_run(void *args);
 typedef enum {
 	/* unary */
 	NK_SP_DIGAMMA, NK_SP_LGAMMA, NK_SP_POLYGAMMA, NK_SP_SINC, NK_SP_ENTR, NK_SP_SGN, NK_SP_ANGLE,
+	NK_SP_I0, NK_SP_I0E, NK_SP_I1, NK_SP_I1E, /* modified Bessel I0, I1 and their exp(-|x|)-scaled forms */
 	/* binary */
 	NK_SP_XLOG1PY, NK_SP_ZETA, NK_SP_HEAVISIDE, NK_SP_NEXTAFTER, NK_SP_GCD, NK_SP_LCM,
 	NK_SP_CHEBYSHEV_T, NK_SP_CHEBYSHEV_U, NK_SP_CHEBYSHEV_V, NK_SP_CHEBYSHEV_W,

@@ -1,5 +1,5 @@
 /* special.c - special functions elementwise over an nk_iter_t: digamma, lgamma, polygamma, Hurwitz
- * zeta, sinc, entr, sgn, angle, xlog1py, heaviside, nextafter, gcd, lcm and the orthogonal polynomial
+ * zeta, sinc, entr, sgn, angle, i0/i0e/i1/i1e, xlog1py, heaviside, nextafter, gcd, lcm and the orthogonal polynomial
  * families (Chebyshev T/U/V/W and shifted, Hermite H/He, Laguerre L, Legendre P).
  *
  * The scalar formulas follow PyTorch's CPU code (aten/src/ATen/native/Math.h, itself from Cephes) and
@@ -20,7 +20,8 @@
 
 static const char *const sp_names[NK_SP_COUNT] = {
 	[NK_SP_DIGAMMA] = "digamma", [NK_SP_LGAMMA] = "lgamma", [NK_SP_POLYGAMMA] = "polygamma", [NK_SP_SINC] = "sinc",
-	[NK_SP_ENTR] = "entr", [NK_SP_SGN] = "sgn", [NK_SP_ANGLE] = "angle", [NK_SP_XLOG1PY] = "xlog1py",
+	[NK_SP_ENTR] = "entr", [NK_SP_SGN] = "sgn", [NK_SP_ANGLE] = "angle", [NK_SP_I0] = "i0", [NK_SP_I0E] = "i0e",
+	[NK_SP_I1] = "i1", [NK_SP_I1E] = "i1e", [NK_SP_XLOG1PY] = "xlog1py",
 	[NK_SP_ZETA] = "zeta", [NK_SP_HEAVISIDE] = "heaviside", [NK_SP_NEXTAFTER] = "nextafter", [NK_SP_GCD] = "gcd",
 	[NK_SP_LCM] = "lcm", [NK_SP_CHEBYSHEV_T] = "chebyshev_polynomial_t", [NK_SP_CHEBYSHEV_U] = "chebyshev_polynomial_u",
 	[NK_SP_CHEBYSHEV_V] = "chebyshev_polynomial_v", [NK_SP_CHEBYSHEV_W] = "chebyshev_polynomial_w",
@@ -178,6 +179,57 @@ static double sp_polygamma(double x, int64_t n, bool single)
 	if (n == 1)
 		return single ? (double)sp_trigammaf((float)x) : sp_trigamma(x);
 	return ((n % 2) ? 1.0 : -1.0) * exp(lgamma((double)n + 1.0)) * sp_zeta((double)(n + 1), x);
+}
+
+/* ---- modified Bessel functions I0, I1 (own evaluation, not Cephes' Chebyshev tables) ---------------
+ * |x| <= 30: the power series I_nu(x) = (x/2)^nu sum_k (x^2/4)^k / (k! (k + nu)!), all terms positive
+ * (no cancellation: about 1 ulp per term of rounding), scaled by exp(-|x|) for the e-forms.
+ * |x| > 30: Hankel's asymptotic series of exp(-x) I_nu(x) sqrt(2 pi x) = sum_k t_k with
+ * t_k = t_(k-1) ((2k - 1)^2 - 4 nu^2) / (8 k x), truncated at its smallest term (error below e^(-2x)).
+ * I0 is even, I1 odd. */
+static double sp_bessel_i_series(double ax, int nu)
+{
+	double t = ax * ax / 4, term = 1, sum = 1;
+	for (int k = 1; k < 500; k++) {
+		term *= t / ((double)k * (double)(k + nu));
+		sum += term;
+		if (term < sum * 1e-17)
+			break;
+	}
+	return nu ? sum * ax / 2 : sum;
+}
+
+static double sp_bessel_ie_asym(double ax, int nu)
+{
+	double term = 1, sum = 1, mu = 4.0 * nu * nu;
+	for (int k = 1; k < 200; k++) {
+		double next = term * ((double)(2 * k - 1) * (double)(2 * k - 1) - mu) / (8.0 * k * ax);
+		if (fabs(next) >= fabs(term))
+			break;
+		term = next;
+		sum += term;
+		if (fabs(term) < fabs(sum) * 1e-17)
+			break;
+	}
+	return sum / sqrt(2 * M_PI * ax);
+}
+
+/* scaled: exp(-|x|) I_nu(x) */
+static double sp_bessel_i(double x, int nu, bool scaled)
+{
+	double ax = fabs(x), r;
+	if (isnan(x))
+		return x;
+	if (ax <= 30) {
+		r = sp_bessel_i_series(ax, nu);
+		if (scaled)
+			r *= exp(-ax);
+	} else {
+		r = sp_bessel_ie_asym(ax, nu);
+		if (!scaled)
+			r = ax < 700 ? r * exp(ax) : r * exp(ax / 2) * exp(ax / 2); /* overflows to inf past ~713 */
+	}
+	return (nu && x < 0) ? -r : r;
 }
 
 /* ---- orthogonal polynomials (PyTorch's *_polynomial_*_forward, n = (int64) the second input) ---- */
@@ -424,6 +476,10 @@ static double sp_f64(int op, double x, double y, int64_t ia, bool single)
 		if (isnan(x))
 			return x;
 		return x < 0 ? M_PI : 0;
+	case NK_SP_I0: return sp_bessel_i(x, 0, false);
+	case NK_SP_I0E: return sp_bessel_i(x, 0, true);
+	case NK_SP_I1: return sp_bessel_i(x, 1, false);
+	case NK_SP_I1E: return sp_bessel_i(x, 1, true);
 	case NK_SP_XLOG1PY:
 		if (isnan(y))
 			return NAN;

@@ -767,7 +767,7 @@ static at::Tensor special(const char *name, int op, std::initializer_list<at::Te
 		special("aten::" opname ".out", NKOP, {s}, o, FLOAT);                                              \
 		return o;                                                                                          \
 	}                                                                                                          \
-	static at::Tensor &fn##_i(at::Tensor &s)                                                                   \
+	[[maybe_unused]] static at::Tensor &fn##_i(at::Tensor &s)                                                  \
 	{                                                                                                          \
 		NEURON_TRACK("aten::" opname "_");                                                                 \
 		special("aten::" opname "_", NKOP, {s}, s, FLOAT);                                                 \
@@ -777,6 +777,10 @@ SP_UNARY(digamma, "digamma", NK_SP_DIGAMMA, true)
 SP_UNARY(lgamma, "lgamma", NK_SP_LGAMMA, true)
 SP_UNARY(sinc, "sinc", NK_SP_SINC, true)
 SP_UNARY(entr, "special_entr", NK_SP_ENTR, true)
+SP_UNARY(i0, "i0", NK_SP_I0, true)
+SP_UNARY(i0e, "special_i0e", NK_SP_I0E, true)
+SP_UNARY(i1, "special_i1", NK_SP_I1, true)
+SP_UNARY(i1e, "special_i1e", NK_SP_I1E, true)
 
 static at::Tensor angle_f(const at::Tensor &s)
 {
@@ -1039,6 +1043,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("sinc_", sinc_i);
 	m.impl("special_entr", entr_f);
 	m.impl("special_entr.out", entr_o);
+	m.impl("i0", i0_f);
+	m.impl("i0.out", i0_o);
+	m.impl("i0_", i0_i);
+	m.impl("special_i0e", i0e_f);
+	m.impl("special_i0e.out", i0e_o);
+	m.impl("special_i1", i1_f);
+	m.impl("special_i1.out", i1_o);
+	m.impl("special_i1e", i1e_f);
+	m.impl("special_i1e.out", i1e_o);
 	m.impl("angle", angle_f);
 	m.impl("angle.out", angle_o);
 	m.impl("polygamma", polygamma_f);

@@ -210,6 +210,8 @@ UNARY_SPECIAL = {
     "digamma": torch.digamma, "lgamma": torch.lgamma, "sinc": torch.sinc, "entr": torch.special.entr,
     "polygamma1": lambda t: torch.polygamma(1, t), "polygamma3": lambda t: torch.polygamma(3, t),
     "angle": torch.angle, "mvlgamma": lambda t: torch.mvlgamma(t.abs() + 3, 2),
+    "i0": lambda t: torch.i0(t * 4), "i0e": lambda t: torch.special.i0e(t * 8), "i1": lambda t: torch.special.i1(t * 4),
+    "i1e": lambda t: torch.special.i1e(t * 8),
 }
 BINARY_SPECIAL = {
     "xlog1py": torch.special.xlog1py, "zeta": lambda x, y: torch.special.zeta(x.abs() + 1, y),
