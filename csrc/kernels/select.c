@@ -3,9 +3,10 @@
  * (searchsorted, bucketize, isin), bincount and histc.
  *
  * Keys: each element is loaded exactly (float dtypes as double, integer dtypes as int64) into a
- * (key, index) pair; order is ascending with NaN last (descending: NaN first), equal keys keep their
- * input order (a stable merge sort), so ties resolve to the lowest index - except where aten's CPU
- * kernel has another deterministic rule, which is followed:
+ * (key, index) pair; order is ascending with NaN last (descending: NaN first), equal keys (and NaNs)
+ * by index: a total order, so ties resolve to the lowest index.  topk selects its k pairs in that order
+ * with a quickselect (O(R)) and merge-sorts only those; median/nanmedian quickselect their position.
+ * Where aten's CPU kernel has another deterministic rule, it is followed:
  *   kthvalue    aten's quick_select_template (median of three, Hoare partition), ported as is, so the
  *               index among equal values is the one aten returns;
  *   median      the first NaN if there is one, else position (R-1)/2 in the stable order (aten's
@@ -55,7 +56,61 @@ static inline bool sel_equal(const sel_pair_t *a, const sel_pair_t *b, bool is_i
 	return is_int ? a->i == b->i : a->f == b->f; /* NaN is equal to nothing */
 }
 
-/* bottom-up stable merge sort of v[0, n) with n pairs of scratch */
+/* the total order: sel_before, equal keys (or two NaN) by index.  Sorting by it is the stable sort of
+ * the input order, whatever order the pairs are in. */
+static inline bool sel_total_before(const sel_pair_t *a, const sel_pair_t *b, bool is_int, bool desc)
+{
+	if (sel_before(a, b, is_int, desc))
+		return true;
+	return !sel_before(b, a, is_int, desc) && a->idx < b->idx;
+}
+
+/* Quickselect in the total order (aten's median-of-three / Hoare scheme): afterwards v[k] is the
+ * k-th pair of the order, v[0, k) the ones before it.  O(n) expected. */
+static void sel_select_total(sel_pair_t *v, int64_t n, int64_t k, bool is_int, bool desc)
+{
+	int64_t L = 0, R = n - 1;
+#define GT(x, y) sel_total_before((y), (x), is_int, desc)
+	while (R > L) {
+		if (R == L + 1) {
+			if (GT(&v[L], &v[R])) {
+				sel_pair_t t = v[L];
+				v[L] = v[R], v[R] = t;
+			}
+			return;
+		}
+		int64_t P = L + (R - L) / 2;
+		sel_pair_t t = v[P];
+		v[P] = v[L + 1], v[L + 1] = t;
+		if (GT(&v[L + 1], &v[R]))
+			t = v[L + 1], v[L + 1] = v[R], v[R] = t;
+		if (GT(&v[L], &v[R]))
+			t = v[L], v[L] = v[R], v[R] = t;
+		if (GT(&v[L + 1], &v[L]))
+			t = v[L + 1], v[L + 1] = v[L], v[L] = t;
+		int64_t i = L + 1, j = R;
+		sel_pair_t piv = v[L];
+		for (;;) {
+			do
+				i++;
+			while (GT(&piv, &v[i]));
+			do
+				j--;
+			while (GT(&v[j], &piv));
+			if (j < i)
+				break;
+			t = v[i], v[i] = v[j], v[j] = t;
+		}
+		v[L] = v[j], v[j] = piv;
+		if (j <= k)
+			L = i;
+		if (j >= k)
+			R = j - 1;
+	}
+#undef GT
+}
+
+/* bottom-up merge sort of v[0, n) in the total order, with n pairs of scratch */
 static void sel_msort(sel_pair_t *v, sel_pair_t *tmp, int64_t n, bool is_int, bool desc)
 {
 	for (int64_t w = 1; w < n; w *= 2) {
@@ -63,7 +118,7 @@ static void sel_msort(sel_pair_t *v, sel_pair_t *tmp, int64_t n, bool is_int, bo
 			int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
 			int64_t i = lo, j = mid, k = lo;
 			while (i < mid && j < hi)
-				tmp[k++] = sel_before(&v[j], &v[i], is_int, desc) ? v[j++] : v[i++];
+				tmp[k++] = sel_total_before(&v[j], &v[i], is_int, desc) ? v[j++] : v[i++];
 			while (i < mid)
 				tmp[k++] = v[i++];
 			while (j < hi)
@@ -317,8 +372,10 @@ static int64_t sel_line(const nk_select_args_t *a, sel_pair_t *v, sel_pair_t *t,
 {
 	int64_t R = a->R;
 	switch (a->op) {
-	case NK_SEL_TOPK:
-		sel_msort(v, t, R, is_int, a->largest);
+	case NK_SEL_TOPK: /* select the first k of the total order, then sort just those */
+		if (a->k < R)
+			sel_select_total(v, R, a->k - 1, is_int, a->largest);
+		sel_msort(v, t, a->k, is_int, a->largest);
 		for (int64_t j = 0; j < a->k; j++)
 			pick[j] = v[j].idx;
 		return a->k;
@@ -333,14 +390,14 @@ static int64_t sel_line(const nk_select_args_t *a, sel_pair_t *v, sel_pair_t *t,
 				return 1;
 			}
 		}
-		sel_msort(v, t, R, is_int, false);
+		sel_select_total(v, R, (R - 1) / 2, is_int, false);
 		pick[0] = v[(R - 1) / 2].idx;
 		return 1;
 	case NK_SEL_NANMEDIAN: {
 		int64_t nn = 0;
 		for (int64_t r = 0; r < R; r++)
 			nn += sel_isnan(&v[r], is_int);
-		sel_msort(v, t, R, is_int, false);
+		sel_select_total(v, R, (R - nn - 1) / 2, is_int, false);
 		pick[0] = v[(R - nn - 1) / 2].idx; /* all NaN: position 0 (C division truncates) */
 		return 1;
 	}
