@@ -787,6 +787,45 @@ static int64_t search_one(const nk_search_args_t *a, const char *bd, const int64
 	return lo;
 }
 
+/* Typed fast paths of search_one (no sorter): the same comparisons without a load per probe. */
+#define SEARCH_TYPED(name, T)                                                                \
+	static int64_t name(const T *bd, int64_t nb, T v, bool right)                         \
+	{                                                                                     \
+		int64_t lo = 0, hi = nb;                                                      \
+		while (lo < hi) {                                                             \
+			int64_t mid = lo + ((hi - lo) >> 1);                                  \
+			if (right ? !(bd[mid] > v) : !(bd[mid] >= v))                         \
+				lo = mid + 1;                                                 \
+			else                                                                  \
+				hi = mid;                                                     \
+		}                                                                             \
+		return lo;                                                                    \
+	}
+SEARCH_TYPED(search_f32, float)
+SEARCH_TYPED(search_f64, double)
+SEARCH_TYPED(search_i64, int64_t)
+SEARCH_TYPED(search_i32, int32_t)
+#undef SEARCH_TYPED
+
+/* out[e] for a bounds search of x[e] with no sorter, when the dtype has a typed path */
+static bool search_fast(const nk_search_args_t *a, const char *bd, const char *x, char *out)
+{
+	bool right = a->op == NK_SEARCH_RIGHT;
+	int64_t p;
+	switch (a->dtype) {
+	case NK_F32: p = search_f32((const float *)bd, a->nb, *(const float *)x, right); break;
+	case NK_F64: p = search_f64((const double *)bd, a->nb, *(const double *)x, right); break;
+	case NK_I64: p = search_i64((const int64_t *)bd, a->nb, *(const int64_t *)x, right); break;
+	case NK_I32: p = search_i32((const int32_t *)bd, a->nb, *(const int32_t *)x, right); break;
+	default: return false;
+	}
+	if (a->out_dtype == NK_I64)
+		*(int64_t *)out = p;
+	else
+		*(int32_t *)out = (int32_t)p;
+	return true;
+}
+
 static void search_rows(void *ctx, int64_t e0, int64_t e1)
 {
 	const nk_search_args_t *a = ctx;
@@ -797,6 +836,9 @@ static void search_rows(void *ctx, int64_t e0, int64_t e1)
 		const char *bd = (const char *)a->bd + o * a->bso * (int64_t)es;
 		const int64_t *sorter = a->sorter ? a->sorter + o * a->bso : NULL;
 		const char *x = (const char *)a->x + e * (int64_t)es;
+		char *op = (char *)a->out + e * (int64_t)os;
+		if (a->op != NK_SEARCH_ISIN && !sorter && search_fast(a, bd, x, op))
+			continue;
 		double v = is_int ? 0 : nk_load_f64(x, a->dtype);
 		int64_t iv = is_int ? nk_load_i64(x, a->dtype) : 0;
 		char *out = (char *)a->out + e * (int64_t)os;
