@@ -4,6 +4,9 @@
 #include "neuron.h"
 
 #include <algorithm>
+
+#include <ATen/core/grad_mode.h>
+
 #include <ATen/TensorIterator.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/native/TypeProperties.h>
@@ -501,7 +504,9 @@ static int64_t sdp_choice(const at::Tensor &q, const at::Tensor &k, const at::Te
 	}
 	if (ok && mask.has_value() && mask->defined()) {
 		const at::Tensor &m = *mask;
-		ok = m.dim() <= 4 && (m.scalar_type() == at::kBool || m.scalar_type() == q.scalar_type()) && m.device() == q.device();
+		// the fused kernel has no attn_mask gradient: a mask that needs one takes the math path
+		// (composed of native matmul/softmax ops, which autograd differentiates)
+		ok = !(m.requires_grad() && at::GradMode::is_enabled()) && m.dim() <= 4 && (m.scalar_type() == at::kBool || m.scalar_type() == q.scalar_type()) && m.device() == q.device();
 		c10::SymInt full[4] = {q.sym_size(0), q.sym_size(1), q.sym_size(2), k.sym_size(2)};
 		for (int64_t i = 0; ok && i < m.dim(); i++) {
 			c10::SymInt s = m.sym_size(m.dim() - 1 - i);

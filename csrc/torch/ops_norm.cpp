@@ -1,6 +1,6 @@
 // ops_norm.cpp - batch norm (all of aten's entry points), group norm, fused rms norm, the small
 // activations that had no kernel (glu, hardshrink, softshrink, prelu, rrelu, logit backward), the margin
-// losses, xlogy (kl_div), and the grad scaler's two kernels.  Shapes and dtypes are checked here; the C
+// losses (kl_div's xlogy is registered in ops_misc.cpp), and the grad scaler's two kernels.  Shapes and dtypes are checked here; the C
 // kernels (norm.c, act.c, loss2.c) get contiguous buffers or an nk_iter_t.
 #include "neuron.h"
 #include "pointwise.h"
@@ -646,10 +646,6 @@ static at::Tensor &rrelu_i(at::Tensor &x, at::Tensor &noise, const c10::Scalar &
 	return x;
 }
 
-// xlogy (kl_div's log_target=False path) through the native elementwise engine
-static at::Tensor xlogy_t(const at::Tensor &s, const at::Tensor &o) { NEURON_TRACK("aten::xlogy.Tensor"); return pointwise_op("aten::xlogy", NK_OP_XLOGY, {s, o}, {}, PwKind::Float); }
-static at::Tensor &xlogy_o(const at::Tensor &s, const at::Tensor &o, at::Tensor &out) { NEURON_TRACK("aten::xlogy.OutTensor"); pointwise_op("aten::xlogy.out", NK_OP_XLOGY, {s, o}, out, PwKind::Float); return out; }
-static at::Tensor &xlogy_i(at::Tensor &s, const at::Tensor &o) { NEURON_TRACK("aten::xlogy_.Tensor"); pointwise_op("aten::xlogy_", NK_OP_XLOGY, {s, o}, s, PwKind::Float); return s; }
 
 // ---- margin losses (loss2.c) -----------------------------------------------------------------------
 
@@ -877,9 +873,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("rrelu_with_noise", rrelu_f);
 	m.impl("rrelu_with_noise.out", rrelu_o);
 	m.impl("rrelu_with_noise_", rrelu_i);
-	m.impl("xlogy.Tensor", xlogy_t);
-	m.impl("xlogy.OutTensor", xlogy_o);
-	m.impl("xlogy_.Tensor", xlogy_i);
 	m.impl("multi_margin_loss", mm_loss);
 	m.impl("multi_margin_loss.out", mm_loss_o);
 	m.impl("multi_margin_loss_backward", mm_loss_bw);

@@ -122,6 +122,9 @@ TIE_ORDER = {
     "sort": (_sort_dim, _sort_stable, 1, _TIES),
     "argsort": (_sort_dim, _sort_stable, None, _TIES),
     "msort": (lambda s: 0, lambda s: False, -1, _TIES),
+    # (misc) topk: aten's CPU order among equal values is libstdc++'s partial_sort/nth_element order
+    "topk": (lambda s: s.kwargs.get("dim", s.args[1] if len(s.args) > 1 else -1), lambda s: False, 1,
+             "equal elements may come in any order (aten's CPU topk is std::partial_sort / std::nth_element)"),
 }
 
 CPU_ARGS = {

@@ -180,3 +180,56 @@ def test_launch_blocking_raises_at_the_op(run_py):
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.report
     line = next(l for l in proc.stdout.splitlines() if l.startswith("RAISED_AT_OP"))
     assert "embedding" in line.lower(), line
+
+
+# ---- bad arguments to ops: a clear exception naming the problem, never a crash or a wild write; the
+# device keeps working afterwards.  Kernel-side index checks are asynchronous, so each case reads its
+# result back (which surfaces a queued kernel error).
+
+def _dev(*shape, dtype=torch.float32):
+    return torch.ones(*shape, dtype=dtype, device="neuron")
+
+
+def _idx(*vals):
+    return torch.tensor(vals, device="neuron")
+
+
+BAD_OPS = {
+    "add_shapes": (lambda: _dev(3) + _dev(4), RuntimeError, r"size of tensor a \(3\) must match.*\(4\)"),
+    "mm_shapes": (lambda: torch.mm(_dev(2, 3), _dev(4, 5)), RuntimeError, r"2x3.*4x5"),
+    "cat_shapes": (lambda: torch.cat([_dev(2, 3), _dev(2, 4)]), RuntimeError, r"(?i)sizes of tensors must match"),
+    "bmm_batch": (lambda: torch.bmm(_dev(2, 3, 4), _dev(3, 4, 5)), RuntimeError, r"(?i)batch"),
+    "gather_index": (lambda: _dev(4).gather(0, _idx(1, 7)), (RuntimeError, IndexError), r"(?i)index 7 is out of bounds.*size 4"),
+    "scatter_index": (lambda: _dev(4).scatter(0, _idx(-9), _dev(1)), (RuntimeError, IndexError), r"(?i)out of bounds"),
+    "embedding_index": (lambda: F.embedding(_idx(0, 3), _dev(3, 2)), (RuntimeError, IndexError), r"(?i)embedding.*3"),
+    "index_select_index": (lambda: _dev(5, 2).index_select(0, _idx(5)), (RuntimeError, IndexError), r"(?i)out of (bounds|range)"),
+    "kthvalue_k": (lambda: _dev(4).kthvalue(5), RuntimeError, r"(?i)kthvalue.*out of range"),
+    "bincount_negative": (lambda: torch.bincount(_idx(1, -2)), RuntimeError, r"(?i)non-negative"),
+    "dtype_mm": (lambda: torch.mm(_dev(2, 2), _dev(2, 2, dtype=torch.int64)), RuntimeError, r"(?i)dtype|same type|Float.*Long"),
+    "dtype_bitwise_float": (lambda: torch.bitwise_and(_dev(2), _dev(2)), (RuntimeError, TypeError), r"(?i)not implemented for 'Float'|bitwise"),
+    "dtype_gcd_float": (lambda: torch.gcd(_dev(2), _dev(2)), RuntimeError, r"(?i)not implemented for 'Float'"),
+    "negative_size": (lambda: torch.empty(-1, device="neuron"), RuntimeError, r"(?i)negative dimension -1"),
+    "overflow_size": (lambda: torch.empty(2**62, device="neuron"), RuntimeError, r"(?i)overflow|too large|size"),
+    "overflow_bytes": (lambda: torch.empty(2**61, dtype=torch.float64, device="neuron"), RuntimeError, r"(?i)overflow|too large|size"),
+    "multinomial_negative": (lambda: torch.multinomial(torch.tensor([0.5, -1.0], device="neuron"), 1), RuntimeError,
+                             r"(?i)multinomial.*(inf|nan|< 0)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OPS))
+def test_bad_op_arguments(case):
+    fn, exc, pattern = BAD_OPS[case]
+    torch.neuron.synchronize()
+    with pytest.raises(exc) as ei:
+        r = fn()
+        (r[0] if isinstance(r, tuple) else r).cpu()   # surfaces an asynchronous kernel error
+    msg = str(ei.value)
+    assert re.search(pattern, msg), msg
+    assert not isinstance(ei.value, torch.OutOfMemoryError), msg
+    # the device is still usable, and nothing was written out of bounds
+    torch.neuron.synchronize()
+    x = torch.arange(10.0, device="neuron")
+    assert (x * 2).sum().item() == 90.0
+    w = torch.zeros(4, device="neuron")
+    w.scatter_(0, torch.tensor([1], device="neuron"), 1.0)
+    assert w.cpu().tolist() == [0.0, 1.0, 0.0, 0.0]
