@@ -964,26 +964,27 @@ static void emit_hz_launch(nc_graph_t *g, nc_sb_t *s, int p)
 	sb_printf(s, "\t{\n\t\tstatic void (*const F_[%d])(void *, int64_t, int64_t) = {", n);
 	for (int i = 0; i < n; i++)
 		sb_printf(s, "%snc_k%d", i ? ", " : "", g->u[g->sched[p + i]].kid);
-	sb_printf(s, "};\n\t\tint64_t T_[%d], G_ = INT64_MAX, N_ = 0;\n", n);
+	sb_printf(s, "};\n\t\tint64_t T_[%d], W_ = 0, N_ = 0;\n", n);
 	for (int i = 0; i < n; i++) {
 		const nc_unit_t *u = &g->u[g->sched[p + i]];
 		sb_printf(s, "\t\t{\n\t\t\tconst int64_t R_ = (%s), L_ = (%s);\n", u->R, u->L);
 		if (u->kind == U_PW) {
 			sb_printf(s, "\t\t\tconst int64_t CH_ = L_ < NC_CHUNK ? (L_ > 0 ? L_ : 1) : NC_CHUNK;\n");
 			sb_printf(s, "\t\t\tT_[%d] = R_ > 0 && L_ > 0 ? R_ * ((L_ + CH_ - 1) / CH_) : 0;\n", i);
-			sb_printf(s, "\t\t\tG_ = nc_min(G_, nc_max(1, 32768 / CH_));\n");
+			sb_printf(s, "\t\t\tW_ += T_[%d] * CH_;\n", i);
 		} else if (u->kind == U_ROW) {
 			sb_printf(s, "\t\t\tT_[%d] = R_ > 0 ? R_ : 0;\n", i);
-			sb_printf(s, "\t\t\tG_ = nc_min(G_, nc_max(1, 32768 / nc_max(L_, 1)));\n");
+			sb_printf(s, "\t\t\tW_ += T_[%d] * nc_max(L_, 1);\n", i);
 		} else {
 			sb_printf(s, "\t\t\tconst int64_t O_ = (%s), CW_ = nc_colw(L_), NCOL_ = (L_ + CW_ - 1) / CW_;\n", u->O);
 			sb_printf(s, "\t\t\tT_[%d] = O_ * NCOL_ > 0 ? O_ * NCOL_ : 0;\n", i);
-			sb_printf(s, "\t\t\tG_ = nc_min(G_, nc_max(1, 32768 / nc_max(R_ * CW_, 1)));\n");
+			sb_printf(s, "\t\t\tW_ += T_[%d] * nc_max(R_ * CW_, 1);\n", i);
 		}
 		sb_printf(s, "\t\t\tN_ += T_[%d];\n\t\t\t(void)R_;\n\t\t}\n", i);
 	}
 	sb_printf(s, "\t\tnc_hz_t h_ = {&ctx, %d, F_, T_};\n", n);
-	sb_printf(s, "\t\tif (N_ > 0)\n\t\t\tRT->parallel_for(N_, G_, nc_hz_run, &h_);\n\t}\n");
+	/* grain: about 32768 elements of work per chunk, from the members' mean work per task */
+	sb_printf(s, "\t\tif (N_ > 0)\n\t\t\tRT->parallel_for(N_, nc_max(1, (int64_t)(32768.0 * (double)N_ / (double)nc_max(W_, 1))), nc_hz_run, &h_);\n\t}\n");
 }
 
 static int emit_plan_fn(nc_graph_t *g, nc_sb_t *s)
