@@ -957,6 +957,36 @@ static void emit_launch(nc_graph_t *g, nc_sb_t *s, int ui)
 	sb_printf(s, "\t}\n");
 }
 
+/* a horizontal group (nc_plan.c `horizontal`): the members' task counts, one parallel loop */
+static void emit_hz_launch(nc_graph_t *g, nc_sb_t *s, int p)
+{
+	const int n = g->u[g->sched[p]].hsize;
+	sb_printf(s, "\t{\n\t\tstatic void (*const F_[%d])(void *, int64_t, int64_t) = {", n);
+	for (int i = 0; i < n; i++)
+		sb_printf(s, "%snc_k%d", i ? ", " : "", g->u[g->sched[p + i]].kid);
+	sb_printf(s, "};\n\t\tint64_t T_[%d], W_ = 0, N_ = 0;\n", n);
+	for (int i = 0; i < n; i++) {
+		const nc_unit_t *u = &g->u[g->sched[p + i]];
+		sb_printf(s, "\t\t{\n\t\t\tconst int64_t R_ = (%s), L_ = (%s);\n", u->R, u->L);
+		if (u->kind == U_PW) {
+			sb_printf(s, "\t\t\tconst int64_t CH_ = L_ < NC_CHUNK ? (L_ > 0 ? L_ : 1) : NC_CHUNK;\n");
+			sb_printf(s, "\t\t\tT_[%d] = R_ > 0 && L_ > 0 ? R_ * ((L_ + CH_ - 1) / CH_) : 0;\n", i);
+			sb_printf(s, "\t\t\tW_ += T_[%d] * CH_;\n", i);
+		} else if (u->kind == U_ROW) {
+			sb_printf(s, "\t\t\tT_[%d] = R_ > 0 ? R_ : 0;\n", i);
+			sb_printf(s, "\t\t\tW_ += T_[%d] * nc_max(L_, 1);\n", i);
+		} else {
+			sb_printf(s, "\t\t\tconst int64_t O_ = (%s), CW_ = nc_colw(L_), NCOL_ = (L_ + CW_ - 1) / CW_;\n", u->O);
+			sb_printf(s, "\t\t\tT_[%d] = O_ * NCOL_ > 0 ? O_ * NCOL_ : 0;\n", i);
+			sb_printf(s, "\t\t\tW_ += T_[%d] * nc_max(R_ * CW_, 1);\n", i);
+		}
+		sb_printf(s, "\t\t\tN_ += T_[%d];\n\t\t\t(void)R_;\n\t\t}\n", i);
+	}
+	sb_printf(s, "\t\tnc_hz_t h_ = {&ctx, %d, F_, T_};\n", n);
+	/* grain: about 32768 elements of work per chunk, from the members' mean work per task */
+	sb_printf(s, "\t\tif (N_ > 0)\n\t\t\tRT->parallel_for(N_, nc_max(1, (int64_t)(32768.0 * (double)N_ / (double)nc_max(W_, 1))), nc_hz_run, &h_);\n\t}\n");
+}
+
 static int emit_plan_fn(nc_graph_t *g, nc_sb_t *s)
 {
 	sb_printf(s, "NC_EXPORT int64_t nc_plan(const int64_t *S, int64_t *off)\n{\n\t(void)S;\n");
@@ -1041,12 +1071,16 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 				continue; /* an epilogue is emitted inside its GEMM */
 			if (g->profile)
 				sb_printf(s, "\tint64_t t%d_ = nc_now_ns();\n", u->kid);
+			int skip = 0;
 			if (u->kind == U_LIB)
 				st = nc_emit_lib(g, s, u->nodes[0]);
+			else if (u->hsize > 1)
+				emit_hz_launch(g, s, p), skip = u->hsize - 1;
 			else
 				emit_launch(g, s, ui);
 			if (g->profile)
 				sb_printf(s, "\tnc_prof_ns[%d] += nc_now_ns() - t%d_;\n\tnc_prof_calls[%d]++;\n", u->kid, u->kid, u->kid);
+			p += skip; /* the group's other members ran inside its kernel */
 		}
 		sb_printf(s, "\treturn 0;\n}\n\n");
 	}
@@ -1103,6 +1137,7 @@ int nc_emit_plan(nc_graph_t *g, nc_sb_t *p)
 	for (int i = 0; i < g->nv; i++)
 		if (g->v[i].storage == ST_EXT)
 			sb_printf(p, " %d", i);
-	sb_printf(p, "\nkernels %d\nend\n", g->nkernels - g->nepi); /* a GEMM with its epilogue is one kernel */
+	sb_printf(p, "\nkernels %d\nend\n", g->nkernels - g->nepi - g->nhz); /* a GEMM with its epilogue is one kernel,
+	                                                                    * so is a horizontal group */
 	return 0;
 }

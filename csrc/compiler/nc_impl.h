@@ -113,6 +113,9 @@ typedef struct {
 	bool dead;
 	int epi1;         /* LIB mm: 1 + the PW unit run as its epilogue (row block by row block), or 0 */
 	bool is_epi;      /* PW: runs inside the preceding GEMM (no launch of its own) */
+	int hsize;        /* leader of a horizontal group: its members (this one and the next hsize-1
+	                   * in the schedule) run as one kernel; 0 otherwise */
+	bool in_hz;       /* a member of a horizontal group (leader included) */
 } nc_unit_t;
 
 typedef struct {
@@ -137,6 +140,7 @@ typedef struct {
 	int *ws, nws;             /* workspace roots in plan order */
 	int nkernels;
 	int nepi;                 /* PW units fused into a GEMM as its epilogue */
+	int nhz;                  /* units run inside a horizontal group led by another unit */
 	nc_sb_t log;
 	char err[512];
 } nc_graph_t;

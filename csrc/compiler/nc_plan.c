@@ -343,6 +343,52 @@ static void epilogues(nc_graph_t *g)
 	}
 }
 
+/* Horizontal fusion: a run of consecutive fused kernels (PW, ROW, COL; GEMM epilogues excluded) of
+ * one segment, none reading another's result, becomes one kernel: one parallel loop over the
+ * concatenation of their task ranges (nc_hz_run), like a multi-tensor foreach kernel (the update of
+ * every parameter of an optimizer step, the norms of clip_grad_norm_).  The members run concurrently,
+ * so every workspace buffer one of them touches is kept live over the whole group. */
+static int hz_fusible(const nc_unit_t *u)
+{
+	return (u->kind == U_PW || u->kind == U_ROW || u->kind == U_COL) && !u->is_epi && !u->dead;
+}
+
+static void horizontal(nc_graph_t *g)
+{
+	g->nhz = 0;
+	for (int p = 0; p < g->nsched;) {
+		nc_unit_t *lead = &g->u[g->sched[p]];
+		int q = p + 1;
+		if (hz_fusible(lead)) {
+			for (; q < g->nsched; q++) {
+				const nc_unit_t *u = &g->u[g->sched[q]];
+				if (!hz_fusible(u) || u->seg != lead->seg)
+					break;
+				bool dep = false;
+				for (int k = 0; k < u->ndeps && !dep; k++)
+					dep = g->u[u->deps[k]].step >= p;
+				if (dep)
+					break;
+			}
+		}
+		if (q - p > 1) {
+			lead->hsize = q - p;
+			for (int i = p; i < q; i++)
+				g->u[g->sched[i]].in_hz = true;
+			g->nhz += q - p - 1;
+			nc_log(g, "horizontal: units %d..%d (schedule %d..%d) run as one kernel", g->sched[p], g->sched[q - 1], p, q - 1);
+			for (int i = 0; i < g->nws; i++) {
+				nc_value_t *v = &g->v[g->ws[i]];
+				if (v->def_step > p && v->def_step < q)
+					v->def_step = p;
+				if (v->last_step >= p && v->last_step < q - 1)
+					v->last_step = q - 1;
+			}
+		}
+		p = q;
+	}
+}
+
 int nc_plan(nc_graph_t *g)
 {
 	int st = nc_mutations(g);
@@ -371,5 +417,7 @@ int nc_plan(nc_graph_t *g)
 			g->nepi++;
 		}
 	}
+	if (!st)
+		horizontal(g);
 	return st;
 }

@@ -73,6 +73,25 @@ static __attribute__((unused)) void nc_off_run(void *c, int64_t b, int64_t e)
 	o->fn(o->ctx, o->off + b, o->off + e);
 }
 static inline int64_t nc_max(int64_t a, int64_t b) { return a > b ? a : b; }
+/* a horizontally fused kernel: independent fused kernels of one segment (e.g. the update of every
+ * parameter of an optimizer step) run as one parallel loop over the concatenation of their task
+ * ranges, like a multi-tensor foreach kernel; task t of member i is fn[i]'s task t - (T[0]+..+T[i-1]) */
+typedef struct {
+	void *ctx;
+	int n;
+	void (*const *fn)(void *ctx, int64_t b, int64_t e);
+	const int64_t *T;
+} nc_hz_t;
+static __attribute__((unused)) void nc_hz_run(void *c, int64_t b, int64_t e)
+{
+	const nc_hz_t *h = (const nc_hz_t *)c;
+	int64_t o = 0;
+	for (int i = 0; i < h->n && o < e; o += h->T[i], i++) {
+		int64_t lo = b > o ? b - o : 0, hi = e - o < h->T[i] ? e - o : h->T[i];
+		if (lo < hi)
+			h->fn[i](h->ctx, lo, hi);
+	}
+}
 /* a double passed in an int64 launch slot (a CPU scalar tensor read at launch time) */
 static inline double nc_i2d(int64_t i) { double d; memcpy(&d, &i, sizeof d); return d; }
 /* column tile of a column reduction over L columns: about a quarter of the row (so several tiles

@@ -164,6 +164,33 @@ def test_compile_stats_fewer_kernels_than_ops():
     assert st["kernels_launched"] == sum(g["kernels"] for g in st["graphs"])
 
 
+
+def test_horizontal_fusion_runs_independent_kernels_as_one():
+    """Independent fused kernels of one segment (here: per-tensor updates and sums of squares of tensors
+    of different shapes, like a foreach optimizer step) run as one multi-tensor kernel; a kernel reading
+    another's result does not join its group.  Results match the CPU, including values whose workspace
+    bytes would be reused between the group's members if they ran one after another."""
+    shapes = [(33, 7), (5,), (128, 65), (1,), (3, 4, 5)]
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(s, generator=g) for s in shapes]
+
+    def f(*xs):
+        ups = [torch.sin(x) * 0.5 + x.exp() * 0.25 for x in xs]
+        sq = [(u * u).sum() for u in ups]               # reads ups: the next group
+        t = torch.stack(sq).sum().sqrt()
+        return [u * (1 / (t + 1)) for u in ups] + [t]
+
+    torchneuron.compile_stats(reset=True)
+    out = torch.compile(f, backend="neuron")(*[x.to("neuron") for x in xs])
+    ref = f(*xs)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o.cpu(), r, rtol=1e-5, atol=1e-6)
+    (gr,) = torchneuron.compile_stats()["graphs"]
+    assert gr["compiled"] and gr["eager_ops"] == 0, gr
+    # ups (5) | sums of squares (5) | stack | total + the 5 scaled outputs: at most 5 kernels, not 17
+    assert gr["kernels"] <= 5, gr
+
+
 # ---- dynamic shapes --------------------------------------------------------------------------------------------
 
 class _SeqModel(nn.Module):
