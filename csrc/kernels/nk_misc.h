@@ -146,6 +146,39 @@ typedef struct {
 int nk_special_run(void *args);
 int nk_special_ref(void *args);
 
+/* ---- small ops (small.c): tril/triu_indices, trace, cross --------------------------------------- */
+/* tril_indices (lower) / triu_indices: out is int64 [2, n], n = nk_tri_indices_count(...), row-major
+ * order of the kept (r, c), as PyTorch. */
+typedef struct {
+	int64_t row, col, offset, n;
+	bool lower;
+	int64_t *out;
+} nk_tri_indices_args_t;
+int64_t nk_tri_indices_count(int64_t row, int64_t col, int64_t offset, bool lower);
+int nk_tri_indices_run(void *args);
+int nk_tri_indices_ref(void *args);
+
+/* trace: *out = sum_{i<n} in[i * stride] (stride in elements); floats accumulate in double, integers
+ * in int64 (wrapping); out_dtype is I64 for integer inputs, else dtype. */
+typedef struct {
+	int dtype, out_dtype;
+	int64_t n, stride;
+	const void *in;
+	void *out;
+} nk_trace_args_t;
+int nk_trace_run(void *args);
+int nk_trace_ref(void *args);
+
+/* cross product over dim 1 of contiguous [O, 3, I] a, b, out of one dtype (not bool). */
+typedef struct {
+	int dtype;
+	int64_t O, I;
+	const void *a, *b;
+	void *out;
+} nk_cross_args_t;
+int nk_cross_run(void *args);
+int nk_cross_ref(void *args);
+
 #ifdef __cplusplus
 }
 #endif
