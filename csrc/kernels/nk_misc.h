@@ -179,6 +179,37 @@ typedef struct {
 int nk_cross_run(void *args);
 int nk_cross_ref(void *args);
 
+/* repeat_interleave(repeats): out[total] (dtype of repeats, I32 or I64) holds i repeats[i] times, i < n;
+ * a negative repeat or a sum other than total fails the kernel. */
+typedef struct {
+	int dtype;
+	int64_t n, total;
+	const void *repeats;
+	void *out;
+} nk_repeat_interleave_args_t;
+int nk_repeat_interleave_run(void *args);
+int nk_repeat_interleave_ref(void *args);
+
+/* nonzero_static: out [size, ndim] int64 holds the coordinates of the first size nonzero elements of nz,
+ * the remaining rows fill. */
+typedef struct {
+	nk_nonzero_args_t nz;
+	int64_t size, fill;
+	int64_t *out;
+} nk_nonzero_static_args_t;
+int nk_nonzero_static_run(void *args);
+
+/* renorm over contiguous [O, R, I] (float dtypes): each slice r (all O and I elements) whose p-norm
+ * (p = 0, inf, -inf or any positive) exceeds maxnorm is scaled by maxnorm / (norm + 1e-7), as aten. */
+typedef struct {
+	int dtype;
+	int64_t O, R, I;
+	double p, maxnorm;
+	const void *in;
+	void *out;
+} nk_renorm_args_t;
+int nk_renorm_run(void *args);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* small.c - small factory and linear-algebra helpers: tril_indices / triu_indices, trace, cross.
  * Each family has a portable reference (*_ref) and the entry point the glue launches (*_run); the run
  * versions walk the output directly, the references test every candidate element. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -190,4 +191,146 @@ int nk_cross_run(void *args)
 	case NK_I64: CROSS_LOOP(uint64_t); return 0;
 	default: return nk_cross_ref(args);
 	}
+}
+
+/* ---- repeat_interleave (repeats only) ------------------------------------------------------------ */
+static int64_t rep_at(const nk_repeat_interleave_args_t *a, int64_t i)
+{
+	return a->dtype == NK_I64 ? ((const int64_t *)a->repeats)[i] : ((const int32_t *)a->repeats)[i];
+}
+
+static void rep_store(const nk_repeat_interleave_args_t *a, int64_t j, int64_t v)
+{
+	if (a->dtype == NK_I64)
+		((int64_t *)a->out)[j] = v;
+	else
+		((int32_t *)a->out)[j] = (int32_t)v;
+}
+
+int nk_repeat_interleave_ref(void *args)
+{
+	const nk_repeat_interleave_args_t *a = args;
+	int64_t sum = 0;
+	for (int64_t i = 0; i < a->n; i++) {
+		int64_t r = rep_at(a, i);
+		if (r < 0) {
+			nrt_kernel_fail("repeat_interleave: repeats can not be negative (repeats[%lld] = %lld)", (long long)i, (long long)r);
+			return -1;
+		}
+		sum += r;
+	}
+	if (sum != a->total) {
+		nrt_kernel_fail("repeat_interleave: output_size %lld does not match the sum of repeats %lld", (long long)a->total,
+				(long long)sum);
+		return -1;
+	}
+	int64_t j = 0;
+	for (int64_t i = 0; i < a->n; i++)
+		for (int64_t r = rep_at(a, i); r > 0; r--)
+			rep_store(a, j++, i);
+	return 0;
+}
+
+int nk_repeat_interleave_run(void *args)
+{
+	const nk_repeat_interleave_args_t *a = args;
+	if (a->dtype != NK_I64)
+		return nk_repeat_interleave_ref(args);
+	const int64_t *rep = a->repeats;
+	int64_t sum = 0;
+	for (int64_t i = 0; i < a->n; i++) {
+		if (rep[i] < 0) {
+			nrt_kernel_fail("repeat_interleave: repeats can not be negative (repeats[%lld] = %lld)", (long long)i, (long long)rep[i]);
+			return -1;
+		}
+		sum += rep[i];
+	}
+	if (sum != a->total) {
+		nrt_kernel_fail("repeat_interleave: output_size %lld does not match the sum of repeats %lld", (long long)a->total,
+				(long long)sum);
+		return -1;
+	}
+	int64_t *o = a->out;
+	for (int64_t i = 0; i < a->n; i++) {
+		int64_t r = rep[i];
+		for (int64_t k = 0; k < r; k++)
+			o[k] = i;
+		o += r;
+	}
+	return 0;
+}
+
+/* ---- nonzero_static ------------------------------------------------------------------------------- */
+int nk_nonzero_static_run(void *args)
+{
+	const nk_nonzero_static_args_t *a = args;
+	int64_t nd = a->nz.ndim;
+	int64_t k = 0;
+	bool empty = false;
+	for (int d = 0; d < a->nz.ndim; d++)
+		empty |= a->nz.shape[d] == 0;
+	if (!empty) {
+		k = nk_nonzero_count(&a->nz);
+		if (k > a->size)
+			k = a->size;
+		if (k > 0 && nd > 0)
+			nk_nonzero_write(&a->nz, a->out, k);
+	}
+	for (int64_t i = k * nd; i < a->size * nd; i++)
+		a->out[i] = a->fill;
+	return 0;
+}
+
+/* ---- renorm over [O, R, I] contiguous: slice r (all O, I) scaled to p-norm <= maxnorm --------------- */
+static double renorm_norm(const nk_renorm_args_t *a, int64_t r)
+{
+	size_t es = nk_dtype_size(a->dtype);
+	const char *x = a->in;
+	double p = a->p, acc = 0;
+	for (int64_t o = 0; o < a->O; o++)
+		for (int64_t i = 0; i < a->I; i++) {
+			double v = fabs(nk_load_f64(x + ((o * a->R + r) * a->I + i) * (int64_t)es, a->dtype));
+			if (isinf(p))
+				acc = p > 0 ? (v > acc || isnan(v) ? v : acc) : (o == 0 && i == 0 ? v : (v < acc || isnan(v) ? v : acc));
+			else if (p == 0)
+				acc += v != 0;
+			else if (p == 1)
+				acc += v;
+			else if (p == 2)
+				acc += v * v;
+			else
+				acc += pow(v, p);
+		}
+	if (isinf(p) || p == 0 || p == 1)
+		return acc;
+	return p == 2 ? sqrt(acc) : pow(acc, 1.0 / p);
+}
+
+int nk_renorm_run(void *args)
+{
+	const nk_renorm_args_t *a = args;
+	int dt = a->dtype;
+	size_t es = nk_dtype_size(dt);
+	const char *x = a->in;
+	char *y = a->out;
+	for (int64_t r = 0; r < a->R; r++) {
+		double norm = renorm_norm(a, r);
+		if (dt != NK_F64)
+			norm = (float)norm;
+		double f = norm > a->maxnorm ? a->maxnorm / (norm + 1e-7) : 1.0;
+		if (dt != NK_F64)
+			f = (float)f;
+		if (dt == NK_BF16 || dt == NK_F16) { /* the factor is rounded to the dtype, then multiplied there */
+			char t[2];
+			nk_store_f64(t, dt, f);
+			f = nk_load_f64(t, dt);
+		}
+		for (int64_t o = 0; o < a->O; o++)
+			for (int64_t i = 0; i < a->I; i++) {
+				int64_t e = ((o * a->R + r) * a->I + i) * (int64_t)es;
+				double v = nk_load_f64(x + e, dt) * f;
+				nk_store_f64(y + e, dt, dt == NK_F64 ? v : (double)(float)v);
+			}
+	}
+	return 0;
 }

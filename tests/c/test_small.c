@@ -9,6 +9,8 @@
 #include "ctest.h"
 #include "nk_test.h"
 #include "nk_impl.h"
+#include "nrt.h"
+#include "nrt_impl.h"
 
 static const int dtypes[] = { NK_F32, NK_F64, NK_BF16, NK_F16, NK_I64, NK_I32, NK_I16, NK_I8, NK_U8 };
 #define NDT ((int)(sizeof dtypes / sizeof dtypes[0]))
@@ -118,11 +120,115 @@ static void test_cross(void)
 	}
 }
 
+static void test_repeat_interleave(void)
+{
+	for (int w = 0; w < 2; w++) {
+		int dt = w ? NK_I64 : NK_I32;
+		for (int64_t n = 0; n < 20; n += 3) {
+			int64_t rep[32], total = 0;
+			int32_t rep32[32];
+			for (int64_t i = 0; i < n; i++)
+				rep[i] = nkt_randint(0, 5), rep32[i] = (int32_t)rep[i], total += rep[i];
+			int64_t *o1 = calloc((size_t)total + 1, 8), *o2 = calloc((size_t)total + 1, 8);
+			nk_repeat_interleave_args_t a = { .dtype = dt, .n = n, .total = total, .repeats = w ? (void *)rep : (void *)rep32, .out = o1 };
+			CHECK(nk_repeat_interleave_run(&a) == 0, "repeat_interleave run");
+			a.out = o2;
+			CHECK(nk_repeat_interleave_ref(&a) == 0, "repeat_interleave ref");
+			CHECK(memcmp(o1, o2, (size_t)total * nk_dtype_size(dt)) == 0, "repeat_interleave run != ref");
+			int64_t j = 0;
+			for (int64_t i = 0; i < n; i++)
+				for (int64_t k = 0; k < rep[i]; k++, j++) {
+					int64_t v = w ? o1[j] : ((int32_t *)o1)[j];
+					CHECK(v == i, "repeat_interleave out[%lld] = %lld, want %lld", (long long)j, (long long)v, (long long)i);
+				}
+			free(o1), free(o2);
+		}
+	}
+	/* a negative repeat and a wrong total fail the kernel without writing past out */
+	nrt_kernel_fail_clear();
+	int64_t rep[3] = { 1, -1, 2 }, out[4] = { 7, 7, 7, 7 };
+	nk_repeat_interleave_args_t a = { .dtype = NK_I64, .n = 3, .total = 2, .repeats = rep, .out = out };
+	CHECK(nk_repeat_interleave_run(&a) != 0 && nk_repeat_interleave_ref(&a) != 0, "negative repeat accepted");
+	CHECK(strstr(nrt_kernel_fail_message(), "repeats can not be negative") != NULL, "message: %s", nrt_kernel_fail_message());
+	rep[1] = 1;
+	CHECK(nk_repeat_interleave_run(&a) != 0 && nk_repeat_interleave_ref(&a) != 0 && out[0] == 7, "bad total accepted");
+	nrt_kernel_fail_clear();
+}
+
+static void test_nonzero_static(void)
+{
+	for (int di = 0; di < NDT; di++) {
+		int dt = dtypes[di];
+		size_t es = nk_dtype_size(dt);
+		int64_t R = 5, C = 7;
+		char *x = rand_elems(dt, R * C);
+		int64_t cnt = 0;
+		for (int64_t i = 0; i < R * C; i++)
+			cnt += nk_is_float(dt) ? nk_load_f64(x + i * (int64_t)es, dt) != 0 : nk_load_i64(x + i * (int64_t)es, dt) != 0;
+		for (int64_t size = 0; size < R * C + 4; size += 5) {
+			int64_t *o = calloc((size_t)(2 * size + 1), 8);
+			nk_nonzero_static_args_t a = { .nz = { .dtype = dt, .ndim = 2, .shape = { R, C }, .strides = { C, 1 }, .x = x },
+						       .size = size, .fill = -3, .out = o };
+			CHECK(nk_nonzero_static_run(&a) == 0, "nonzero_static");
+			int64_t k = 0;
+			for (int64_t i = 0; i < R * C && k < size; i++) {
+				bool nz = nk_is_float(dt) ? nk_load_f64(x + i * (int64_t)es, dt) != 0 : nk_load_i64(x + i * (int64_t)es, dt) != 0;
+				if (nz) {
+					CHECK(o[2 * k] == i / C && o[2 * k + 1] == i % C, "nonzero_static row %lld", (long long)k);
+					k++;
+				}
+			}
+			CHECK(k == (cnt < size ? cnt : size), "nonzero_static count");
+			for (; k < size; k++)
+				CHECK(o[2 * k] == -3 && o[2 * k + 1] == -3, "nonzero_static fill row %lld", (long long)k);
+			free(o);
+		}
+		free(x);
+	}
+}
+
+static void test_renorm(void)
+{
+	static const double ps[] = { 1, 2, 3.5, INFINITY, 0.5 };
+	static const int fdt[] = { NK_F32, NK_F64, NK_BF16, NK_F16 };
+	for (int di = 0; di < 4; di++) {
+		int dt = fdt[di];
+		size_t es = nk_dtype_size(dt);
+		for (int pi = 0; pi < 5; pi++) {
+			int64_t O = 3, R = 4, I = 5, n = O * R * I;
+			char *x = rand_elems(dt, n), *y = calloc((size_t)n, es);
+			nk_renorm_args_t a = { .dtype = dt, .O = O, .R = R, .I = I, .p = ps[pi], .maxnorm = 2.0, .in = x, .out = y };
+			CHECK(nk_renorm_run(&a) == 0, "renorm");
+			for (int64_t r = 0; r < R; r++) {
+				double acc = 0;
+				for (int64_t o = 0; o < O; o++)
+					for (int64_t i = 0; i < I; i++) {
+						double v = fabs(nk_load_f64(x + ((o * R + r) * I + i) * (int64_t)es, dt));
+						acc = isinf(ps[pi]) ? fmax(acc, v) : acc + pow(v, ps[pi]);
+					}
+				double norm = isinf(ps[pi]) ? acc : pow(acc, 1 / ps[pi]);
+				double f = norm > 2.0 ? 2.0 / (norm + 1e-7) : 1.0;
+				double tol = dt == NK_F64 ? 1e-12 : dt == NK_F32 ? 1e-5 : 2e-2;
+				for (int64_t o = 0; o < O; o++)
+					for (int64_t i = 0; i < I; i++) {
+						int64_t e = ((o * R + r) * I + i) * (int64_t)es;
+						double want = nk_load_f64(x + e, dt) * f, got = nk_load_f64(y + e, dt);
+						CHECK(fabs(got - want) <= tol * (1 + fabs(want)), "renorm dt %d p %g: %g vs %g", dt, ps[pi], got, want);
+					}
+			}
+			free(x), free(y);
+		}
+	}
+}
+
 int main(void)
 {
 	nkt_seed(5);
 	RUN(test_tri);
 	RUN(test_trace);
 	RUN(test_cross);
+	RUN(test_repeat_interleave);
+	RUN(test_nonzero_static);
+	RUN(test_renorm);
 	return ctest_finish();
 }

@@ -118,3 +118,80 @@ def test_cross_bad():
         torch.linalg.cross(torch.ones(4, 2, device="neuron"), torch.ones(4, 2, device="neuron"))
     with pytest.raises(RuntimeError, match="same dtype"):
         torch.linalg.cross(a, a.double())
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_repeat_interleave(dtype, no_fallback):
+    for n in (0, 1, 5, 33):
+        r = torch.randint(0, 4, (n,), generator=torch.Generator().manual_seed(n)).to(dtype)
+        want = torch.repeat_interleave(r)
+        _close(torch.repeat_interleave(r.to("neuron")), want)
+        _close(torch.repeat_interleave(r.to("neuron"), output_size=int(r.sum())), want)
+        if n > 1:  # non-contiguous repeats
+            r2 = torch.stack([r, r + 1], 1)
+            _close(torch.repeat_interleave(r2.to("neuron")[:, 1]), torch.repeat_interleave(r2[:, 1]))
+
+
+def test_repeat_interleave_self(no_fallback):
+    x = torch.randn(4, 3)
+    r = torch.tensor([1, 0, 3, 2])
+    _close(torch.repeat_interleave(x.to("neuron"), r.to("neuron"), dim=0), torch.repeat_interleave(x, r, dim=0))
+    _close(torch.repeat_interleave(x.to("neuron"), r[:3].to("neuron"), dim=1, output_size=4),
+           torch.repeat_interleave(x, r[:3], dim=1, output_size=4))
+
+
+def test_repeat_interleave_bad():
+    with pytest.raises(RuntimeError, match="can not be negative"):
+        torch.repeat_interleave(torch.tensor([1, -1], device="neuron"))
+    with pytest.raises(RuntimeError, match="1D"):
+        torch.repeat_interleave(torch.ones(2, 2, dtype=torch.long, device="neuron"))
+    with pytest.raises(RuntimeError, match="does not match the sum"):
+        torch.repeat_interleave(torch.tensor([1, 2], device="neuron"), output_size=5)
+        torch.neuron.synchronize()
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
+def test_nonzero_static(dtype, no_fallback):
+    x = torch.randint(-1, 2, (5, 6), generator=torch.Generator().manual_seed(3)).to(dtype)
+    for size in (0, 3, 12, 40):
+        for fill in (-1, 7):
+            _close(torch.nonzero_static(x.to("neuron"), size=size, fill_value=fill),
+                   torch.nonzero_static(x, size=size, fill_value=fill))
+            xt = x.t()
+            _close(torch.nonzero_static(x.to("neuron").t(), size=size, fill_value=fill),
+                   torch.nonzero_static(xt, size=size, fill_value=fill))
+    _close(torch.nonzero_static(torch.ones(0, 3, dtype=dtype, device="neuron"), size=2),
+           torch.nonzero_static(torch.ones(0, 3, dtype=dtype), size=2))
+    _close(torch.nonzero_static(torch.ones((), dtype=dtype, device="neuron"), size=2),
+           torch.nonzero_static(torch.ones((), dtype=dtype), size=2))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("p", [1, 2, 3.5, float("inf"), 0.5])
+def test_renorm(dtype, p, no_fallback):
+    x = _make((4, 5, 3), dtype)
+    for dim in (0, 1, -1):
+        for maxnorm in (0.0, 1.5, 100.0):
+            _close(torch.renorm(x.to("neuron"), p, dim, maxnorm), torch.renorm(x, p, dim, maxnorm))
+    xt = x.transpose(0, 2)
+    _close(torch.renorm(x.to("neuron").transpose(0, 2), p, 1, 1.0), torch.renorm(xt, p, 1, 1.0))
+    y = x.to("neuron").transpose(0, 2)
+    y.renorm_(p, 0, 1.0)
+    _close(y, xt.clone().renorm_(p, 0, 1.0))
+    _close(torch.renorm(torch.ones(0, 3, dtype=dtype, device="neuron"), p, 0, 1.0), torch.ones(0, 3, dtype=dtype))
+
+
+def test_renorm_grad(neuron_ops):
+    x = torch.randn(4, 5, dtype=torch.float64)
+    xd, xc = x.to("neuron").requires_grad_(), x.clone().requires_grad_()
+    torch.renorm(xd, 2, 0, 1.0).pow(2).sum().backward()
+    torch.renorm(xc, 2, 0, 1.0).pow(2).sum().backward()
+    _close(xd.grad, xc.grad)
+    assert "aten::renorm" not in str(neuron_ops.get_fallback_ops())
+
+
+def test_renorm_bad():
+    with pytest.raises(RuntimeError, match="non-positive-norm"):
+        torch.renorm(torch.ones(2, 2, device="neuron"), 0, 0, 1.0)
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        torch.renorm(torch.ones(2, device="neuron"), 2, 0, 1.0)
