@@ -210,6 +210,45 @@ typedef struct {
 } nk_renorm_args_t;
 int nk_renorm_run(void *args);
 
+/* cdist over contiguous x1 [B, P, M], x2 [B, R, M] (F32/F64, computed in double): out [B, P, R] the
+ * p-norm distances (p = 0, inf or any positive); the backward writes grad_x1 [B, P, M] from grad and
+ * dist [B, P, R] with aten's per-p derivative (0 where dist is 0). */
+typedef struct {
+	int dtype;
+	int64_t B, P, R, M;
+	double p;
+	const void *x1, *x2;
+	void *out;
+} nk_cdist_args_t;
+int nk_cdist_run(void *args);
+typedef struct {
+	int dtype;
+	int64_t B, P, R, M;
+	double p;
+	const void *grad, *x1, *x2, *dist;
+	void *out;
+} nk_cdist_bwd_args_t;
+int nk_cdist_bwd_run(void *args);
+
+/* pdist over contiguous x [N, M] (F32/F64): out [N(N-1)/2] the distances of the pairs i < j in row-major
+ * order; the backward writes grad_x [N, M] from grad and dist [N(N-1)/2]. */
+typedef struct {
+	int dtype;
+	int64_t N, M;
+	double p;
+	const void *x;
+	void *out;
+} nk_pdist_args_t;
+int nk_pdist_run(void *args);
+typedef struct {
+	int dtype;
+	int64_t N, M;
+	double p;
+	const void *grad, *x, *dist;
+	void *out;
+} nk_pdist_bwd_args_t;
+int nk_pdist_bwd_run(void *args);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,12 +1,13 @@
 // ops_small.cpp - small ops on the kernels of small.c: tril_indices / triu_indices (factories, int64 or
 // int32 output), trace (its backward is composite), linalg_cross (cross is composite over it),
-// repeat_interleave(repeats), nonzero_static, renorm.
+// repeat_interleave(repeats), nonzero_static, renorm, cdist and pdist (forward and backward).
 #include "neuron.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 namespace neuron {
@@ -218,6 +219,121 @@ static at::Tensor &renorm_i(at::Tensor &self, const at::Scalar &p, int64_t dim, 
 	return renorm_o(self, p, dim, maxnorm, self);
 }
 
+// ---- cdist (_cdist_forward / _cdist_backward); batch dims broadcast, inputs made contiguous --------------
+static void cdist_shapes(const char *name, const at::Tensor &x1, const at::Tensor &x2, double p, std::vector<int64_t> &batch,
+			 int64_t &B)
+{
+	TORCH_CHECK(x1.dim() >= 2, "cdist only supports at least 2D tensors, X1 got: ", x1.dim(), "D");
+	TORCH_CHECK(x2.dim() >= 2, "cdist only supports at least 2D tensors, X2 got: ", x2.dim(), "D");
+	TORCH_CHECK(x1.size(-1) == x2.size(-1), "X1 and X2 must have the same number of columns. X1: ", x1.size(-1),
+		    " X2: ", x2.size(-1));
+	TORCH_CHECK(x1.scalar_type() == x2.scalar_type(), name, ": X1 and X2 must have the same dtype, got ", x1.scalar_type(),
+		    " and ", x2.scalar_type());
+	TORCH_CHECK(x1.scalar_type() == at::kFloat || x1.scalar_type() == at::kDouble,
+		    "cdist only supports floating-point dtypes, X1 got: ", x1.scalar_type());
+	TORCH_CHECK(p >= 0, "cdist only supports non-negative p values");
+	TORCH_CHECK(x1.device() == x2.device(), "X1 and X2 must be on the same device, got ", x1.device(), " and ", x2.device());
+	batch = at::infer_size(x1.sizes().slice(0, x1.dim() - 2), x2.sizes().slice(0, x2.dim() - 2));
+	B = 1;
+	for (int64_t s : batch)
+		B *= s;
+}
+static at::Tensor cdist_fwd_f(const at::Tensor &x1, const at::Tensor &x2, double p, std::optional<int64_t> mode)
+{
+	NEURON_TRACK("aten::_cdist_forward");
+	std::vector<int64_t> batch;
+	int64_t B;
+	cdist_shapes("_cdist_forward", x1, x2, p, batch, B);
+	int64_t P = x1.size(-2), R = x2.size(-2), M = x1.size(-1);
+	c10::DeviceGuard g(x1.device());
+	std::vector<int64_t> s1 = batch, s2 = batch, so = batch;
+	s1.insert(s1.end(), {P, M}), s2.insert(s2.end(), {R, M}), so.insert(so.end(), {P, R});
+	at::Tensor out = at::empty(so, x1.options());
+	if (out.numel() == 0)
+		return out;
+	if (M == 0)
+		return out.zero_();
+	at::Tensor a = x1.expand(s1).contiguous(), b = x2.expand(s2).contiguous();
+	nk_cdist_args_t k{};
+	k.dtype = nk_dtype(x1.scalar_type(), "aten::_cdist_forward");
+	k.B = B, k.P = P, k.R = R, k.M = M, k.p = p;
+	k.x1 = a.const_data_ptr(), k.x2 = b.const_data_ptr(), k.out = out.mutable_data_ptr();
+	launch(current_queue(x1.device().index()), nk_cdist_run, k, "aten::_cdist_forward");
+	return out;
+}
+static at::Tensor cdist_bwd_f(const at::Tensor &grad, const at::Tensor &x1, const at::Tensor &x2, double p, const at::Tensor &dist)
+{
+	NEURON_TRACK("aten::_cdist_backward");
+	std::vector<int64_t> batch;
+	int64_t B;
+	cdist_shapes("_cdist_backward", x1, x2, p, batch, B);
+	int64_t P = x1.size(-2), R = x2.size(-2), M = x1.size(-1);
+	c10::DeviceGuard g(x1.device());
+	std::vector<int64_t> s1 = batch, s2 = batch, so = batch;
+	s1.insert(s1.end(), {P, M}), s2.insert(s2.end(), {R, M}), so.insert(so.end(), {P, R});
+	TORCH_CHECK(grad.sizes() == at::IntArrayRef(so) && dist.sizes() == at::IntArrayRef(so), "_cdist_backward: expected grad and cdist of shape ",
+		    at::IntArrayRef(so), ", got ", grad.sizes(), " and ", dist.sizes());
+	at::Tensor out = at::zeros(s1, x1.options());
+	if (out.numel() == 0 || R == 0)
+		return out;
+	at::Tensor a = x1.expand(s1).contiguous(), b = x2.expand(s2).contiguous();
+	at::Tensor gc = grad.to(x1.scalar_type()).contiguous(), dc = dist.to(x1.scalar_type()).contiguous();
+	nk_cdist_bwd_args_t k{};
+	k.dtype = nk_dtype(x1.scalar_type(), "aten::_cdist_backward");
+	k.B = B, k.P = P, k.R = R, k.M = M, k.p = p;
+	k.grad = gc.const_data_ptr(), k.x1 = a.const_data_ptr(), k.x2 = b.const_data_ptr(), k.dist = dc.const_data_ptr();
+	k.out = out.mutable_data_ptr();
+	launch(current_queue(x1.device().index()), nk_cdist_bwd_run, k, "aten::_cdist_backward");
+	return out;
+}
+
+// ---- pdist (_pdist_forward / _pdist_backward) ---------------------------------------------------------------
+static void pdist_check(const char *name, const at::Tensor &self, double p)
+{
+	TORCH_CHECK(self.dim() == 2, name, ": expected a 2-D input, got ", self.dim(), "D");
+	TORCH_CHECK(self.is_contiguous(), name, " requires contiguous input");
+	TORCH_CHECK(self.scalar_type() == at::kFloat || self.scalar_type() == at::kDouble,
+		    "pdist only supports floating-point dtypes, got: ", self.scalar_type());
+	TORCH_CHECK(p >= 0, "pdist only supports non-negative p values");
+}
+static at::Tensor pdist_fwd_f(const at::Tensor &self, double p)
+{
+	NEURON_TRACK("aten::_pdist_forward");
+	pdist_check("_pdist_forward", self, p);
+	int64_t N = self.size(0), M = self.size(1);
+	c10::DeviceGuard g(self.device());
+	at::Tensor out = at::empty({N > 1 ? N * (N - 1) / 2 : 0}, self.options());
+	if (out.numel() == 0)
+		return out;
+	if (M == 0)
+		return out.zero_();
+	nk_pdist_args_t k{};
+	k.dtype = nk_dtype(self.scalar_type(), "aten::_pdist_forward");
+	k.N = N, k.M = M, k.p = p, k.x = self.const_data_ptr(), k.out = out.mutable_data_ptr();
+	launch(current_queue(self.device().index()), nk_pdist_run, k, "aten::_pdist_forward");
+	return out;
+}
+static at::Tensor pdist_bwd_f(const at::Tensor &grad, const at::Tensor &self, double p, const at::Tensor &pdist)
+{
+	NEURON_TRACK("aten::_pdist_backward");
+	pdist_check("_pdist_backward", self, p);
+	TORCH_CHECK(pdist.is_contiguous(), "_pdist_backward requires pdist to be contiguous");
+	int64_t N = self.size(0), M = self.size(1);
+	c10::DeviceGuard g(self.device());
+	at::Tensor out = at::zeros(self.sizes(), self.options());
+	if (p == 0 || N <= 1 || M == 0)
+		return out;
+	TORCH_CHECK(grad.numel() == N * (N - 1) / 2 && pdist.numel() == N * (N - 1) / 2, "_pdist_backward: expected grad and pdist of ",
+		    N * (N - 1) / 2, " elements, got ", grad.numel(), " and ", pdist.numel());
+	at::Tensor gc = grad.to(self.scalar_type()).contiguous(), dc = pdist.to(self.scalar_type()).contiguous();
+	nk_pdist_bwd_args_t k{};
+	k.dtype = nk_dtype(self.scalar_type(), "aten::_pdist_backward");
+	k.N = N, k.M = M, k.p = p, k.grad = gc.const_data_ptr(), k.x = self.const_data_ptr(), k.dist = dc.const_data_ptr();
+	k.out = out.mutable_data_ptr();
+	launch(current_queue(self.device().index()), nk_pdist_bwd_run, k, "aten::_pdist_backward");
+	return out;
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
 	m.impl("tril_indices", tril_indices_f);
@@ -230,6 +346,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("renorm", renorm_f);
 	m.impl("renorm.out", renorm_o);
 	m.impl("renorm_", renorm_i);
+	m.impl("_cdist_forward", cdist_fwd_f);
+	m.impl("_cdist_backward", cdist_bwd_f);
+	m.impl("_pdist_forward", pdist_fwd_f);
+	m.impl("_pdist_backward", pdist_bwd_f);
 }
 
 } // namespace neuron

@@ -1,6 +1,8 @@
 /* test_small.c - the small-op kernels (small.c): tril/triu_indices run vs ref vs a naive count over
  * shapes and offsets incl. empty; trace run vs ref (strided, every dtype, zero length, integer
- * wraparound); cross run vs ref vs a direct formula over every dtype, odd O/I and zero-size. */
+ * wraparound); cross run vs ref vs a direct formula over every dtype, odd O/I and zero-size;
+ * repeat_interleave, nonzero_static, renorm against direct formulas; cdist against a direct sum and
+ * central differences, pdist against cdist. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,6 +223,92 @@ static void test_renorm(void)
 	}
 }
 
+/* cdist: forward against a direct sum; the backward against central differences of sum(grad * dist) */
+static void test_cdist(void)
+{
+	static const double ps[] = { 0, 1, 1.5, 2, 3, INFINITY, 0.5 };
+	int64_t B = 2, P = 3, R = 4, M = 5;
+	double x1[120], x2[160], d[24], g[24], gx[120], d2[24];
+	for (int i = 0; i < B * P * M; i++)
+		x1[i] = (double)nkt_randint(-20, 21) / 8 + 0.01 * i;
+	for (int i = 0; i < B * R * M; i++)
+		x2[i] = (double)nkt_randint(-20, 21) / 8 - 0.003 * i;
+	for (int i = 0; i < B * P * R; i++)
+		g[i] = (double)nkt_randint(-4, 5) / 4;
+	for (int pi = 0; pi < 7; pi++) {
+		double p = ps[pi];
+		nk_cdist_args_t a = { .dtype = NK_F64, .B = B, .P = P, .R = R, .M = M, .p = p, .x1 = x1, .x2 = x2, .out = d };
+		CHECK(nk_cdist_run(&a) == 0, "cdist");
+		for (int64_t b = 0; b < B; b++)
+			for (int64_t i = 0; i < P; i++)
+				for (int64_t j = 0; j < R; j++) {
+					double acc = 0;
+					for (int64_t m = 0; m < M; m++) {
+						double v = fabs(x1[(b * P + i) * M + m] - x2[(b * R + j) * M + m]);
+						acc = p == 0 ? acc + (v != 0) : isinf(p) ? fmax(acc, v) : acc + pow(v, p);
+					}
+					double want = p == 0 || isinf(p) ? acc : pow(acc, 1 / p);
+					CHECK(fabs(d[(b * P + i) * R + j] - want) <= 1e-12 * (1 + want), "cdist p %g: %g vs %g", p, d[(b * P + i) * R + j], want);
+				}
+		nk_cdist_bwd_args_t bw = { .dtype = NK_F64, .B = B, .P = P, .R = R, .M = M, .p = p, .grad = g, .x1 = x1, .x2 = x2, .dist = d, .out = gx };
+		CHECK(nk_cdist_bwd_run(&bw) == 0, "cdist bwd");
+		if (p == 0) {
+			for (int i = 0; i < B * P * M; i++)
+				CHECK(gx[i] == 0, "cdist p=0 grad");
+			continue;
+		}
+		for (int e = 0; e < B * P * M; e++) {
+			double h = 1e-6, s[2];
+			for (int k = 0; k < 2; k++) {
+				double save = x1[e];
+				x1[e] = save + (k ? h : -h);
+				a.out = d2;
+				nk_cdist_run(&a);
+				x1[e] = save;
+				s[k] = 0;
+				for (int i = 0; i < B * P * R; i++)
+					s[k] += g[i] * d2[i];
+			}
+			a.out = d;
+			double fd = (s[1] - s[0]) / (2 * h);
+			CHECK(fabs(fd - gx[e]) <= 1e-4 * (1 + fabs(fd)), "cdist grad p %g elem %d: %g vs fd %g", p, e, gx[e], fd);
+		}
+	}
+}
+
+/* pdist against cdist of x with itself (upper triangle); its backward against the cdist backward */
+static void test_pdist(void)
+{
+	static const double ps[] = { 0, 1, 1.5, 2, 3, INFINITY };
+	int64_t N = 5, M = 3;
+	double x[15], d[10], full[25], g[10], gfull[25], gx[15], gc[15];
+	for (int i = 0; i < N * M; i++)
+		x[i] = (double)nkt_randint(-20, 21) / 8 + 0.01 * i;
+	for (int i = 0; i < 10; i++)
+		g[i] = (double)nkt_randint(-4, 5) / 4;
+	for (int pi = 0; pi < 6; pi++) {
+		double p = ps[pi];
+		nk_pdist_args_t a = { .dtype = NK_F64, .N = N, .M = M, .p = p, .x = x, .out = d };
+		CHECK(nk_pdist_run(&a) == 0, "pdist");
+		nk_cdist_args_t c = { .dtype = NK_F64, .B = 1, .P = N, .R = N, .M = M, .p = p, .x1 = x, .x2 = x, .out = full };
+		CHECK(nk_cdist_run(&c) == 0, "cdist");
+		memset(gfull, 0, sizeof gfull);
+		int k = 0;
+		for (int i = 0; i < N; i++)
+			for (int j = i + 1; j < N; j++, k++) {
+				CHECK(d[k] == full[i * N + j], "pdist p %g pair %d %d", p, i, j);
+				gfull[i * N + j] = gfull[j * N + i] = g[k];
+			}
+		/* d/dx of sum_k g_k dist_k = cdist backward of the symmetric grad (x as x1) */
+		nk_pdist_bwd_args_t b = { .dtype = NK_F64, .N = N, .M = M, .p = p, .grad = g, .x = x, .dist = d, .out = gx };
+		CHECK(nk_pdist_bwd_run(&b) == 0, "pdist bwd");
+		nk_cdist_bwd_args_t cb = { .dtype = NK_F64, .B = 1, .P = N, .R = N, .M = M, .p = p, .grad = gfull, .x1 = x, .x2 = x, .dist = full, .out = gc };
+		CHECK(nk_cdist_bwd_run(&cb) == 0, "cdist bwd");
+		for (int i = 0; i < N * M; i++)
+			CHECK(fabs(gx[i] - gc[i]) <= 1e-12, "pdist grad p %g elem %d: %g vs %g", p, i, gx[i], gc[i]);
+	}
+}
+
 int main(void)
 {
 	nkt_seed(5);
@@ -230,5 +318,7 @@ int main(void)
 	RUN(test_repeat_interleave);
 	RUN(test_nonzero_static);
 	RUN(test_renorm);
+	RUN(test_cdist);
+	RUN(test_pdist);
 	return ctest_finish();
 }

@@ -1,6 +1,7 @@
 """Small ops of csrc/torch/ops_small.cpp (small.c): tril_indices / triu_indices, trace (and its
-composite backward), cross / linalg.cross: parity with the CPU over dtypes, non-contiguous inputs,
-broadcasting, zero-size, and no CPU fallback."""
+composite backward), cross / linalg.cross, repeat_interleave, nonzero_static, renorm, cdist and pdist
+(forward and backward): parity with the CPU over dtypes, non-contiguous inputs, broadcasting, zero-size,
+and no CPU fallback."""
 
 import pytest
 import torch
@@ -195,3 +196,65 @@ def test_renorm_bad():
         torch.renorm(torch.ones(2, 2, device="neuron"), 0, 0, 1.0)
     with pytest.raises(RuntimeError, match="at least 2 dimensions"):
         torch.renorm(torch.ones(2, device="neuron"), 2, 0, 1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("p", [0.0, 1.0, 1.5, 2.0, 3.0, float("inf"), 0.5])
+def test_cdist(dtype, p, no_fallback):
+    for s1, s2 in (((5, 4), (3, 4)), ((2, 5, 4), (1, 6, 4)), ((0, 4), (3, 4)), ((3, 0), (2, 0)), ((2, 30, 3), (2, 27, 3))):
+        x1, x2 = _make(s1, dtype, 1), _make(s2, dtype, 2)
+        want = torch.cdist(x1, x2, p)
+        got = torch.cdist(x1.to("neuron"), x2.to("neuron"), p)
+        torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
+        # non-contiguous inputs
+        got = torch.cdist(x1.to("neuron").mT.contiguous().mT, x2.to("neuron").mT.contiguous().mT, p)
+        torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("p", [1.0, 1.5, 2.0, 3.0, float("inf")])
+def test_cdist_grad(p, no_fallback):
+    x1 = torch.randn(2, 5, 4, dtype=torch.float64)
+    x2 = torch.randn(1, 3, 4, dtype=torch.float64)
+    a, b = x1.to("neuron").requires_grad_(), x2.to("neuron").requires_grad_()
+    ac, bc = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+    torch.cdist(a, b, p, compute_mode="donot_use_mm_for_euclid_dist").sum().backward()
+    torch.cdist(ac, bc, p, compute_mode="donot_use_mm_for_euclid_dist").sum().backward()
+    torch.testing.assert_close(a.grad.cpu(), ac.grad)
+    torch.testing.assert_close(b.grad.cpu(), bc.grad)
+
+
+def test_cdist_bad():
+    with pytest.raises(RuntimeError, match="same number of columns"):
+        torch.cdist(torch.ones(2, 3, device="neuron"), torch.ones(2, 4, device="neuron"))
+    with pytest.raises(RuntimeError, match="non-negative p"):
+        torch.cdist(torch.ones(2, 3, device="neuron"), torch.ones(2, 3, device="neuron"), -1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("p", [0.0, 1.0, 1.5, 2.0, 3.0, float("inf")])
+def test_pdist(dtype, p, no_fallback):
+    for shape in ((6, 4), (1, 3), (0, 3), (4, 0), (9, 1)):
+        x = _make(shape, dtype, 3)
+        want = torch.nn.functional.pdist(x, p)
+        got = torch.nn.functional.pdist(x.to("neuron"), p)
+        torch.testing.assert_close(got.cpu(), want, atol=1e-4, rtol=1e-4)
+    x = _make((5, 3), torch.float64, 4)
+    xd, xc = x.to("neuron").requires_grad_(), x.clone().requires_grad_()
+    w = torch.arange(10, dtype=torch.float64)
+    (torch.nn.functional.pdist(xd, p) * w.to("neuron")).sum().backward()
+    (torch.nn.functional.pdist(xc, p) * w).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+
+
+def test_pdist_cdist_inf_grad_f32(no_fallback):
+    # the inf-norm derivative picks the max |difference|: computed in f32 like the forward
+    x = torch.randn(6, 4)
+    xd, xc = x.to("neuron").requires_grad_(), x.clone().requires_grad_()
+    torch.nn.functional.pdist(xd, float("inf")).sum().backward()
+    torch.nn.functional.pdist(xc, float("inf")).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+    xd.grad = None
+    xc.grad = None
+    torch.cdist(xd[:3], xd[3:], float("inf")).sum().backward()
+    torch.cdist(xc[:3], xc[3:], float("inf")).sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad)
