@@ -343,6 +343,22 @@ static double cdist_pair(const nk_cdist_args_t *a, int64_t b, int64_t i, int64_t
 	const char *x = (const char *)a->x1 + ((b * a->P + i) * a->M) * (int64_t)es;
 	const char *y = (const char *)a->x2 + ((b * a->R + j) * a->M) * (int64_t)es;
 	double p = a->p, acc = 0;
+	if ((dt == NK_F32 || dt == NK_F64) && (p == 1 || p == 2)) { /* the common norms on typed rows */
+		if (dt == NK_F32) {
+			const float *xf = (const float *)x, *yf = (const float *)y;
+			for (int64_t m = 0; m < a->M; m++) {
+				double d = fabs((double)(float)(xf[m] - yf[m]));
+				acc += p == 1 ? d : d * d;
+			}
+		} else {
+			const double *xd = (const double *)x, *yd = (const double *)y;
+			for (int64_t m = 0; m < a->M; m++) {
+				double d = fabs(xd[m] - yd[m]);
+				acc += p == 1 ? d : d * d;
+			}
+		}
+		return p == 1 ? acc : sqrt(acc);
+	}
 	for (int64_t m = 0; m < a->M; m++) {
 		double d = fabs(nk_load_f64(x + m * (int64_t)es, dt) - nk_load_f64(y + m * (int64_t)es, dt));
 		if (dt != NK_F64) /* the difference in the dtype, so that the inf-norm backward finds the max again */
