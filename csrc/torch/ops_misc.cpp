@@ -737,17 +737,7 @@ static at::Tensor special(const char *name, int op, std::initializer_list<at::Te
 	if (iter.numel() > 0) {
 		nk_special_args_t a{};
 		nk_iter_t &it = a.it;
-		TORCH_CHECK(iter.ndim() <= NK_MAX_DIMS, name, ": too many dimensions for neuron");
-		it.ndim = (int)iter.ndim();
-		it.nops = iter.ntensors();
-		for (int d = 0; d < it.ndim; d++)
-			it.shape[d] = iter.shape()[d];
-		for (int k = 0; k < it.nops; k++) {
-			it.data[k] = (char *)iter.data_ptr(k);
-			it.dtype[k] = (int8_t)nk_dtype(iter.dtype(k), name);
-			for (int d = 0; d < it.ndim; d++)
-				it.strides[k][d] = iter.strides(k)[d];
-		}
+		iter_to_nk(iter, it, name);
 		a.op = op, a.ia = ia;
 		launch(current_queue(dev->index()), nk_special_run, a, name);
 	}

@@ -494,17 +494,7 @@ static at::Tensor act(const char *name, int op, std::initializer_list<at::Tensor
 	if (iter.numel() > 0) {
 		nk_act_args_t A{};
 		nk_iter_t &it = A.it;
-		TORCH_CHECK(iter.ndim() <= NK_MAX_DIMS, name, ": too many dimensions for neuron");
-		it.ndim = (int)iter.ndim();
-		it.nops = iter.ntensors();
-		for (int d = 0; d < it.ndim; d++)
-			it.shape[d] = iter.shape()[d];
-		for (int k = 0; k < it.nops; k++) {
-			it.data[k] = (char *)iter.data_ptr(k);
-			it.dtype[k] = (int8_t)nk_dtype(iter.dtype(k), name);
-			for (int d = 0; d < it.ndim; d++)
-				it.strides[k][d] = iter.strides(k)[d];
-		}
+		iter_to_nk(iter, it, name);
 		A.op = op, A.a = a, A.ia = ia;
 		launch(queue_for(first), nk_act_run, A, name);
 	}

@@ -879,6 +879,21 @@ static at::Tensor &arange_out(const c10::Scalar &start, const c10::Scalar &end, 
 	return out;
 }
 
+void iter_to_nk(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *name)
+{
+	TORCH_CHECK(iter.ndim() <= NK_MAX_DIMS, name, ": too many dimensions for neuron");
+	it.ndim = (int)iter.ndim();
+	it.nops = iter.ntensors();
+	for (int d = 0; d < it.ndim; d++)
+		it.shape[d] = iter.shape()[d];
+	for (int k = 0; k < it.nops; k++) {
+		it.data[k] = (char *)iter.data_ptr(k);
+		it.dtype[k] = (int8_t)nk_dtype(iter.dtype(k), name);
+		for (int d = 0; d < it.ndim; d++)
+			it.strides[k][d] = iter.strides(k)[d];
+	}
+}
+
 } // namespace neuron
 
 using namespace neuron;
