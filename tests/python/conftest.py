@@ -97,3 +97,22 @@ def run_python(code, env=None, timeout=120):
 def describe(proc):
     """A failure message showing what a subprocess printed."""
     return f"exit code {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+
+
+@pytest.fixture(scope="module")
+def compile_cache_dir(tmp_path_factory):
+    """torch.compile tests: a program cache of the module's own, the default C compiler, no debug dumps."""
+    d = tmp_path_factory.mktemp("neuron_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NEURON_CACHE_DIR", str(d))
+        mp.delenv("NEURON_COMPILE_DEBUG", raising=False)
+        mp.delenv("CC", raising=False)
+        mp.delenv("NEURON_CC", raising=False)
+        yield d
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

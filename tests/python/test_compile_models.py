@@ -15,22 +15,8 @@ import torchneuron
 from torchneuron.profiler import kernel_trace
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("neuron_cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NEURON_CACHE_DIR", str(d))
-        mp.delenv("NEURON_COMPILE_DEBUG", raising=False)
-        mp.delenv("CC", raising=False)
-        mp.delenv("NEURON_CC", raising=False)
-        yield d
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+# per module: a private program cache, the default compiler, a fresh Dynamo around every test
+pytestmark = pytest.mark.usefixtures("compile_cache_dir", "fresh_dynamo")
 
 
 def _clone_to(make, ref, device):
