@@ -87,6 +87,15 @@ static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, i
 		    a.size(dims - 1), " and ", b.size(dims - 2), "x", b.size(dims - 1), ")");
 }
 
+// beta as a Scalar of out's kind: an integral out must not be multiplied by a double Scalar (mul_ would
+// refuse the cast), as aten's integral addmm takes beta as an integer.
+static c10::Scalar scalar_like(const at::Tensor &out, double v)
+{
+	if (c10::isIntegralType(out.scalar_type(), /*includeBool=*/true))
+		return c10::Scalar((int64_t)v);
+	return c10::Scalar(v);
+}
+
 // out = beta*bias + alpha*(a @ b) for 2-d a, b; bias broadcast to out (may be undefined).
 static at::Tensor &mm_into(const char *name, const at::Tensor &a, const at::Tensor &b, at::Tensor &out, const at::Tensor &bias, double beta, double alpha)
 {
@@ -99,7 +108,7 @@ static at::Tensor &mm_into(const char *name, const at::Tensor &a, const at::Tens
 		if (!use_bias)
 			out.zero_();
 		else if (beta != 1)
-			out.mul_(beta);
+			out.mul_(scalar_like(out, beta));
 		return out;
 	}
 	gemm2(name, a, b, out, alpha, use_bias ? beta : 0);
@@ -161,7 +170,7 @@ static at::Tensor &bmm_into(const char *name, const at::Tensor &a, const at::Ten
 		if (!use_bias)
 			out.zero_();
 		else if (beta != 1)
-			out.mul_(beta);
+			out.mul_(scalar_like(out, beta));
 		return out;
 	}
 	gemm3(name, a, b, out, alpha, use_bias ? beta : 0);
