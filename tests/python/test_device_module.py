@@ -1,5 +1,6 @@
 """torch.neuron mirrors torch.cuda; torch.accelerator, torch.Stream and torch.Event work on neuron."""
 
+import gc
 import pytest
 import torch
 
@@ -254,6 +255,9 @@ def test_memory_stats_keys():
 
 
 def test_memory_allocated_tracks_tensors():
+    # Tensors of earlier tests kept alive by reference cycles would be freed by a garbage collection
+    # that may run inside torch.empty below and offset the count: collect them first.
+    gc.collect()
     torch.neuron.synchronize()
     before = torch.neuron.memory_allocated()
     x = torch.empty(4 * MiB, dtype=torch.uint8, device="neuron")
