@@ -1,0 +1,114 @@
+/* attention_avx512.c - AVX-512 tile operations of the tiled attention (nk_attention_impl.h);
+ * compiled with the AVX-512 flags and called only through nk_attops_avx512 after the CPU check.
+ * A tile row is NK_ATT_W = 32 floats, two zmm.  exp: the Cephes reduction and polynomial of
+ * softmax_avx512.c, with x < -87.3 giving exactly 0 (exp(-inf) = 0 for masked scores). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "nk_attention_impl.h"
+
+_Static_assert(NK_ATT_W == 32, "a tile row is two zmm");
+
+static inline __m512 exp0(__m512 x)
+{
+	__mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_NLT_UQ); /* x >= lo or NaN */
+	__m512 n, r, p;
+
+	x = _mm512_min_ps(_mm512_set1_ps(88.37626f), x);
+	x = _mm512_max_ps(_mm512_set1_ps(-87.33654f), x);
+	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+				 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+	p = _mm512_set1_ps(1.9875691500e-4f);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+	p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+	return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+void nk_att_fwd_cols_avx512(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv)
+{
+	__m512 mx0 = _mm512_loadu_ps(m), mx1 = _mm512_loadu_ps(m + 16), s0 = _mm512_setzero_ps(), s1 = s0;
+	__m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f), sub0, sub1, c0, c1;
+	__mmask16 k0, k1;
+
+	for (int64_t r = 0; r < n; r++) {
+		mx0 = _mm512_max_ps(_mm512_loadu_ps(S + r * 32), mx0);
+		mx1 = _mm512_max_ps(_mm512_loadu_ps(S + r * 32 + 16), mx1);
+	}
+	/* columns with nothing visible subtract 0: exp(-inf - 0) = 0 */
+	sub0 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx0, ninf, _CMP_EQ_OQ), mx0, _mm512_setzero_ps());
+	sub1 = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx1, ninf, _CMP_EQ_OQ), mx1, _mm512_setzero_ps());
+	c0 = exp0(_mm512_sub_ps(_mm512_loadu_ps(m), sub0));
+	c1 = exp0(_mm512_sub_ps(_mm512_loadu_ps(m + 16), sub1));
+	for (int64_t r = 0; r < n; r++) {
+		__m512 e0 = exp0(_mm512_sub_ps(_mm512_loadu_ps(S + r * 32), sub0));
+		__m512 e1 = exp0(_mm512_sub_ps(_mm512_loadu_ps(S + r * 32 + 16), sub1));
+
+		_mm512_storeu_ps(S + r * 32, e0);
+		_mm512_storeu_ps(S + r * 32 + 16, e1);
+		s0 = _mm512_add_ps(s0, e0);
+		s1 = _mm512_add_ps(s1, e1);
+	}
+	_mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), c0, s0));
+	_mm512_storeu_ps(l + 16, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16), c1, s1));
+	_mm512_storeu_ps(m, mx0);
+	_mm512_storeu_ps(m + 16, mx1);
+	k0 = _mm512_cmp_ps_mask(c0, one, _CMP_NEQ_UQ);
+	k1 = _mm512_cmp_ps_mask(c1, one, _CMP_NEQ_UQ);
+	if (!(k0 | k1))
+		return;
+	for (int64_t d = 0; d < dv; d++) {
+		_mm512_storeu_ps(Ot + d * 32, _mm512_mul_ps(_mm512_loadu_ps(Ot + d * 32), c0));
+		_mm512_storeu_ps(Ot + d * 32 + 16, _mm512_mul_ps(_mm512_loadu_ps(Ot + d * 32 + 16), c1));
+	}
+}
+
+/* lse = -inf (nothing visible) subtracts +inf so that P = 0. */
+static inline __m512 lse_sub(__m512 x)
+{
+	return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), x,
+				    _mm512_set1_ps(INFINITY));
+}
+
+void nk_att_bwd_cols_avx512(float *S, float *dP, int64_t n, const float *lse, const float *dd)
+{
+	__m512 l0 = lse_sub(_mm512_loadu_ps(lse)), l1 = lse_sub(_mm512_loadu_ps(lse + 16));
+	__m512 d0 = _mm512_loadu_ps(dd), d1 = _mm512_loadu_ps(dd + 16);
+
+	for (int64_t r = 0; r < n; r++) {
+		float *s = S + r * 32, *dp = dP + r * 32;
+		__m512 p0 = exp0(_mm512_sub_ps(_mm512_loadu_ps(s), l0));
+		__m512 p1 = exp0(_mm512_sub_ps(_mm512_loadu_ps(s + 16), l1));
+
+		_mm512_storeu_ps(s, p0);
+		_mm512_storeu_ps(s + 16, p1);
+		_mm512_storeu_ps(dp, _mm512_mul_ps(p0, _mm512_sub_ps(_mm512_loadu_ps(dp), d0)));
+		_mm512_storeu_ps(dp + 16, _mm512_mul_ps(p1, _mm512_sub_ps(_mm512_loadu_ps(dp + 16), d1)));
+	}
+}
+
+void nk_att_bwd_rows_avx512(float *S, float *dP, int64_t n, const float *lse, const float *dd)
+{
+	for (int64_t r = 0; r < n; r++) {
+		float *s = S + r * 32, *dp = dP + r * 32;
+		__m512 l = lse_sub(_mm512_set1_ps(lse[r])), d = _mm512_set1_ps(dd[r]);
+		__m512 p0 = exp0(_mm512_sub_ps(_mm512_loadu_ps(s), l));
+		__m512 p1 = exp0(_mm512_sub_ps(_mm512_loadu_ps(s + 16), l));
+
+		_mm512_storeu_ps(s, p0);
+		_mm512_storeu_ps(s + 16, p1);
+		_mm512_storeu_ps(dp, _mm512_mul_ps(p0, _mm512_sub_ps(_mm512_loadu_ps(dp), d)));
+		_mm512_storeu_ps(dp + 16, _mm512_mul_ps(p1, _mm512_sub_ps(_mm512_loadu_ps(dp + 16), d)));
+	}
+}
+
+const nk_attops_t nk_attops_avx512 = {
+	.fwd_cols = nk_att_fwd_cols_avx512,
+	.bwd_cols = nk_att_bwd_cols_avx512,
+	.bwd_rows = nk_att_bwd_rows_avx512,
+};
