@@ -123,6 +123,7 @@ typedef struct {
 	const nk_gemm_isa_t *isa;
 	const nk_attops_t *ops;
 	int64_t group, G, ngq, KC, KG, ngk;
+	bool fused; /* backward in one pass: a dk/dv task covers all keys and also makes dq */
 	size_t ws_floats;
 	float scale;
 	atomic_int *failed; /* set by a task without workspace memory */
@@ -290,11 +291,16 @@ static int att_plan(att_plan_t *p, const nk_attention_args_t *a, const nk_gemm_i
 	KG = KG < W ? W : KG > 512 ? 512 : KG;
 	while (KG > W && a->B * a->Hkv * cdiv(a->Tk, KG) < 4 * nthr)
 		KG = rup(KG / 2, W);
+	/* one pass when a task can hold all keys (K, V panels both ways and dK, dV) and there are
+	 * enough (batch, kv head) tasks for the threads */
+	p->fused = a->Tk * (2 * (D + Dv) + rup(D, W)) <= (1 << 20) && a->B * a->Hkv >= 2 * nthr;
+	if (p->fused)
+		KG = rup(a->Tk > 0 ? a->Tk : 1, W);
 	p->KG = KG;
 	p->ngk = cdiv(a->Tk, KG);
 	fwd_ws = p->KC * per_key + (G / W) * W * (D + Dv + 2) + KB * W + W * Dv;
 	dq_ws = p->KC * per_key + (G / W) * W * (D + Dv + D + 2) + 2 * KB * W + W * D + Dv;
-	kv_ws = (KG / W) * W * 2 * (D + Dv) + QB1 * (D + Dv) + (Dr + Dvr) * QB1 + 2 * QB1 * W + 2 * QB1 + W * D +
+	kv_ws = (KG / W) * W * (2 * (D + Dv) + rup(D, W)) + QB1 * (D + Dv) + QB1 * W + QB1 * D + (Dr + Dvr) * QB1 + 2 * QB1 * W + 2 * QB1 + W * D +
 		W * Dv + 2 * Dv;
 	fwd_ws = fwd_ws > dq_ws ? fwd_ws : dq_ws;
 	p->ws_floats = (size_t)(fwd_ws > kv_ws ? fwd_ws : kv_ws) + 64;
@@ -475,6 +481,10 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 	float *dOTa = carve(&ws, Dvr * QB1), *S = carve(&ws, QB1 * W), *dP = carve(&ws, QB1 * W);
 	float *lse = carve(&ws, QB1), *dd = carve(&ws, QB1), *buf = carve(&ws, W * (D > Dv ? D : Dv));
 	float *rows = carve(&ws, 2 * Dv);
+	bool fq = p->fused && g->dq; /* also dQ = scale dS K, complete after each query block */
+	int64_t ndc = cdiv(D, W);
+	float *Kn = fq ? carve(&ws, nkp * ndc * W * W) : NULL, *dSa = fq ? carve(&ws, QB1 * W) : NULL;
+	float *dQ = fq ? carve(&ws, QB1 * D) : NULL;
 	/* with causality, queries before the first key see none of these keys */
 	int64_t qstart = a->causal ? j0g : 0;
 
@@ -483,6 +493,9 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 
 		pack_b_rows(p, a->k, a->sk, b, hk, j0g + kp * W, nkk, D, Kb + kp * D * W);
 		pack_b_rows(p, a->v, a->sv, b, hk, j0g + kp * W, nkk, Dv, Vb + kp * Dv * W);
+		if (fq) /* K rows as B panels of W of its D columns, panel c at + c*nkk*W */
+			p->isa->pack_b(row_ptr(a->k, a->dtype, a->sk, b, hk, j0g + kp * W), a->dtype, a->sk[2], a->sk[3],
+				       nkk, D, Kn + kp * ndc * W * W);
 	}
 	memset(dKt, 0, (size_t)(nkp * D * W) * sizeof(float));
 	memset(dVt, 0, (size_t)(nkp * Dv * W) * sizeof(float));
@@ -495,6 +508,8 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 			pack_cols_a(p, a->q, a->sq, b, h, i0, nq, D, QTa, QB1);
 			pack_cols_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOTa, QB1);
 			query_stats(p, b, h, i0, nq, 0, lse, dd, rows);
+			if (fq)
+				memset(dQ, 0, (size_t)(nq * D) * sizeof(float));
 			for (int64_t kp = 0; kp < nkp; kp++) {
 				int64_t j0 = j0g + kp * W, nkk = min64(W, nkg - kp * W);
 
@@ -514,7 +529,16 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 				for (int64_t t = 0; t * MR < D; t++)
 					ukr(p, nq, QTa + t * MR * QB1, dP, dKt + kp * D * W + t * MR * W, W, p->scale, 1, D - t * MR,
 					    W);
+				if (!fq)
+					continue;
+				p->ops->tr_rows(dP, nq, dSa);
+				for (int64_t t = 0; t * MR < nq; t++)
+					for (int64_t c = 0; c < ndc; c++)
+						ukr(p, nkk, dSa + t * MR * W, Kn + kp * ndc * W * W + c * nkk * W, dQ + t * MR * D + c * W,
+						    D, p->scale, 1, nq - t * MR, D - c * W);
 			}
+			if (fq)
+				store_rows(g->dq, a->dtype, g->sdq, b, h, i0, nq, D, dQ, D);
 		}
 	for (int64_t kp = 0; kp < nkp; kp++) {
 		int64_t nkk = min64(W, nkg - kp * W);
@@ -622,9 +646,9 @@ int nk_attention_bwd_tiled(const nk_attention_bwd_args_t *g, const nk_gemm_isa_t
 	att_plan(&p, a, isa, ops);
 	p.g = g;
 	p.failed = &failed;
-	if ((g->dk || g->dv) && a->B * a->Hkv * p.ngk > 0)
+	if ((g->dk || g->dv || (p.fused && g->dq)) && a->B * a->Hkv * p.ngk > 0)
 		nrt_parallel_for(a->B * a->Hkv * p.ngk, 1, att_bwd_kv_tasks, &p);
-	if (g->dq && a->B * a->Hq * p.ngq > 0)
+	if (g->dq && !p.fused && a->B * a->Hq * p.ngq > 0)
 		nrt_parallel_for(a->B * a->Hq * p.ngq, 1, att_bwd_q_tasks, &p);
 	return att_failed(&failed, "attention_backward");
 }
@@ -703,7 +727,16 @@ void nk_att_bwd_rows_ref(float *S, float *dP, int64_t n, const float *lse, const
 	}
 }
 
+void nk_att_tr_rows_ref(const float *X, int64_t n, float *dst)
+{
+	for (int64_t t = 0; t * MR < n; t++)
+		for (int c = 0; c < W; c++)
+			for (int i = 0; i < MR; i++)
+				dst[t * MR * W + c * MR + i] = t * MR + i < n ? X[(t * MR + i) * W + c] : 0.0f;
+}
+
 const nk_attops_t nk_attops_ref = {
+	.tr_rows = nk_att_tr_rows_ref,
 	.fwd_cols = nk_att_fwd_cols_ref,
 	.bwd_cols = nk_att_bwd_cols_ref,
 	.bwd_rows = nk_att_bwd_rows_ref,

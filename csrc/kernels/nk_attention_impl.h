@@ -28,11 +28,16 @@ typedef struct {
 	void (*bwd_cols)(float *S, float *dP, int64_t n, const float *lse, const float *dd);
 	/* Backward, row tiles (n rows x W): the same with lse[r], dd[r] per row. */
 	void (*bwd_rows)(float *S, float *dP, int64_t n, const float *lse, const float *dd);
+	/* Rows of X (n x W) as GEMM A panels of MR rows by W: dst[t*MR*W + c*MR + i] = X[t*MR + i][c],
+	 * 0 for rows >= n. */
+	void (*tr_rows)(const float *X, int64_t n, float *dst);
 } nk_attops_t;
 
 void nk_att_fwd_cols_ref(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv);
 void nk_att_bwd_cols_ref(float *S, float *dP, int64_t n, const float *lse, const float *dd);
 void nk_att_bwd_rows_ref(float *S, float *dP, int64_t n, const float *lse, const float *dd);
+void nk_att_tr_rows_ref(const float *X, int64_t n, float *dst);
+void nk_att_tr_rows_avx512(const float *X, int64_t n, float *dst);
 void nk_att_fwd_cols_avx512(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv);
 void nk_att_bwd_cols_avx512(float *S, float *dP, int64_t n, const float *lse, const float *dd);
 void nk_att_bwd_rows_avx512(float *S, float *dP, int64_t n, const float *lse, const float *dd);
