@@ -226,14 +226,16 @@ static void add_bias(const att_plan_t *p, int64_t b, int64_t h, float *S, bool k
 					*s += nk_fp_loadf(base, a->mask_dtype, o);
 			}
 	}
-	if (a->causal && jlast > i0) /* some key after some query: j > i */
-		for (int64_t r = 0; r < nr; r++)
-			for (int64_t c = 0; c < nc; c++) {
-				int64_t i = keys_rows ? i0 + c : i0 + r, j = keys_rows ? j0 + r : j0 + c;
-
-				if (j > i)
+	if (a->causal && jlast > i0) { /* some key after some query: j > i */
+		if (keys_rows) /* row r: queries i < j0 + r */
+			for (int64_t r = i0 + 1 - j0 > 0 ? i0 + 1 - j0 : 0; r < nr; r++)
+				for (int64_t c = 0; c < nc && i0 + c < j0 + r; c++)
 					S[r * W + c] = -INFINITY;
-			}
+		else /* row r: keys j > i0 + r */
+			for (int64_t r = 0; r < nr; r++)
+				for (int64_t c = i0 + r + 1 - j0 > 0 ? i0 + r + 1 - j0 : 0; c < nc; c++)
+					S[r * W + c] = -INFINITY;
+	}
 	(void)ilast;
 }
 
@@ -513,29 +515,34 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 			for (int64_t kp = 0; kp < nkp; kp++) {
 				int64_t j0 = j0g + kp * W, nkk = min64(W, nkg - kp * W);
 
+				/* causal: rows (queries) before r0 see none of these keys */
+				int64_t r0 = a->causal && j0 > i0 ? (j0 - i0) / MR * MR : 0, nr = nq - r0;
+				float *S0 = S + r0 * W, *dP0 = dP + r0 * W;
+
 				if (a->causal && j0 > i0 + nq - 1)
 					break;
-				for (int64_t r = 0; r < nq; r += MR) {
+				for (int64_t r = r0; r < nq; r += MR) {
 					ukr(p, D, Qa + r * D, Kb + kp * D * W, S + r * W, W, p->scale, 0, nq - r, W);
 					ukr(p, Dv, dOa + r * Dv, Vb + kp * Dv * W, dP + r * W, W, 1, 0, nq - r, W);
 				}
-				add_bias(p, b, h, S, false, i0, j0, nq, nkk);
+				add_bias(p, b, h, S0, false, i0 + r0, j0, nr, nkk);
 				if (a->dropout_p > 0)
-					bwd_dropout(p, b, h, S, dP, false, i0, j0, nq, nkk, lse, dd);
+					bwd_dropout(p, b, h, S0, dP0, false, i0 + r0, j0, nr, nkk, lse + r0, dd + r0);
 				else
-					p->ops->bwd_rows(S, dP, nq, lse, dd);
+					p->ops->bwd_rows(S0, dP0, nr, lse + r0, dd + r0);
 				for (int64_t t = 0; t * MR < Dv; t++)
-					ukr(p, nq, dOTa + t * MR * QB1, S, dVt + kp * Dv * W + t * MR * W, W, 1, 1, Dv - t * MR, W);
+					ukr(p, nr, dOTa + t * MR * QB1 + r0 * MR, S0, dVt + kp * Dv * W + t * MR * W, W, 1, 1,
+					    Dv - t * MR, W);
 				for (int64_t t = 0; t * MR < D; t++)
-					ukr(p, nq, QTa + t * MR * QB1, dP, dKt + kp * D * W + t * MR * W, W, p->scale, 1, D - t * MR,
-					    W);
+					ukr(p, nr, QTa + t * MR * QB1 + r0 * MR, dP0, dKt + kp * D * W + t * MR * W, W, p->scale, 1,
+					    D - t * MR, W);
 				if (!fq)
 					continue;
-				p->ops->tr_rows(dP, nq, dSa);
-				for (int64_t t = 0; t * MR < nq; t++)
+				p->ops->tr_rows(dP0, nr, dSa);
+				for (int64_t t = 0; t * MR < nr; t++)
 					for (int64_t c = 0; c < ndc; c++)
-						ukr(p, nkk, dSa + t * MR * W, Kn + kp * ndc * W * W + c * nkk * W, dQ + t * MR * D + c * W,
-						    D, p->scale, 1, nq - t * MR, D - c * W);
+						ukr(p, nkk, dSa + t * MR * W, Kn + kp * ndc * W * W + c * nkk * W,
+						    dQ + (r0 + t * MR) * D + c * W, D, p->scale, 1, nr - t * MR, D - c * W);
 			}
 			if (fq)
 				store_rows(g->dq, a->dtype, g->sdq, b, h, i0, nq, D, dQ, D);
