@@ -152,12 +152,18 @@ static void store_rows(void *x, int dtype, const int64_t *s, int64_t b, int64_t 
 
 /* Rows [r0, r0+n) of a transposed accumulator Xt (cols x W, column c = row r0+c) scaled by mul[c]
  * (NULL: 1) into x; buf holds n x cols floats. */
-static void store_transposed(void *x, int dtype, const int64_t *s, int64_t b, int64_t h, int64_t r0, int64_t n,
-			     int64_t cols, const float *Xt, const float *mul, float *buf)
+static void store_transposed(const nk_attops_t *ops, void *x, int dtype, const int64_t *s, int64_t b, int64_t h,
+			     int64_t r0, int64_t n, int64_t cols, const float *Xt, const float *mul, float *buf)
 {
-	for (int64_t d = 0; d < cols; d++)
+	for (int64_t d0 = 0; d0 < cols; d0 += 16) {
+		int nd = (int)min64(16, cols - d0);
+
+		ops->tr(Xt + d0 * W, W, nd, n, buf + d0, cols, nd);
+	}
+	if (mul)
 		for (int64_t c = 0; c < n; c++)
-			buf[c * cols + d] = Xt[d * W + c] * (mul ? mul[c] : 1.0f);
+			for (int64_t d = 0; d < cols; d++)
+				buf[c * cols + d] *= mul[c];
 	store_rows(x, dtype, s, b, h, r0, n, cols, buf, cols);
 }
 
@@ -175,6 +181,13 @@ static void pack_rows_a(const att_plan_t *p, const void *x, const int64_t *s, in
 	int dt = p->a->dtype;
 	int64_t es = (int64_t)nk_fp_elem_size(dt);
 
+	if (dt == NK_F32 && s[3] == 1) { /* transposes of MR rows */
+		const float *x0 = (const float *)row_ptr(x, dt, s, b, h, r0);
+
+		for (int64_t t = 0; t * MR < n; t++)
+			p->ops->tr(x0 + t * MR * s[2], s[2], min64(MR, n - t * MR), cols, dst + t * MR * cols, MR, MR);
+		return;
+	}
 	for (int64_t t = 0; t * MR < n; t++)
 		p->isa->pack_a(row_ptr(x, dt, s, b, h, r0) + t * MR * s[2] * es, dt, s[2], s[3],
 			       (int)min64(MR, n - t * MR), cols, dst + t * MR * cols);
@@ -198,6 +211,13 @@ static void pack_b_rows(const att_plan_t *p, const void *x, const int64_t *s, in
 {
 	int dt = p->a->dtype;
 
+	if (dt == NK_F32 && s[3] == 1) { /* two transposes of 16 rows */
+		const float *x0 = (const float *)row_ptr(x, dt, s, b, h, r0);
+
+		for (int64_t hf = 0; hf < W; hf += 16)
+			p->ops->tr(x0 + hf * s[2], s[2], n - hf < 0 ? 0 : min64(16, n - hf), cols, dst + hf, W, 16);
+		return;
+	}
 	p->isa->pack_b(row_ptr(x, dt, s, b, h, r0), dt, s[3], s[2], cols, n, dst);
 }
 
@@ -388,7 +408,7 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 			inv[c] = lq[c] > 0 ? 1.0f / lq[c] : 0.0f;
 			lse[c] = lq[c] > 0 ? m[qb * W + c] + logf(lq[c]) : -INFINITY;
 		}
-		store_transposed(a->out, a->dtype, a->so, b, h, i0, nq, Dv, Ot + qb * Dv * W, inv, buf);
+		store_transposed(p->ops, a->out, a->dtype, a->so, b, h, i0, nq, Dv, Ot + qb * Dv * W, inv, buf);
 	}
 }
 
@@ -551,9 +571,9 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 		int64_t nkk = min64(W, nkg - kp * W);
 
 		if (g->dk)
-			store_transposed(g->dk, a->dtype, g->sdk, b, hk, j0g + kp * W, nkk, D, dKt + kp * D * W, NULL, buf);
+			store_transposed(p->ops, g->dk, a->dtype, g->sdk, b, hk, j0g + kp * W, nkk, D, dKt + kp * D * W, NULL, buf);
 		if (g->dv)
-			store_transposed(g->dv, a->dtype, g->sdv, b, hk, j0g + kp * W, nkk, Dv, dVt + kp * Dv * W, NULL,
+			store_transposed(p->ops, g->dv, a->dtype, g->sdv, b, hk, j0g + kp * W, nkk, Dv, dVt + kp * Dv * W, NULL,
 					 buf);
 	}
 }
@@ -612,7 +632,7 @@ static void att_bwd_q_task(const att_plan_t *p, float *ws, int64_t b, int64_t h,
 	for (int64_t qb = 0; qb < nqb; qb++) {
 		int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
 
-		store_transposed(g->dq, a->dtype, g->sdq, b, h, i0, nq, D, dQt + qb * D * W, NULL, buf);
+		store_transposed(p->ops, g->dq, a->dtype, g->sdq, b, h, i0, nq, D, dQt + qb * D * W, NULL, buf);
 	}
 }
 
@@ -742,7 +762,15 @@ void nk_att_tr_rows_ref(const float *X, int64_t n, float *dst)
 				dst[t * MR * W + c * MR + i] = t * MR + i < n ? X[(t * MR + i) * W + c] : 0.0f;
 }
 
+void nk_att_tr_ref(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst, int64_t ld_dst, int lanes)
+{
+	for (int64_t c = 0; c < cols; c++)
+		for (int r = 0; r < lanes; r++)
+			dst[c * ld_dst + r] = r < rows ? src[r * ld_src + c] : 0.0f;
+}
+
 const nk_attops_t nk_attops_ref = {
+	.tr = nk_att_tr_ref,
 	.tr_rows = nk_att_tr_rows_ref,
 	.fwd_cols = nk_att_fwd_cols_ref,
 	.bwd_cols = nk_att_bwd_cols_ref,

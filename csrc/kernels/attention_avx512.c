@@ -108,7 +108,7 @@ void nk_att_bwd_rows_avx512(float *S, float *dP, int64_t n, const float *lse, co
 }
 
 /* 16 x 16 transpose of r[0..15] in place. */
-static inline void tr16(__m512 r[16])
+static inline __attribute__((always_inline)) void tr16(__m512 r[16])
 {
 	__m512 t[16];
 
@@ -154,7 +154,26 @@ void nk_att_tr_rows_avx512(const float *X, int64_t n, float *dst)
 		}
 }
 
+void nk_att_tr_avx512(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst, int64_t ld_dst,
+		      int lanes)
+{
+	__mmask16 sm = (__mmask16)((1u << lanes) - 1);
+
+	for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+		int64_t nc = cols - c0 < 16 ? cols - c0 : 16;
+		__mmask16 lm = (__mmask16)((1u << nc) - 1);
+		__m512 r[16];
+
+		for (int i = 0; i < 16; i++)
+			r[i] = i < rows ? _mm512_maskz_loadu_ps(lm, src + i * ld_src + c0) : _mm512_setzero_ps();
+		tr16(r);
+		for (int64_t c = 0; c < nc; c++)
+			_mm512_mask_storeu_ps(dst + (c0 + c) * ld_dst, sm, r[c]);
+	}
+}
+
 const nk_attops_t nk_attops_avx512 = {
+	.tr = nk_att_tr_avx512,
 	.tr_rows = nk_att_tr_rows_avx512,
 	.fwd_cols = nk_att_fwd_cols_avx512,
 	.bwd_cols = nk_att_bwd_cols_avx512,

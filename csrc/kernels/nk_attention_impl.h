@@ -31,6 +31,9 @@ typedef struct {
 	/* Rows of X (n x W) as GEMM A panels of MR rows by W: dst[t*MR*W + c*MR + i] = X[t*MR + i][c],
 	 * 0 for rows >= n. */
 	void (*tr_rows)(const float *X, int64_t n, float *dst);
+	/* dst[c*ld_dst + r] = src[r*ld_src + c] for r < rows (<= 16), c < cols; lanes rows..lanes-1 of each
+	 * dst row (lanes <= 16) get 0. */
+	void (*tr)(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst, int64_t ld_dst, int lanes);
 } nk_attops_t;
 
 void nk_att_fwd_cols_ref(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv);
@@ -38,6 +41,9 @@ void nk_att_bwd_cols_ref(float *S, float *dP, int64_t n, const float *lse, const
 void nk_att_bwd_rows_ref(float *S, float *dP, int64_t n, const float *lse, const float *dd);
 void nk_att_tr_rows_ref(const float *X, int64_t n, float *dst);
 void nk_att_tr_rows_avx512(const float *X, int64_t n, float *dst);
+void nk_att_tr_ref(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst, int64_t ld_dst, int lanes);
+void nk_att_tr_avx512(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst, int64_t ld_dst,
+		      int lanes);
 void nk_att_fwd_cols_avx512(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv);
 void nk_att_bwd_cols_avx512(float *S, float *dP, int64_t n, const float *lse, const float *dd);
 void nk_att_bwd_rows_avx512(float *S, float *dP, int64_t n, const float *lse, const float *dd);
