@@ -107,3 +107,20 @@ def test_sdpa_dropout_is_deterministic_per_seed(fused_only):
     ref = F.scaled_dot_product_attention(q, k, v).cpu()
     mean = sum(F.scaled_dot_product_attention(q, k, v, dropout_p=0.3).cpu() for _ in range(200)) / 200
     assert (mean - ref).abs().mean() < 0.05
+
+
+def test_sdpa_strided_head_dim(fused_only):
+    """q, k, v whose last dim is not contiguous (the packers' strided path) and bf16 in [B, T, H, D]."""
+    g = torch.Generator().manual_seed(9)
+    q, k, v, go = (torch.randn((2, 3, 24, 37), generator=g).transpose(2, 3) for _ in range(4))
+    ref_in = [t.double().clone().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*ref_in, is_causal=True)
+    dev_in = [t.to("neuron").requires_grad_() for t in (q, k, v)]
+    assert dev_in[0].stride(3) != 1
+    out = F.scaled_dot_product_attention(*dev_in, is_causal=True)
+    torch.testing.assert_close(out.cpu().double(), ref.detach(), atol=2e-5, rtol=2e-5)
+    ref.backward(go.double())
+    out.backward(go.to("neuron"))
+    for a, b in zip(dev_in, ref_in):
+        torch.testing.assert_close(a.grad.cpu().double(), b.grad, atol=2e-4, rtol=2e-4)
+    _check(2, 4, 2, 70, 70, 48, 48, torch.bfloat16, causal=True, bthd=True, ops=fused_only)
