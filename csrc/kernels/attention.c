@@ -171,7 +171,10 @@ static void store_transposed(const nk_attops_t *ops, void *x, int dtype, const i
 static inline void ukr(const att_plan_t *p, int64_t k, const float *A, const float *B, float *C, int64_t ldc,
 		       float alpha, float beta, int64_t m, int64_t n)
 {
-	p->isa->sgemm(k, A, B, C, ldc, 1, alpha, beta, (int)(m < MR ? m : MR), (int)(n < W ? n : W));
+	if (m <= 8)
+		p->ops->ukr8(k, A, B, C, ldc, alpha, beta, (int)m, (int)(n < W ? n : W));
+	else
+		p->isa->sgemm(k, A, B, C, ldc, 1, alpha, beta, (int)(m < MR ? m : MR), (int)(n < W ? n : W));
 }
 
 /* Packs x[(b, h), rows r0.., cols] as A panels of MR rows by k = cols (panel t at dst + t*MR*cols). */
@@ -769,7 +772,21 @@ void nk_att_tr_ref(const float *src, int64_t ld_src, int64_t rows, int64_t cols,
 			dst[c * ld_dst + r] = r < rows ? src[r * ld_src + c] : 0.0f;
 }
 
+void nk_att_ukr8_ref(int64_t k, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta, int m,
+		     int n)
+{
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			float s = 0, *ci = c + i * ldc + j;
+
+			for (int64_t p = 0; p < k; p++)
+				s += a[p * MR + i] * b[p * W + j];
+			*ci = beta == 0 ? alpha * s : alpha * s + beta * *ci;
+		}
+}
+
 const nk_attops_t nk_attops_ref = {
+	.ukr8 = nk_att_ukr8_ref,
 	.tr = nk_att_tr_ref,
 	.tr_rows = nk_att_tr_rows_ref,
 	.fwd_cols = nk_att_fwd_cols_ref,

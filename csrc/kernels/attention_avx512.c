@@ -172,7 +172,47 @@ void nk_att_tr_avx512(const float *src, int64_t ld_src, int64_t rows, int64_t co
 	}
 }
 
+#define ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+void nk_att_ukr8_avx512(int64_t k, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta,
+			int m, int n)
+{
+	__mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+	__mmask16 m1 = n >= 32 ? 0xffff : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1);
+	__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#define DECL8(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
+	ROWS8(DECL8)
+#undef DECL8
+	for (int64_t p = 0; p < k; p++) {
+		__m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#define FMA8(i)                                                          \
+	{                                                                \
+		__m512 ai = _mm512_set1_ps(a[i]);                        \
+		c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);            \
+		c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);            \
+	}
+		ROWS8(FMA8)
+#undef FMA8
+		a += NK_GEMM_MR;
+		b += 32;
+	}
+#define STORE8(i)                                                                                  \
+	if (i < m) {                                                                               \
+		float *ci = c + i * ldc;                                                           \
+		__m512 x0 = _mm512_mul_ps(va, c##i##_0), x1 = _mm512_mul_ps(va, c##i##_1);          \
+		if (beta != 0) {                                                                   \
+			x0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, ci), x0);               \
+			x1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, ci + 16), x1);          \
+		}                                                                                  \
+		_mm512_mask_storeu_ps(ci, m0, x0);                                                 \
+		_mm512_mask_storeu_ps(ci + 16, m1, x1);                                            \
+	}
+	ROWS8(STORE8)
+#undef STORE8
+}
+
 const nk_attops_t nk_attops_avx512 = {
+	.ukr8 = nk_att_ukr8_avx512,
 	.tr = nk_att_tr_avx512,
 	.tr_rows = nk_att_tr_rows_avx512,
 	.fwd_cols = nk_att_fwd_cols_avx512,

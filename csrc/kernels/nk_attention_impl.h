@@ -34,6 +34,10 @@ typedef struct {
 	/* dst[c*ld_dst + r] = src[r*ld_src + c] for r < rows (<= 16), c < cols; lanes rows..lanes-1 of each
 	 * dst row (lanes <= 16) get 0. */
 	void (*tr)(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst, int64_t ld_dst, int lanes);
+	/* The sgemm micro-kernel contract for tiles of at most 8 rows (the tail panel of a head dim of 64 =
+	 * 4 x 14 + 8 costs 8/14 of a full one): a[p*MR + i] for i < 8, b[p*W + j]. */
+	void (*ukr8)(int64_t k, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta, int m,
+		     int n);
 } nk_attops_t;
 
 void nk_att_fwd_cols_ref(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv);
@@ -41,6 +45,10 @@ void nk_att_bwd_cols_ref(float *S, float *dP, int64_t n, const float *lse, const
 void nk_att_bwd_rows_ref(float *S, float *dP, int64_t n, const float *lse, const float *dd);
 void nk_att_tr_rows_ref(const float *X, int64_t n, float *dst);
 void nk_att_tr_rows_avx512(const float *X, int64_t n, float *dst);
+void nk_att_ukr8_ref(int64_t k, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta, int m,
+		     int n);
+void nk_att_ukr8_avx512(int64_t k, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta,
+			int m, int n);
 void nk_att_tr_ref(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst, int64_t ld_dst, int lanes);
 void nk_att_tr_avx512(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst, int64_t ld_dst,
 		      int lanes);
