@@ -4,20 +4,29 @@
  * keys hidden by `causal` (key j visible to query i iff j <= i) or by a false bool mask, or the
  * additive float mask.  GQA: query head h reads kv head h / (Hq / Hkv).
  *
- * Forward (FlashAttention style): a task is (b, h, block of 64 queries).  For each block of 64 keys:
- * S = scale * Q K^T + bias, then the online softmax (running row max m and sum l; earlier output
- * rescaled by exp(m_old - m_new)), then O += P V.  lse = m + log(l) is written for the backward.
+ * All products run on packed panels through the GEMM micro-kernel (nk_gemm_isa_t.sgemm, 14 x 32; an
+ * 8-row kernel of the attops table for tail panels) without nk_gemm_* calls per tile: K and V of a
+ * (batch, kv head) are packed once per chunk of keys and reused by every query block.
+ * Forward (FlashAttention style): a task is (b, h, up to 512 queries); per block of W = 32 queries and
+ * KB = 112 keys, S^T = scale K Q^T + bias is a "column tile" (keys as rows, queries as columns, so the
+ * online softmax - running column max m and sum l, O^T rescaled by exp(m_old - m_new) - is all
+ * vertical vector work), then O^T += V^T P^T.  lse = m + log(l) is written for the backward.
  * Backward (FlashAttention-2): P = exp(S - lse) recomputed, D_i = rowsum(dO_i * O_i),
- * dP = dO V^T, dS = P * (dP - D).  Deterministic and race-free in two passes:
- *   pass 1, task (b, kv head, key block): dV = sum P^T dO, dK = scale * sum dS^T Q over every query
- *           block of every query head of the group;
- *   pass 2, task (b, query head, query block): dQ = scale * dS K.
+ * dP = dO V^T, dS = P * (dP - D).  Deterministic and race-free:
+ *   kv pass, task (b, kv head, key group): "row tiles" of 112 queries x 32 keys, S = scale Q K^T and
+ *           dP = dO V^T, then dV^T += dO^T P and dK^T += scale Q^T dS over every query block of every
+ *           query head of the group.  When one task holds all keys of its kv head (and there are at
+ *           least two such tasks per thread) it also makes dQ = scale dS K (dS transposed into A
+ *           panels), complete after each query block: one pass, five products per tile;
+ *   otherwise a dq pass, task (b, query head, query group): column tiles, dQ^T += scale K^T dS^T.
  * Dropout: element (b, h, i, j) draws Philox4x32-10 with key = seed and counter = (offset + e, 0),
  * e = ((b*Hq + h)*Tq + i)*Tk + j, and is kept iff 53 bits of (w0, w1) >= p - the same mask nk_dropout
  * makes for a contiguous [B, Hq, Tq, Tk] tensor; callers advance their offset by
  * nk_random_offset_increment(B*Hq*Tq*Tk).  Backward regenerates it.
- * f32/bf16/f16 compute in f32 through the packed SGEMM on f32 tiles (per-thread workspace, nk_ws.h); f64 runs
- * the f64 reference (one query row at a time: memory-efficient but serial and slower).
+ * f32/bf16/f16 compute in f32 (packing converts; per-thread workspace, nk_ws.h); the tile operations
+ * (softmax columns, exp, transposes, 8-row kernel) come in a portable and an AVX-512 table
+ * (nk_attention_impl.h; tests/c/test_attention.c compares them).  f64 runs the f64 reference (one
+ * query row at a time: memory-efficient but serial and slower).
  * Rows with no visible key give 0 output and lse = -inf (PyTorch's math path gives NaN there).
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
