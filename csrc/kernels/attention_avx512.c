@@ -112,10 +112,12 @@ static inline __attribute__((always_inline)) void tr16(__m512 r[16])
 {
 	__m512 t[16];
 
+	_Pragma("GCC unroll 16")
 	for (int i = 0; i < 16; i += 2) {
 		t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
 		t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
 	}
+	_Pragma("GCC unroll 16")
 	for (int i = 0; i < 16; i += 4) {
 		r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
 		r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
@@ -123,12 +125,14 @@ static inline __attribute__((always_inline)) void tr16(__m512 r[16])
 		r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
 	}
 	/* r[4g + k] now holds, in each 128-bit lane L, elements (row 4L'.., col) of block g; combine lanes */
+	_Pragma("GCC unroll 16")
 	for (int i = 0; i < 4; i++) {
 		t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
 		t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
 		t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
 		t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
 	}
+	_Pragma("GCC unroll 16")
 	for (int i = 0; i < 4; i++) {
 		r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
 		r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
@@ -143,11 +147,13 @@ void nk_att_tr_rows_avx512(const float *X, int64_t n, float *dst)
 		for (int h = 0; h < 32; h += 16) {
 			__m512 r[16];
 
+			_Pragma("GCC unroll 16")
 			for (int i = 0; i < 16; i++)
 				r[i] = i < NK_GEMM_MR && t * NK_GEMM_MR + i < n
 					       ? _mm512_loadu_ps(X + (t * NK_GEMM_MR + i) * 32 + h)
 					       : _mm512_setzero_ps();
 			tr16(r);
+			_Pragma("GCC unroll 16")
 			for (int c = 0; c < 16; c++)
 				_mm512_mask_storeu_ps(dst + t * NK_GEMM_MR * 32 + (h + c) * NK_GEMM_MR,
 						      (__mmask16)((1u << NK_GEMM_MR) - 1), r[c]);
@@ -164,11 +170,14 @@ void nk_att_tr_avx512(const float *src, int64_t ld_src, int64_t rows, int64_t co
 		__mmask16 lm = (__mmask16)((1u << nc) - 1);
 		__m512 r[16];
 
+		_Pragma("GCC unroll 16")
 		for (int i = 0; i < 16; i++)
 			r[i] = i < rows ? _mm512_maskz_loadu_ps(lm, src + i * ld_src + c0) : _mm512_setzero_ps();
 		tr16(r);
-		for (int64_t c = 0; c < nc; c++)
-			_mm512_mask_storeu_ps(dst + (c0 + c) * ld_dst, sm, r[c]);
+		_Pragma("GCC unroll 16")
+		for (int c = 0; c < 16; c++)
+			if (c < nc)
+				_mm512_mask_storeu_ps(dst + (c0 + c) * ld_dst, sm, r[c]);
 	}
 }
 
