@@ -1,7 +1,8 @@
 /* attention_avx512.c - AVX-512 tile operations of the tiled attention (nk_attention_impl.h);
  * compiled with the AVX-512 flags and called only through nk_attops_avx512 after the CPU check.
  * A tile row is NK_ATT_W = 32 floats, two zmm.  exp: the Cephes reduction and polynomial of
- * softmax_avx512.c, with x < -87.3 giving exactly 0 (exp(-inf) = 0 for masked scores). */
+ * softmax_avx512.c, with x < -87.3 giving exactly 0 (exp(-inf) = 0 for masked scores, no clamp needed
+ * below). */
 #include <immintrin.h>
 #include <math.h>
 
@@ -14,8 +15,8 @@ static inline __m512 exp0(__m512 x)
 	__mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_NLT_UQ); /* x >= lo or NaN */
 	__m512 n, r, p;
 
-	x = _mm512_min_ps(_mm512_set1_ps(88.37626f), x);
-	x = _mm512_max_ps(_mm512_set1_ps(-87.33654f), x);
+	x = _mm512_min_ps(_mm512_set1_ps(88.37626f), x); /* below -87.3 (and -inf, which gives NaN here) is
+							      * zeroed by the mask */
 	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
 				 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
