@@ -325,9 +325,10 @@ static int att_plan(att_plan_t *p, const nk_attention_args_t *a, const nk_gemm_i
 	KG = KG < W ? W : KG > 512 ? 512 : KG;
 	while (KG > W && a->B * a->Hkv * cdiv(a->Tk, KG) < 4 * nthr)
 		KG = rup(KG / 2, W);
-	/* one pass when a task can hold all keys (K, V panels both ways and dK, dV) and there are
-	 * enough (batch, kv head) tasks for the threads */
-	p->fused = a->Tk * (2 * (D + Dv) + rup(D, W)) <= (1 << 20) && a->B * a->Hkv >= 2 * nthr;
+	/* one pass when a task can hold all keys (K, V panels both ways and dK, dV) and there are enough
+	 * (batch, kv head) tasks; a fixed rule (not the thread count) so that the sums, and with them the
+	 * results, do not depend on the number of threads */
+	p->fused = a->Tk * (2 * (D + Dv) + rup(D, W)) <= (1 << 20) && a->B * a->Hkv >= 8;
 	if (p->fused)
 		KG = rup(a->Tk > 0 ? a->Tk : 1, W);
 	p->KG = KG;
@@ -519,8 +520,9 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 	int64_t ndc = cdiv(D, W);
 	float *Kn = fq ? carve(&ws, nkp * ndc * W * W) : NULL, *dSa = fq ? carve(&ws, QB1 * W) : NULL;
 	float *dQ = fq ? carve(&ws, QB1 * D) : NULL;
-	/* with causality, queries before the first key see none of these keys */
-	int64_t qstart = a->causal ? j0g : 0;
+	/* with causality, queries before the first key see none of these keys (blocks stay aligned to
+	 * multiples of QB1 so that the sums do not depend on KG) */
+	int64_t qstart = a->causal ? j0g / QB1 * QB1 : 0;
 
 	for (int64_t kp = 0; kp < nkp; kp++) {
 		int64_t nkk = min64(W, nkg - kp * W);

@@ -161,7 +161,10 @@ static const acase_t cases[] = {
 	{ 1, 2, 1, 70, 70, 32, 32, false, 0, 0.1, true },
 	{ 1, 1, 1, 200, 30, 8, 8, true, 0, 0, false }, /* Tq > Tk, causal */
 	{ 1, 2, 1, 300, 290, 64, 64, false, 0, 0, false }, /* several query and key tiles */
-	{ 2, 2, 2, 257, 257, 72, 40, true, 0, 0, true },   /* causal, D and Dv not multiples of 14 or 16 */
+	{ 2, 4, 4, 257, 257, 72, 40, true, 0, 0, true },   /* causal, D and Dv not multiples of 14 or 16 */
+	/* B*Hkv >= 8: the one-pass backward (dq from the kv tasks) */
+	{ 2, 4, 4, 40, 33, 16, 16, true, 1, 0.25, false },
+	{ 4, 4, 2, 100, 90, 64, 48, false, 2, 0, true },
 	{ 1, 1, 1, 5, 700, 17, 3, false, 2, 0, false },
 	{ 1, 2, 1, 10, 250, 256, 256, false, 2, 0, false }, /* several packed key chunks and dk/dv key groups */
 	{ 1, 1, 1, 20, 300, 160, 96, false, 1, 0.1, false },

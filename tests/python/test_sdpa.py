@@ -62,7 +62,7 @@ def test_sdpa_matches_cpu(dtype, causal, fused_only):
     (2, 2, 2, 129, 129, 72, 24),   # D, Dv not multiples of 14, 16 or 32
     (1, 1, 1, 5, 700, 17, 3),      # keys over one packed chunk
     (1, 1, 1, 1, 1, 8, 8),
-    (3, 4, 4, 33, 65, 16, 16),     # Tq != Tk, (batch, head) tasks > threads: one-pass backward
+    (3, 4, 4, 33, 65, 16, 16),     # Tq != Tk, 12 (batch, head) tasks: one-pass backward
 ])
 @pytest.mark.parametrize("causal", [False, True])
 def test_sdpa_shapes(shape, causal, fused_only):
