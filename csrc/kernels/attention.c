@@ -246,17 +246,40 @@ static void add_bias(const att_plan_t *p, int64_t b, int64_t h, float *S, bool k
 		int64_t si = a->smask[2], sj = a->smask[3];
 		const char *base = (const char *)a->mask + (b * a->smask[0] + h * a->smask[1]) * es;
 
-		for (int64_t r = 0; r < nr; r++)
-			for (int64_t c = 0; c < nc; c++) {
-				int64_t i = keys_rows ? i0 + c : i0 + r, j = keys_rows ? j0 + r : j0 + c;
-				int64_t o = i * si + j * sj;
-				float *s = S + r * W + c;
+		/* along a tile row: mask stride sc from offset o0 of the row */
+		int64_t sc = keys_rows ? si : sj;
 
-				if (a->mask_dtype == NK_BOOL)
-					*s = base[o] ? *s : -INFINITY;
-				else
-					*s += nk_fp_loadf(base, a->mask_dtype, o);
+		for (int64_t r = 0; r < nr; r++) {
+			int64_t o0 = keys_rows ? i0 * si + (j0 + r) * sj : (i0 + r) * si + j0 * sj;
+			float *s = S + r * W, bias[W];
+
+			if (a->mask_dtype == NK_BOOL) {
+				const uint8_t *mk = (const uint8_t *)base + o0;
+
+				if (sc == 0) { /* the same for the whole row (a padding mask) */
+					if (!mk[0])
+						for (int64_t c = 0; c < nc; c++)
+							s[c] = -INFINITY;
+				} else if (sc == 1) {
+					for (int64_t c = 0; c < nc; c++)
+						s[c] = mk[c] ? s[c] : -INFINITY;
+				} else {
+					for (int64_t c = 0; c < nc; c++)
+						s[c] = mk[c * sc] ? s[c] : -INFINITY;
+				}
+				continue;
 			}
+			if (sc == 0) {
+				float v = nk_fp_loadf(base, a->mask_dtype, o0);
+
+				for (int64_t c = 0; c < nc; c++)
+					s[c] += v;
+				continue;
+			}
+			nk_block_load_f32(bias, base + o0 * es, sc * es, a->mask_dtype, nc);
+			for (int64_t c = 0; c < nc; c++)
+				s[c] += bias[c];
+		}
 	}
 	if (a->causal && jlast > i0) { /* some key after some query: j > i */
 		if (keys_rows) /* row r: queries i < j0 + r */

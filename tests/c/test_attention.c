@@ -14,7 +14,7 @@
 typedef struct {
 	int64_t B, Hq, Hkv, Tq, Tk, D, Dv;
 	bool causal;
-	int mask; /* 0 none, 1 bool (broadcast over heads), 2 float (broadcast over batch) */
+	int mask; /* 0 none, 1 bool (broadcast over heads), 2 float (broadcast over batch), 3 bool padding */
 	double p;
 	bool bthd; /* [B, T, H, D] storage */
 } acase_t;
@@ -78,6 +78,13 @@ static void make_problem(aprob_t *pb, int dtype, acase_t c)
 			memset(m + c.Tk, 0, (size_t)c.Tk);
 		a->mask = m, a->mask_dtype = NK_BOOL;
 		a->smask[0] = c.Tq * c.Tk, a->smask[1] = 0, a->smask[2] = c.Tk, a->smask[3] = 1;
+	} else if (c.mask == 3) { /* bool padding mask [B, 1, 1, Tk]: the last keys of batch 0 hidden */
+		uint8_t *m = buf(pb, NK_F64, c.B * c.Tk);
+
+		for (int64_t i = 0; i < c.B * c.Tk; i++)
+			m[i] = !(i < c.Tk && i > c.Tk / 2);
+		a->mask = m, a->mask_dtype = NK_BOOL;
+		a->smask[0] = c.Tk, a->smask[1] = 0, a->smask[2] = 0, a->smask[3] = 1;
 	} else if (c.mask == 2) { /* float [1, Hq, Tq, Tk] of the problem's dtype */
 		int64_t n = c.Hq * c.Tq * c.Tk;
 		void *m = buf(pb, dtype, n);
@@ -165,6 +172,8 @@ static const acase_t cases[] = {
 	/* B*Hkv >= 8: the one-pass backward (dq from the kv tasks) */
 	{ 2, 4, 4, 40, 33, 16, 16, true, 1, 0.25, false },
 	{ 4, 4, 2, 100, 90, 64, 48, false, 2, 0, true },
+	{ 2, 4, 4, 70, 75, 32, 32, false, 3, 0, false },
+	{ 1, 2, 2, 70, 75, 32, 32, true, 3, 0, true },
 	{ 1, 1, 1, 5, 700, 17, 3, false, 2, 0, false },
 	{ 1, 2, 1, 10, 250, 256, 256, false, 2, 0, false }, /* several packed key chunks and dk/dv key groups */
 	{ 1, 1, 1, 20, 300, 160, 96, false, 1, 0.1, false },
