@@ -351,7 +351,7 @@ static int att_plan(att_plan_t *p, const nk_attention_args_t *a, const nk_gemm_i
 	/* one pass when a task can hold all keys (K, V panels both ways and dK, dV) and there are enough
 	 * (batch, kv head) tasks; a fixed rule (not the thread count) so that the sums, and with them the
 	 * results, do not depend on the number of threads */
-	p->fused = a->Tk * (2 * (D + Dv) + rup(D, W)) <= (1 << 20) && a->B * a->Hkv >= 8;
+	p->fused = a->Tk > 0 && a->Tk * (2 * (D + Dv) + rup(D, W)) <= (1 << 20) && a->B * a->Hkv >= 8;
 	if (p->fused)
 		KG = rup(a->Tk > 0 ? a->Tk : 1, W);
 	p->KG = KG;

@@ -90,10 +90,13 @@ def test_sdpa_zero_size(fused_only):
     for shape in [(0, 2, 2, 5, 5, 8, 8), (1, 2, 2, 0, 5, 8, 8)]:
         _check(*shape, torch.float32)
     # no keys: PyTorch gives NaN (softmax of nothing), the fused kernel 0 (documented in nk.h)
-    q = torch.randn(1, 2, 3, 8, device="neuron")
-    kv = torch.randn(1, 2, 0, 8, device="neuron")
-    out = F.scaled_dot_product_attention(q, kv, kv)
-    assert out.shape == (1, 2, 3, 8) and not out.cpu().isnan().any()
+    for b, h in [(1, 2), (2, 4)]:  # (2, 4): the one-pass backward's task count
+        q = torch.randn(b, h, 3, 8, device="neuron", requires_grad=True)
+        kv = torch.randn(b, h, 0, 8, device="neuron", requires_grad=True)
+        out = F.scaled_dot_product_attention(q, kv, kv)
+        assert out.shape == (b, h, 3, 8) and not out.cpu().isnan().any()
+        out.sum().backward()
+        assert (q.grad.cpu() == 0).all() and kv.grad.shape == kv.shape
 
 
 def test_sdpa_dropout_is_deterministic_per_seed(fused_only):
