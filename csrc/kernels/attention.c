@@ -4,20 +4,29 @@
  * keys hidden by `causal` (key j visible to query i iff j <= i) or by a false bool mask, or the
  * additive float mask.  GQA: query head h reads kv head h / (Hq / Hkv).
  *
- * Forward (FlashAttention style): a task is (b, h, block of 64 queries).  For each block of 64 keys:
- * S = scale * Q K^T + bias, then the online softmax (running row max m and sum l; earlier output
- * rescaled by exp(m_old - m_new)), then O += P V.  lse = m + log(l) is written for the backward.
+ * All products run on packed panels through the GEMM micro-kernel (nk_gemm_isa_t.sgemm, 14 x 32; an
+ * 8-row kernel of the attops table for tail panels) without nk_gemm_* calls per tile: K and V of a
+ * (batch, kv head) are packed once per chunk of keys and reused by every query block.
+ * Forward (FlashAttention style): a task is (b, h, up to 512 queries); per block of W = 32 queries and
+ * KB = 112 keys, S^T = scale K Q^T + bias is a "column tile" (keys as rows, queries as columns, so the
+ * online softmax - running column max m and sum l, O^T rescaled by exp(m_old - m_new) - is all
+ * vertical vector work), then O^T += V^T P^T.  lse = m + log(l) is written for the backward.
  * Backward (FlashAttention-2): P = exp(S - lse) recomputed, D_i = rowsum(dO_i * O_i),
- * dP = dO V^T, dS = P * (dP - D).  Deterministic and race-free in two passes:
- *   pass 1, task (b, kv head, key block): dV = sum P^T dO, dK = scale * sum dS^T Q over every query
- *           block of every query head of the group;
- *   pass 2, task (b, query head, query block): dQ = scale * dS K.
+ * dP = dO V^T, dS = P * (dP - D).  Deterministic and race-free:
+ *   kv pass, task (b, kv head, key group): "row tiles" of 112 queries x 32 keys, S = scale Q K^T and
+ *           dP = dO V^T, then dV^T += dO^T P and dK^T += scale Q^T dS over every query block of every
+ *           query head of the group.  When one task holds all keys of its kv head (and there are at
+ *           least two such tasks per thread) it also makes dQ = scale dS K (dS transposed into A
+ *           panels), complete after each query block: one pass, five products per tile;
+ *   otherwise a dq pass, task (b, query head, query group): column tiles, dQ^T += scale K^T dS^T.
  * Dropout: element (b, h, i, j) draws Philox4x32-10 with key = seed and counter = (offset + e, 0),
  * e = ((b*Hq + h)*Tq + i)*Tk + j, and is kept iff 53 bits of (w0, w1) >= p - the same mask nk_dropout
  * makes for a contiguous [B, Hq, Tq, Tk] tensor; callers advance their offset by
  * nk_random_offset_increment(B*Hq*Tq*Tk).  Backward regenerates it.
- * f32/bf16/f16 compute in f32 through the packed SGEMM on f32 tiles (per-thread workspace, nk_ws.h); f64 runs
- * the f64 reference (one query row at a time: memory-efficient but serial and slower).
+ * f32/bf16/f16 compute in f32 (packing converts; per-thread workspace, nk_ws.h); the tile operations
+ * (softmax columns, exp, transposes, 8-row kernel) come in a portable and an AVX-512 table
+ * (nk_attention_impl.h; tests/c/test_attention.c compares them).  f64 runs the f64 reference (one
+ * query row at a time: memory-efficient but serial and slower).
  * Rows with no visible key give 0 output and lse = -inf (PyTorch's math path gives NaN there).
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
@@ -32,8 +41,9 @@
 
 #include "nk.h"
 #include "nk_fp.h"
+#include "nk_attention_impl.h"
 #include "nk_gemm_impl.h"
-#include "nk_softmax_impl.h"
+#include "nk_impl.h"
 #include "nk_ws.h"
 #include "nrt.h"
 
@@ -110,25 +120,33 @@ static double att_drop(const nk_attention_args_t *a, int64_t b, int64_t h, int64
 
 /* ---- tiles ------------------------------------------------------------------------------------- */
 
+#define MR NK_GEMM_MR
+#define W NK_ATT_W               /* tile width: queries (column tiles) or keys (row tiles) */
+#define KB (8 * MR)              /* keys per column tile (forward, dq pass) */
+#define QB1 (8 * MR)             /* queries per row tile (dk/dv pass) */
+#define ATT_TASK_FLOATS (1 << 17) /* packed K/V chunk and per-task accumulators, each */
+
 typedef struct {
 	const nk_attention_args_t *a;
 	const nk_attention_bwd_args_t *g; /* backward only */
-	nk_gemm_isa_t isa;
-	const nk_rowops_t *ops;
-	int64_t bq, bk, nqb, nkb, group;
+	const nk_gemm_isa_t *isa;
+	const nk_attops_t *ops;
+	int64_t group, G, ngq, KC, KG, ngk;
+	bool fused; /* backward in one pass: a dk/dv task covers all keys and also makes dq */
+	size_t ws_floats;
 	float scale;
 	atomic_int *failed; /* set by a task without workspace memory */
 } att_plan_t;
 
-/* Rows [r0, r0+n) of the (b, h) slice of a [B, H, T, cols] tensor with strides s into dst (ld). */
-static void load_rows(float *dst, int64_t ld, const void *x, int dtype, const int64_t *s, int64_t b, int64_t h,
-		      int64_t r0, int64_t n, int64_t cols)
+static int64_t rup(int64_t x, int64_t m)
 {
-	int64_t es = (int64_t)nk_fp_elem_size(dtype);
-	const char *base = (const char *)x + (b * s[0] + h * s[1] + r0 * s[2]) * es;
+	return cdiv(x, m) * m;
+}
 
-	for (int64_t r = 0; r < n; r++)
-		nk_block_load_f32(dst + r * ld, base + r * s[2] * es, s[3] * es, dtype, cols);
+/* Element offset of row r of the (b, h) slice of a [B, H, T, cols] tensor with strides s. */
+static const char *row_ptr(const void *x, int dtype, const int64_t *s, int64_t b, int64_t h, int64_t r)
+{
+	return (const char *)x + (b * s[0] + h * s[1] + r * s[2]) * (int64_t)nk_fp_elem_size(dtype);
 }
 
 static void store_rows(void *x, int dtype, const int64_t *s, int64_t b, int64_t h, int64_t r0, int64_t n,
@@ -141,162 +159,216 @@ static void store_rows(void *x, int dtype, const int64_t *s, int64_t b, int64_t 
 		nk_block_store_f32(base + r * s[2] * es, s[3] * es, dtype, src + r * ld, cols);
 }
 
-/* C (m x n, ldc) = alpha * A (m x k; rs_a, cs_a) @ B (k x n; rs_b, cs_b) + beta * C on f32 tiles. */
-static void mm(const att_plan_t *p, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t rs_a,
-	       int64_t cs_a, const float *B, int64_t rs_b, int64_t cs_b, float beta, float *C, int64_t ldc)
+/* Rows [r0, r0+n) of a transposed accumulator Xt (cols x W, column c = row r0+c) scaled by mul[c]
+ * (NULL: 1) into x; buf holds n x cols floats. */
+static void store_transposed(const nk_attops_t *ops, void *x, int dtype, const int64_t *s, int64_t b, int64_t h,
+			     int64_t r0, int64_t n, int64_t cols, const float *Xt, const float *mul, float *buf)
 {
-	nk_gemm_args_t g = { .dtype = NK_F32, .M = m, .N = n, .K = k, .batch = 1, .alpha = alpha, .beta = beta,
-			     .A = A, .rs_a = rs_a, .cs_a = cs_a, .B = B, .rs_b = rs_b, .cs_b = cs_b,
-			     .C = C, .rs_c = ldc, .cs_c = 1 };
+	for (int64_t d0 = 0; d0 < cols; d0 += 16) {
+		int nd = (int)min64(16, cols - d0);
 
-	if (m > 0 && n > 0 && nk_gemm_packed_1t(&g, &p->isa))
-		atomic_store(p->failed, 1);
+		ops->tr(Xt + d0 * W, W, nd, n, buf + d0, cols, nd);
+	}
+	if (mul)
+		for (int64_t c = 0; c < n; c++)
+			for (int64_t d = 0; d < cols; d++)
+				buf[c * cols + d] *= mul[c];
+	store_rows(x, dtype, s, b, h, r0, n, cols, buf, cols);
 }
 
-/* S (mq x nk, ld bk) = scale * Q K^T + bias for query rows i0.. and keys j0.. of (b, h). */
-static void scores(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, int64_t mq, int64_t j0, int64_t nk,
-		   const float *Qt, const float *Kt, float *S)
+/* The micro-kernel on packed panels: C (m x n, ld ldc) = alpha A B + beta C. */
+static inline void ukr(const att_plan_t *p, int64_t k, const float *A, const float *B, float *C, int64_t ldc,
+		       float alpha, float beta, int64_t m, int64_t n)
+{
+	if (m <= 8)
+		p->ops->ukr8(k, A, B, C, ldc, alpha, beta, (int)m, (int)(n < W ? n : W));
+	else
+		p->isa->sgemm(k, A, B, C, ldc, 1, alpha, beta, (int)(m < MR ? m : MR), (int)(n < W ? n : W));
+}
+
+/* Packs x[(b, h), rows r0.., cols] as A panels of MR rows by k = cols (panel t at dst + t*MR*cols). */
+static void pack_rows_a(const att_plan_t *p, const void *x, const int64_t *s, int64_t b, int64_t h, int64_t r0,
+			int64_t n, int64_t cols, float *dst)
+{
+	int dt = p->a->dtype;
+	int64_t es = (int64_t)nk_fp_elem_size(dt);
+
+	if (dt == NK_F32 && s[3] == 1) { /* transposes of MR rows */
+		const float *x0 = (const float *)row_ptr(x, dt, s, b, h, r0);
+
+		for (int64_t t = 0; t * MR < n; t++)
+			p->ops->tr(x0 + t * MR * s[2], s[2], min64(MR, n - t * MR), cols, dst + t * MR * cols, MR, MR);
+		return;
+	}
+	for (int64_t t = 0; t * MR < n; t++)
+		p->isa->pack_a(row_ptr(x, dt, s, b, h, r0) + t * MR * s[2] * es, dt, s[2], s[3],
+			       (int)min64(MR, n - t * MR), cols, dst + t * MR * cols);
+}
+
+/* Packs x^T (cols x rows r0..r0+n) as A panels of MR columns of x by k = n rows, panel t at dst + t*MR*ld. */
+static void pack_cols_a(const att_plan_t *p, const void *x, const int64_t *s, int64_t b, int64_t h, int64_t r0,
+			int64_t n, int64_t cols, float *dst, int64_t ld)
+{
+	int dt = p->a->dtype;
+	int64_t es = (int64_t)nk_fp_elem_size(dt);
+
+	for (int64_t t = 0; t * MR < cols; t++)
+		p->isa->pack_a(row_ptr(x, dt, s, b, h, r0) + t * MR * s[3] * es, dt, s[3], s[2],
+			       (int)min64(MR, cols - t * MR), n, dst + t * MR * ld);
+}
+
+/* Packs x^T (cols x rows r0..r0+n, n <= W) as one B panel: dst[d*W + c] = x[r0 + c][d], zero for c >= n. */
+static void pack_b_rows(const att_plan_t *p, const void *x, const int64_t *s, int64_t b, int64_t h, int64_t r0,
+			int64_t n, int64_t cols, float *dst)
+{
+	int dt = p->a->dtype;
+
+	if (dt == NK_F32 && s[3] == 1) { /* two transposes of 16 rows */
+		const float *x0 = (const float *)row_ptr(x, dt, s, b, h, r0);
+
+		for (int64_t hf = 0; hf < W; hf += 16)
+			p->ops->tr(x0 + hf * s[2], s[2], n - hf < 0 ? 0 : min64(16, n - hf), cols, dst + hf, W, 16);
+		return;
+	}
+	p->isa->pack_b(row_ptr(x, dt, s, b, h, r0), dt, s[3], s[2], cols, n, dst);
+}
+
+/* Bias of the mask and causality on a tile of scores.  Column tiles (keys_rows): element (r, c) is key
+ * j0+r of query i0+c; row tiles: query i0+r, key j0+c.  nr rows, nc valid columns. */
+static void add_bias(const att_plan_t *p, int64_t b, int64_t h, float *S, bool keys_rows, int64_t i0, int64_t j0,
+		     int64_t nr, int64_t nc)
 {
 	const nk_attention_args_t *a = p->a;
+	int64_t ilast = i0 + (keys_rows ? nc : nr) - 1, jlast = j0 + (keys_rows ? nr : nc) - 1;
 
-	mm(p, mq, nk, a->D, p->scale, Qt, a->D, 1, Kt, 1, a->D, 0, S, p->bk);
 	if (a->mask) {
 		int64_t es = a->mask_dtype == NK_BOOL ? 1 : (int64_t)nk_fp_elem_size(a->mask_dtype);
+		int64_t si = a->smask[2], sj = a->smask[3];
+		const char *base = (const char *)a->mask + (b * a->smask[0] + h * a->smask[1]) * es;
 
-		for (int64_t r = 0; r < mq; r++) {
-			int64_t o = b * a->smask[0] + h * a->smask[1] + (i0 + r) * a->smask[2] + j0 * a->smask[3];
-			float *s = S + r * p->bk;
+		/* along a tile row: mask stride sc from offset o0 of the row */
+		int64_t sc = keys_rows ? si : sj;
+
+		for (int64_t r = 0; r < nr; r++) {
+			int64_t o0 = keys_rows ? i0 * si + (j0 + r) * sj : (i0 + r) * si + j0 * sj;
+			float *s = S + r * W, bias[W];
 
 			if (a->mask_dtype == NK_BOOL) {
-				const uint8_t *mk = (const uint8_t *)a->mask + o;
+				const uint8_t *mk = (const uint8_t *)base + o0;
 
-				for (int64_t c = 0; c < nk; c++)
-					s[c] = mk[c * a->smask[3]] ? s[c] : -INFINITY;
-			} else {
-				float bias[ATT_BK];
-
-				nk_block_load_f32(bias, (const char *)a->mask + o * es, a->smask[3] * es, a->mask_dtype, nk);
-				for (int64_t c = 0; c < nk; c++)
-					s[c] += bias[c];
+				if (sc == 0) { /* the same for the whole row (a padding mask) */
+					if (!mk[0])
+						for (int64_t c = 0; c < nc; c++)
+							s[c] = -INFINITY;
+				} else if (sc == 1) {
+					for (int64_t c = 0; c < nc; c++)
+						s[c] = mk[c] ? s[c] : -INFINITY;
+				} else {
+					for (int64_t c = 0; c < nc; c++)
+						s[c] = mk[c * sc] ? s[c] : -INFINITY;
+				}
+				continue;
 			}
+			if (sc == 0) {
+				float v = nk_fp_loadf(base, a->mask_dtype, o0);
+
+				for (int64_t c = 0; c < nc; c++)
+					s[c] += v;
+				continue;
+			}
+			nk_block_load_f32(bias, base + o0 * es, sc * es, a->mask_dtype, nc);
+			for (int64_t c = 0; c < nc; c++)
+				s[c] += bias[c];
 		}
 	}
-	if (a->causal && j0 + nk - 1 > i0) /* keys after the query: j > i */
-		for (int64_t r = 0; r < mq; r++)
-			for (int64_t c = i0 + r - j0 + 1 < 0 ? 0 : i0 + r - j0 + 1; c < nk; c++)
-				S[r * p->bk + c] = -INFINITY;
-}
-
-/* P (in S) *= dropout factor. */
-static void apply_dropout(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, int64_t mq, int64_t j0,
-			  int64_t nk, float *S)
-{
-	if (p->a->dropout_p <= 0)
-		return;
-	for (int64_t r = 0; r < mq; r++)
-		for (int64_t c = 0; c < nk; c++)
-			S[r * p->bk + c] *= (float)att_drop(p->a, b, h, i0 + r, j0 + c);
-}
-
-/* Workspace floats for query/key blocks bq, bk: an upper bound of the forward and both backward
- * passes (Q, dO, O, dQ rows; K, V, dK, dV rows; S and dS tiles; lse, D, m, l). */
-static int64_t att_need(int64_t bq, int64_t bk, int64_t D, int64_t Dv)
-{
-	return 2 * (bq + bk) * (D + Dv) + 2 * bq * bk + 4 * bq;
-}
-
-/* Block sizes such that the largest pass's tiles fit the workspace. */
-static int att_plan(att_plan_t *p, const nk_attention_args_t *a, const char *who)
-{
-	int64_t bq = ATT_BQ, bk = ATT_BK;
-
-	while ((bq > 1 || bk > 1) && att_need(bq, bk, a->D, a->Dv) > ATT_WS_FLOATS) {
-		bq = bq > 1 ? bq / 2 : 1;
-		bk = bk > 1 ? bk / 2 : 1;
+	if (a->causal && jlast > i0) { /* some key after some query: j > i */
+		if (keys_rows) /* row r: queries i < j0 + r */
+			for (int64_t r = i0 + 1 - j0 > 0 ? i0 + 1 - j0 : 0; r < nr; r++)
+				for (int64_t c = 0; c < nc && i0 + c < j0 + r; c++)
+					S[r * W + c] = -INFINITY;
+		else /* row r: keys j > i0 + r */
+			for (int64_t r = 0; r < nr; r++)
+				for (int64_t c = i0 + r + 1 - j0 > 0 ? i0 + r + 1 - j0 : 0; c < nc; c++)
+					S[r * W + c] = -INFINITY;
 	}
-	if (att_need(bq, bk, a->D, a->Dv) > ATT_WS_FLOATS) {
-		nrt_kernel_fail("%s: head dims %lld, %lld are too large", who, (long long)a->D, (long long)a->Dv);
-		return -1;
-	}
+	(void)ilast;
+}
+
+/* Dropout on the probabilities of a column tile (nr keys x nc queries). */
+static void dropout_cols(const att_plan_t *p, int64_t b, int64_t h, float *S, int64_t i0, int64_t j0, int64_t nr,
+			 int64_t nc)
+{
+	for (int64_t r = 0; r < nr; r++)
+		for (int64_t c = 0; c < nc; c++)
+			S[r * W + c] *= (float)att_drop(p->a, b, h, i0 + c, j0 + r);
+}
+
+/* Backward element ops with dropout (portable): P = exp(S - lse), dS = P (dP Z - dd), S := P Z. */
+static void bwd_dropout(const att_plan_t *p, int64_t b, int64_t h, float *S, float *dP, bool keys_rows, int64_t i0,
+			int64_t j0, int64_t nr, int64_t nc, const float *lse, const float *dd)
+{
+	for (int64_t r = 0; r < nr; r++)
+		for (int64_t c = 0; c < W; c++) {
+			int64_t qi = keys_rows ? c : r;
+			float *s = S + r * W + c, *dp = dP + r * W + c;
+			float pr = lse[qi] == -INFINITY ? 0.0f : nk_fp_expf(*s - lse[qi]), z = 1;
+
+			if (c < nc)
+				z = (float)att_drop(p->a, b, h, keys_rows ? i0 + c : i0 + r, keys_rows ? j0 + r : j0 + c);
+			*dp = pr * (*dp * z - dd[qi]);
+			*s = pr * z;
+		}
+}
+
+/* Block sizes and workspace for the forward (G, KC), dq pass (G, KC) and dk/dv pass (KG). */
+static int att_plan(att_plan_t *p, const nk_attention_args_t *a, const nk_gemm_isa_t *isa, const nk_attops_t *ops)
+{
+	int64_t D = a->D, Dv = a->Dv, Dr = rup(D, MR), Dvr = rup(Dv, MR), G, KC, KG, nthr = nrt_num_threads();
+	int64_t per_key = D + Dv + (Dr > Dvr ? Dr : Dvr), fwd_ws, dq_ws, kv_ws;
+
+	memset(p, 0, sizeof *p);
 	p->a = a;
-	p->isa = nk_gemm_isa_select();
-	p->ops = nk_rowops();
-	p->bq = bq;
-	p->bk = bk;
-	p->nqb = cdiv(a->Tq, bq);
-	p->nkb = cdiv(a->Tk, bk);
+	p->isa = isa;
+	p->ops = ops;
 	p->group = a->Hkv ? a->Hq / a->Hkv : 1;
 	p->scale = (float)a->scale;
+	/* keys per packed chunk: K, V (and K^T) panels of a chunk within ATT_TASK_FLOATS */
+	KC = ATT_TASK_FLOATS / (KB * per_key) * KB;
+	p->KC = KC < KB ? KB : KC > 16 * KB ? 16 * KB : KC;
+	/* queries per task: packed Q, dO and the accumulators within ATT_TASK_FLOATS, at most 512, and
+	 * enough tasks for the threads */
+	G = ATT_TASK_FLOATS / (W * (D + Dv + 4)) * W;
+	G = G < W ? W : G > 512 ? 512 : G;
+	while (G > W && a->B * a->Hq * cdiv(a->Tq, G) < 4 * nthr)
+		G = rup(G / 2, W);
+	p->G = G;
+	p->ngq = cdiv(a->Tq, G);
+	/* keys per dk/dv task: packed K, V and the dK, dV accumulators */
+	KG = ATT_TASK_FLOATS / (W * 2 * (D + Dv)) * W;
+	KG = KG < W ? W : KG > 512 ? 512 : KG;
+	while (KG > W && a->B * a->Hkv * cdiv(a->Tk, KG) < 4 * nthr)
+		KG = rup(KG / 2, W);
+	/* one pass when a task can hold all keys (K, V panels both ways and dK, dV) and there are enough
+	 * (batch, kv head) tasks; a fixed rule (not the thread count) so that the sums, and with them the
+	 * results, do not depend on the number of threads */
+	p->fused = a->Tk > 0 && a->Tk * (2 * (D + Dv) + rup(D, W)) <= (1 << 20) && a->B * a->Hkv >= 8;
+	if (p->fused)
+		KG = rup(a->Tk > 0 ? a->Tk : 1, W);
+	p->KG = KG;
+	p->ngk = cdiv(a->Tk, KG);
+	fwd_ws = p->KC * per_key + (G / W) * W * (D + Dv + 2) + KB * W + W * Dv;
+	dq_ws = p->KC * per_key + (G / W) * W * (D + Dv + D + 2) + 2 * KB * W + W * D + Dv;
+	kv_ws = (KG / W) * W * (2 * (D + Dv) + rup(D, W)) + QB1 * (D + Dv) + QB1 * W + QB1 * D + (Dr + Dvr) * QB1 + 2 * QB1 * W + 2 * QB1 + W * D +
+		W * Dv + 2 * Dv;
+	fwd_ws = fwd_ws > dq_ws ? fwd_ws : dq_ws;
+	p->ws_floats = (size_t)(fwd_ws > kv_ws ? fwd_ws : kv_ws) + 64;
 	return 0;
-}
-
-/* Keys [0, end) that any of query rows [i0, i0+mq) can see. */
-static int64_t key_end(const nk_attention_args_t *a, int64_t i0, int64_t mq)
-{
-	return a->causal ? min64(a->Tk, i0 + mq) : a->Tk;
-}
-
-/* ---- forward ----------------------------------------------------------------------------------- */
-
-/* Online softmax update of rows of S (mq x nk): S becomes P = exp(S - m_new), l and O rescaled. */
-static void online_softmax(const att_plan_t *p, int64_t mq, int64_t nk, float *S, float *m, float *l, float *O)
-{
-	int64_t Dv = p->a->Dv;
-
-	for (int64_t r = 0; r < mq; r++) {
-		float *s = S + r * p->bk, mx = p->ops->max(s, nk), mnew, corr;
-
-		mnew = mx > m[r] ? mx : m[r];
-		if (mnew == -INFINITY) { /* nothing visible yet */
-			memset(s, 0, (size_t)nk * sizeof(float));
-			continue;
-		}
-		corr = nk_fp_expf(m[r] - mnew);
-		l[r] = l[r] * corr + p->ops->exp_sum(s, nk, mnew);
-		m[r] = mnew;
-		if (corr != 1.0f)
-			for (int64_t d = 0; d < Dv; d++)
-				O[r * Dv + d] *= corr;
-	}
-}
-
-static void att_fwd_block(const att_plan_t *p, float *ws, int64_t b, int64_t h, int64_t qb)
-{
-	const nk_attention_args_t *a = p->a;
-	int64_t D = a->D, Dv = a->Dv, bq = p->bq, bk = p->bk, hk = h / p->group;
-	int64_t i0 = qb * bq, mq = min64(bq, a->Tq - i0), jend = key_end(a, i0, mq);
-	float *Qt = ws, *Kt = Qt + bq * D, *Vt = Kt + bk * D, *S = Vt + bk * Dv, *O = S + bq * bk;
-	float *m = O + bq * Dv, *l = m + bq;
-	float *lse = (float *)a->lse + (b * a->Hq + h) * a->Tq + i0;
-
-	load_rows(Qt, D, a->q, a->dtype, a->sq, b, h, i0, mq, D);
-	memset(O, 0, (size_t)(mq * Dv) * sizeof(float));
-	for (int64_t r = 0; r < mq; r++)
-		m[r] = -INFINITY, l[r] = 0;
-	for (int64_t j0 = 0; j0 < jend; j0 += bk) {
-		int64_t nk = min64(bk, jend - j0);
-
-		load_rows(Kt, D, a->k, a->dtype, a->sk, b, hk, j0, nk, D);
-		load_rows(Vt, Dv, a->v, a->dtype, a->sv, b, hk, j0, nk, Dv);
-		scores(p, b, h, i0, mq, j0, nk, Qt, Kt, S);
-		online_softmax(p, mq, nk, S, m, l, O);
-		apply_dropout(p, b, h, i0, mq, j0, nk, S);
-		mm(p, mq, Dv, nk, 1, S, bk, 1, Vt, Dv, 1, 1, O, Dv);
-	}
-	for (int64_t r = 0; r < mq; r++) {
-		float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-
-		for (int64_t d = 0; d < Dv; d++)
-			O[r * Dv + d] *= inv;
-		lse[r] = l[r] > 0 ? m[r] + logf(l[r]) : -INFINITY;
-	}
-	store_rows(a->out, a->dtype, a->so, b, h, i0, mq, Dv, O, Dv);
 }
 
 /* This thread's tile workspace; NULL (and the plan marked failed) without memory. */
 static float *att_ws(const att_plan_t *p)
 {
-	float *ws = nk_ws_get(NK_WS_ATTENTION, ATT_WS_FLOATS * sizeof(float));
+	float *ws = nk_ws_get(NK_WS_ATTENTION, p->ws_floats * sizeof(float));
 
 	if (!ws)
 		atomic_store(p->failed, 1);
@@ -311,148 +383,294 @@ static int att_failed(atomic_int *failed, const char *who)
 	return -1;
 }
 
+/* 64-byte aligned carve of n floats from *ws. */
+static float *carve(float **ws, int64_t n)
+{
+	float *r = *ws;
+
+	*ws += rup(n, 16);
+	return r;
+}
+
+/* ---- forward ----------------------------------------------------------------------------------- */
+
+/* Queries [g*G, g*G + G) of (b, h): for each chunk of keys, K (A panels of MR keys by D) and V^T (A
+ * panels of MR value dims by the chunk's keys) are packed once; per block of W queries and KB keys
+ * S^T = scale K Q^T (column tile), online softmax, O^T += V^T P^T. */
+static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, int64_t g)
+{
+	const nk_attention_args_t *a = p->a;
+	int64_t D = a->D, Dv = a->Dv, hk = h / p->group, KC = p->KC;
+	int64_t g0 = g * p->G, gq = min64(p->G, a->Tq - g0), nqb = cdiv(gq, W);
+	int64_t kend = a->causal ? min64(a->Tk, g0 + gq) : a->Tk;
+	float *Kp = carve(&ws, KC * D), *Vp = carve(&ws, rup(Dv, MR) * KC), *Qp = carve(&ws, nqb * D * W);
+	float *Ot = carve(&ws, nqb * Dv * W), *m = carve(&ws, nqb * W), *l = carve(&ws, nqb * W);
+	float *S = carve(&ws, KB * W), *buf = carve(&ws, W * Dv);
+
+	for (int64_t qb = 0; qb < nqb; qb++)
+		pack_b_rows(p, a->q, a->sq, b, h, g0 + qb * W, min64(W, a->Tq - g0 - qb * W), D, Qp + qb * D * W);
+	memset(Ot, 0, (size_t)(nqb * Dv * W) * sizeof(float));
+	for (int64_t c = 0; c < nqb * W; c++)
+		m[c] = -INFINITY, l[c] = 0;
+	for (int64_t c0 = 0; c0 < kend; c0 += KC) {
+		int64_t nc = min64(KC, kend - c0);
+
+		pack_rows_a(p, a->k, a->sk, b, hk, c0, nc, D, Kp);
+		pack_cols_a(p, a->v, a->sv, b, hk, c0, nc, Dv, Vp, KC);
+		for (int64_t qb = 0; qb < nqb; qb++) {
+			int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
+			int64_t jend = a->causal ? min64(c0 + nc, i0 + nq) : c0 + nc;
+			float *Q = Qp + qb * D * W, *O = Ot + qb * Dv * W;
+
+			for (int64_t j0 = c0; j0 < jend; j0 += KB) {
+				int64_t nk = min64(KB, jend - j0);
+
+				for (int64_t r = 0; r < nk; r += MR)
+					ukr(p, D, Kp + (j0 - c0 + r) * D, Q, S + r * W, W, p->scale, 0, MR, W);
+				add_bias(p, b, h, S, true, i0, j0, nk, nq);
+				p->ops->fwd_cols(S, nk, m + qb * W, l + qb * W, O, Dv);
+				if (a->dropout_p > 0)
+					dropout_cols(p, b, h, S, i0, j0, nk, nq);
+				for (int64_t t = 0; t * MR < Dv; t++)
+					ukr(p, nk, Vp + t * MR * KC + (j0 - c0) * MR, S, O + t * MR * W, W, 1, 1, Dv - t * MR, W);
+			}
+		}
+	}
+	for (int64_t qb = 0; qb < nqb; qb++) {
+		int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
+		float *lse = (float *)a->lse + (b * a->Hq + h) * a->Tq + i0, *lq = l + qb * W, inv[W];
+
+		for (int64_t c = 0; c < nq; c++) {
+			inv[c] = lq[c] > 0 ? 1.0f / lq[c] : 0.0f;
+			lse[c] = lq[c] > 0 ? m[qb * W + c] + logf(lq[c]) : -INFINITY;
+		}
+		store_transposed(p->ops, a->out, a->dtype, a->so, b, h, i0, nq, Dv, Ot + qb * Dv * W, inv, buf);
+	}
+}
+
 static void att_fwd_tasks(void *ctx, int64_t t0, int64_t t1)
 {
 	const att_plan_t *p = ctx;
 	float *ws = att_ws(p);
 
 	for (int64_t t = t0; t < t1 && ws; t++) {
-		int64_t qb = t % p->nqb, bh = t / p->nqb;
+		int64_t g = t % p->ngq, bh = t / p->ngq;
 
-		att_fwd_block(p, ws, bh / p->a->Hq, bh % p->a->Hq, qb);
+		att_fwd_task(p, ws, bh / p->a->Hq, bh % p->a->Hq, g);
 	}
 }
 
-int nk_attention_run(void *args)
+int nk_attention_tiled(const nk_attention_args_t *a, const nk_gemm_isa_t *isa, const nk_attops_t *ops)
 {
-	const nk_attention_args_t *a = args;
 	atomic_int failed = 0;
 	att_plan_t p;
 	int64_t ntasks;
 
 	if (att_check(a, "attention"))
 		return -1;
+	if (a->dtype == NK_F64)
+		return nk_attention_ref((void *)a);
+	att_plan(&p, a, isa, ops);
+	p.failed = &failed;
+	ntasks = a->B * a->Hq * p.ngq;
+	if (ntasks > 0 && a->Dv > 0)
+		nrt_parallel_for(ntasks, 1, att_fwd_tasks, &p);
+	else if (ntasks > 0) /* Dv = 0: only lse */
+		return nk_attention_ref((void *)a);
+	return att_failed(&failed, "attention");
+}
+
+static const nk_attops_t *att_best_ops(void)
+{
+	return nk_cpu_avx512() ? &nk_attops_avx512 : &nk_attops_ref;
+}
+
+int nk_attention_run(void *args)
+{
+	const nk_attention_args_t *a = args;
+	nk_gemm_isa_t isa;
+
+	if (att_check(a, "attention"))
+		return -1;
 	if (nk_using_reference() || a->dtype == NK_F64)
 		return nk_attention_ref(args);
-	if (att_plan(&p, a, "attention"))
-		return -1;
-	p.failed = &failed;
-	ntasks = a->B * a->Hq * p.nqb;
-	if (ntasks > 0)
-		nrt_parallel_for(ntasks, 1, att_fwd_tasks, &p);
-	return att_failed(&failed, "attention");
+	isa = nk_gemm_isa_select();
+	return nk_attention_tiled(a, &isa, att_best_ops());
 }
 
 /* ---- backward ---------------------------------------------------------------------------------- */
 
-/* For query rows i0.. and keys j0.. of (b, h): S := dropped probabilities P*Z (for dV) and
- * dS := P * (dP*Z - D) (for dK, dQ), from the loaded Q, K, V, dO tiles, lse and D. */
-static void bwd_tile(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, int64_t mq, int64_t j0, int64_t nk,
-		     const float *Qt, const float *Kt, const float *Vt, const float *dOt, const float *lse,
-		     const float *Dr, float *S, float *dS)
-{
-	const nk_attention_args_t *a = p->a;
-	int64_t bk = p->bk;
-
-	scores(p, b, h, i0, mq, j0, nk, Qt, Kt, S);
-	mm(p, mq, nk, a->Dv, 1, dOt, a->Dv, 1, Vt, 1, a->Dv, 0, dS, bk); /* dP*Z = dO V^T */
-	for (int64_t r = 0; r < mq; r++) {
-		float *s = S + r * bk, *ds = dS + r * bk, d = Dr[r];
-
-		if (lse[r] == -INFINITY) { /* no visible key: P = 0 */
-			memset(s, 0, (size_t)nk * sizeof(float));
-			memset(ds, 0, (size_t)nk * sizeof(float));
-			continue;
-		}
-		p->ops->exp_sum(s, nk, lse[r]); /* P = exp(S - lse) */
-		if (a->dropout_p > 0) {
-			for (int64_t c = 0; c < nk; c++) {
-				float z = (float)att_drop(a, b, h, i0 + r, j0 + c);
-
-				ds[c] = s[c] * (ds[c] * z - d);
-				s[c] *= z;
-			}
-			continue;
-		}
-		for (int64_t c = 0; c < nk; c++)
-			ds[c] = s[c] * (ds[c] - d);
-	}
-}
-
-/* Loads Q, dO, O rows of (b, h) and computes lse and D = rowsum(dO * O). */
-static void load_query_side(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, int64_t mq, float *Qt,
-			    float *dOt, float *Ot, float *lse, float *Dr)
+/* lse and dd = rowsum(dO * O) of query rows i0..i0+n of (b, h); entries n..W-1 (if pad) get -inf, 0. */
+static void query_stats(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, int64_t n, int64_t pad, float *lse,
+			float *dd, float *rows)
 {
 	const nk_attention_bwd_args_t *g = p->g;
 	const nk_attention_args_t *a = &g->f;
 	const float *lsrc = (const float *)a->lse + (b * a->Hq + h) * a->Tq + i0;
+	int64_t es = (int64_t)nk_fp_elem_size(a->dtype);
 
-	load_rows(Qt, a->D, a->q, a->dtype, a->sq, b, h, i0, mq, a->D);
-	load_rows(dOt, a->Dv, g->dout, a->dtype, g->sdo, b, h, i0, mq, a->Dv);
-	load_rows(Ot, a->Dv, a->out, a->dtype, a->so, b, h, i0, mq, a->Dv);
-	for (int64_t r = 0; r < mq; r++) {
+	for (int64_t r = 0; r < n; r++) {
 		float s = 0;
 
+		nk_block_load_f32(rows, row_ptr(g->dout, a->dtype, g->sdo, b, h, i0 + r), g->sdo[3] * es, a->dtype, a->Dv);
+		nk_block_load_f32(rows + a->Dv, row_ptr(a->out, a->dtype, a->so, b, h, i0 + r), a->so[3] * es, a->dtype,
+				  a->Dv);
 		for (int64_t d = 0; d < a->Dv; d++)
-			s += dOt[r * a->Dv + d] * Ot[r * a->Dv + d];
-		Dr[r] = s;
+			s += rows[d] * rows[a->Dv + d];
+		dd[r] = s;
 		lse[r] = lsrc[r];
 	}
+	for (int64_t r = n; r < pad; r++)
+		dd[r] = 0, lse[r] = -INFINITY;
 }
 
-/* Pass 1: dK, dV of key block kb of kv head hk, summed over the group's query heads and all queries. */
-static void att_bwd_kv_block(const att_plan_t *p, float *ws, int64_t b, int64_t hk, int64_t kb)
+/* dK, dV of keys [kg*KG, kg*KG + KG) of kv head hk, summed over the group's query heads and all queries.
+ * Row tiles (queries x W keys): S = scale Q K^T, dP = dO V^T, P and dS; dV^T += dO^T P, dK^T += scale Q^T dS,
+ * with K^T, V^T packed as B panels of W keys once and Q, dO packed both ways per block of QB1 queries. */
+static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t hk, int64_t kg)
 {
 	const nk_attention_bwd_args_t *g = p->g;
 	const nk_attention_args_t *a = &g->f;
-	int64_t D = a->D, Dv = a->Dv, bq = p->bq, bk = p->bk;
-	int64_t j0 = kb * bk, nk = min64(bk, a->Tk - j0);
-	float *Kt = ws, *Vt = Kt + bk * D, *dK = Vt + bk * Dv, *dV = dK + bk * D;
-	float *Qt = dV + bk * Dv, *dOt = Qt + bq * D, *Ot = dOt + bq * Dv, *S = Ot + bq * Dv, *dS = S + bq * bk;
-	float *lse = dS + bq * bk, *Dr = lse + bq;
-	/* with causality, queries before j0 see none of these keys */
-	int64_t qstart = a->causal ? j0 / bq * bq : 0;
+	int64_t D = a->D, Dv = a->Dv, Dr = rup(D, MR), Dvr = rup(Dv, MR);
+	int64_t j0g = kg * p->KG, nkg = min64(p->KG, a->Tk - j0g), nkp = cdiv(nkg, W);
+	float *Kb = carve(&ws, nkp * D * W), *Vb = carve(&ws, nkp * Dv * W);
+	float *dKt = carve(&ws, nkp * D * W), *dVt = carve(&ws, nkp * Dv * W);
+	float *Qa = carve(&ws, QB1 * D), *dOa = carve(&ws, QB1 * Dv), *QTa = carve(&ws, Dr * QB1);
+	float *dOTa = carve(&ws, Dvr * QB1), *S = carve(&ws, QB1 * W), *dP = carve(&ws, QB1 * W);
+	float *lse = carve(&ws, QB1), *dd = carve(&ws, QB1), *buf = carve(&ws, W * (D > Dv ? D : Dv));
+	float *rows = carve(&ws, 2 * Dv);
+	bool fq = p->fused && g->dq; /* also dQ = scale dS K, complete after each query block */
+	int64_t ndc = cdiv(D, W);
+	float *Kn = fq ? carve(&ws, nkp * ndc * W * W) : NULL, *dSa = fq ? carve(&ws, QB1 * W) : NULL;
+	float *dQ = fq ? carve(&ws, QB1 * D) : NULL;
+	/* with causality, queries before the first key see none of these keys (blocks stay aligned to
+	 * multiples of QB1 so that the sums do not depend on KG) */
+	int64_t qstart = a->causal ? j0g / QB1 * QB1 : 0;
 
-	load_rows(Kt, D, a->k, a->dtype, a->sk, b, hk, j0, nk, D);
-	load_rows(Vt, Dv, a->v, a->dtype, a->sv, b, hk, j0, nk, Dv);
-	memset(dK, 0, (size_t)(nk * D) * sizeof(float));
-	memset(dV, 0, (size_t)(nk * Dv) * sizeof(float));
-	for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++)
-		for (int64_t i0 = qstart; i0 < a->Tq; i0 += bq) {
-			int64_t mq = min64(bq, a->Tq - i0);
+	for (int64_t kp = 0; kp < nkp; kp++) {
+		int64_t nkk = min64(W, nkg - kp * W);
 
-			load_query_side(p, b, h, i0, mq, Qt, dOt, Ot, lse, Dr);
-			bwd_tile(p, b, h, i0, mq, j0, nk, Qt, Kt, Vt, dOt, lse, Dr, S, dS);
-			mm(p, nk, Dv, mq, 1, S, 1, bk, dOt, Dv, 1, 1, dV, Dv);         /* dV += (PZ)^T dO */
-			mm(p, nk, D, mq, p->scale, dS, 1, bk, Qt, D, 1, 1, dK, D);     /* dK += scale dS^T Q */
-		}
-	if (g->dk)
-		store_rows(g->dk, a->dtype, g->sdk, b, hk, j0, nk, D, dK, D);
-	if (g->dv)
-		store_rows(g->dv, a->dtype, g->sdv, b, hk, j0, nk, Dv, dV, Dv);
-}
-
-/* Pass 2: dQ of query block qb of head h. */
-static void att_bwd_q_block(const att_plan_t *p, float *ws, int64_t b, int64_t h, int64_t qb)
-{
-	const nk_attention_bwd_args_t *g = p->g;
-	const nk_attention_args_t *a = &g->f;
-	int64_t D = a->D, Dv = a->Dv, bq = p->bq, bk = p->bk, hk = h / p->group;
-	int64_t i0 = qb * bq, mq = min64(bq, a->Tq - i0), jend = key_end(a, i0, mq);
-	float *Qt = ws, *dOt = Qt + bq * D, *Ot = dOt + bq * Dv, *dQ = Ot + bq * Dv, *Kt = dQ + bq * D;
-	float *Vt = Kt + bk * D, *S = Vt + bk * Dv, *dS = S + bq * bk, *lse = dS + bq * bk, *Dr = lse + bq;
-
-	load_query_side(p, b, h, i0, mq, Qt, dOt, Ot, lse, Dr);
-	memset(dQ, 0, (size_t)(mq * D) * sizeof(float));
-	for (int64_t j0 = 0; j0 < jend; j0 += bk) {
-		int64_t nk = min64(bk, jend - j0);
-
-		load_rows(Kt, D, a->k, a->dtype, a->sk, b, hk, j0, nk, D);
-		load_rows(Vt, Dv, a->v, a->dtype, a->sv, b, hk, j0, nk, Dv);
-		bwd_tile(p, b, h, i0, mq, j0, nk, Qt, Kt, Vt, dOt, lse, Dr, S, dS);
-		mm(p, mq, D, nk, p->scale, dS, bk, 1, Kt, D, 1, 1, dQ, D); /* dQ += scale dS K */
+		pack_b_rows(p, a->k, a->sk, b, hk, j0g + kp * W, nkk, D, Kb + kp * D * W);
+		pack_b_rows(p, a->v, a->sv, b, hk, j0g + kp * W, nkk, Dv, Vb + kp * Dv * W);
+		if (fq) /* K rows as B panels of W of its D columns, panel c at + c*nkk*W */
+			p->isa->pack_b(row_ptr(a->k, a->dtype, a->sk, b, hk, j0g + kp * W), a->dtype, a->sk[2], a->sk[3],
+				       nkk, D, Kn + kp * ndc * W * W);
 	}
-	store_rows(g->dq, a->dtype, g->sdq, b, h, i0, mq, D, dQ, D);
+	memset(dKt, 0, (size_t)(nkp * D * W) * sizeof(float));
+	memset(dVt, 0, (size_t)(nkp * Dv * W) * sizeof(float));
+	for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++)
+		for (int64_t i0 = qstart; i0 < a->Tq; i0 += QB1) {
+			int64_t nq = min64(QB1, a->Tq - i0);
+
+			pack_rows_a(p, a->q, a->sq, b, h, i0, nq, D, Qa);
+			pack_rows_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOa);
+			pack_cols_a(p, a->q, a->sq, b, h, i0, nq, D, QTa, QB1);
+			pack_cols_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOTa, QB1);
+			query_stats(p, b, h, i0, nq, 0, lse, dd, rows);
+			if (fq)
+				memset(dQ, 0, (size_t)(nq * D) * sizeof(float));
+			for (int64_t kp = 0; kp < nkp; kp++) {
+				int64_t j0 = j0g + kp * W, nkk = min64(W, nkg - kp * W);
+
+				/* causal: rows (queries) before r0 see none of these keys */
+				int64_t r0 = a->causal && j0 > i0 ? (j0 - i0) / MR * MR : 0, nr = nq - r0;
+				float *S0 = S + r0 * W, *dP0 = dP + r0 * W;
+
+				if (a->causal && j0 > i0 + nq - 1)
+					break;
+				for (int64_t r = r0; r < nq; r += MR) {
+					ukr(p, D, Qa + r * D, Kb + kp * D * W, S + r * W, W, p->scale, 0, nq - r, W);
+					ukr(p, Dv, dOa + r * Dv, Vb + kp * Dv * W, dP + r * W, W, 1, 0, nq - r, W);
+				}
+				add_bias(p, b, h, S0, false, i0 + r0, j0, nr, nkk);
+				if (a->dropout_p > 0)
+					bwd_dropout(p, b, h, S0, dP0, false, i0 + r0, j0, nr, nkk, lse + r0, dd + r0);
+				else
+					p->ops->bwd_rows(S0, dP0, nr, lse + r0, dd + r0);
+				for (int64_t t = 0; t * MR < Dv; t++)
+					ukr(p, nr, dOTa + t * MR * QB1 + r0 * MR, S0, dVt + kp * Dv * W + t * MR * W, W, 1, 1,
+					    Dv - t * MR, W);
+				for (int64_t t = 0; t * MR < D; t++)
+					ukr(p, nr, QTa + t * MR * QB1 + r0 * MR, dP0, dKt + kp * D * W + t * MR * W, W, p->scale, 1,
+					    D - t * MR, W);
+				if (!fq)
+					continue;
+				p->ops->tr_rows(dP0, nr, dSa);
+				for (int64_t t = 0; t * MR < nr; t++)
+					for (int64_t c = 0; c < ndc; c++)
+						ukr(p, nkk, dSa + t * MR * W, Kn + kp * ndc * W * W + c * nkk * W,
+						    dQ + (r0 + t * MR) * D + c * W, D, p->scale, 1, nr - t * MR, D - c * W);
+			}
+			if (fq)
+				store_rows(g->dq, a->dtype, g->sdq, b, h, i0, nq, D, dQ, D);
+		}
+	for (int64_t kp = 0; kp < nkp; kp++) {
+		int64_t nkk = min64(W, nkg - kp * W);
+
+		if (g->dk)
+			store_transposed(p->ops, g->dk, a->dtype, g->sdk, b, hk, j0g + kp * W, nkk, D, dKt + kp * D * W, NULL, buf);
+		if (g->dv)
+			store_transposed(p->ops, g->dv, a->dtype, g->sdv, b, hk, j0g + kp * W, nkk, Dv, dVt + kp * Dv * W, NULL,
+					 buf);
+	}
+}
+
+/* dQ of queries [g*G, g*G + G) of head h.  Column tiles (KB keys x W queries): S^T = scale K Q^T,
+ * dP^T = V dO^T, P^T and dS^T; dQ^T += scale K^T dS^T, with K, V (A panels by D) and K^T (A panels by
+ * keys) packed per chunk of keys and Q^T, dO^T (B panels) per block of W queries. */
+static void att_bwd_q_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, int64_t gi)
+{
+	const nk_attention_bwd_args_t *g = p->g;
+	const nk_attention_args_t *a = &g->f;
+	int64_t D = a->D, Dv = a->Dv, hk = h / p->group, KC = p->KC;
+	int64_t g0 = gi * p->G, gq = min64(p->G, a->Tq - g0), nqb = cdiv(gq, W);
+	int64_t kend = a->causal ? min64(a->Tk, g0 + gq) : a->Tk;
+	float *Kp = carve(&ws, KC * D), *Vp = carve(&ws, KC * Dv), *KTp = carve(&ws, rup(D, MR) * KC);
+	float *Qb = carve(&ws, nqb * D * W), *dOb = carve(&ws, nqb * Dv * W), *dQt = carve(&ws, nqb * D * W);
+	float *lse = carve(&ws, nqb * W), *dd = carve(&ws, nqb * W), *S = carve(&ws, KB * W);
+	float *dP = carve(&ws, KB * W), *buf = carve(&ws, W * D), *rows = carve(&ws, 2 * Dv);
+
+	for (int64_t qb = 0; qb < nqb; qb++) {
+		int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
+
+		pack_b_rows(p, a->q, a->sq, b, h, i0, nq, D, Qb + qb * D * W);
+		pack_b_rows(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOb + qb * Dv * W);
+		query_stats(p, b, h, i0, nq, W, lse + qb * W, dd + qb * W, rows);
+	}
+	memset(dQt, 0, (size_t)(nqb * D * W) * sizeof(float));
+	for (int64_t c0 = 0; c0 < kend; c0 += KC) {
+		int64_t nc = min64(KC, kend - c0);
+
+		pack_rows_a(p, a->k, a->sk, b, hk, c0, nc, D, Kp);
+		pack_rows_a(p, a->v, a->sv, b, hk, c0, nc, Dv, Vp);
+		pack_cols_a(p, a->k, a->sk, b, hk, c0, nc, D, KTp, KC);
+		for (int64_t qb = 0; qb < nqb; qb++) {
+			int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
+			int64_t jend = a->causal ? min64(c0 + nc, i0 + nq) : c0 + nc;
+
+			for (int64_t j0 = c0; j0 < jend; j0 += KB) {
+				int64_t nk = min64(KB, jend - j0);
+
+				for (int64_t r = 0; r < nk; r += MR) {
+					ukr(p, D, Kp + (j0 - c0 + r) * D, Qb + qb * D * W, S + r * W, W, p->scale, 0, MR, W);
+					ukr(p, Dv, Vp + (j0 - c0 + r) * Dv, dOb + qb * Dv * W, dP + r * W, W, 1, 0, MR, W);
+				}
+				add_bias(p, b, h, S, true, i0, j0, nk, nq);
+				if (a->dropout_p > 0)
+					bwd_dropout(p, b, h, S, dP, true, i0, j0, nk, nq, lse + qb * W, dd + qb * W);
+				else
+					p->ops->bwd_cols(S, dP, nk, lse + qb * W, dd + qb * W);
+				for (int64_t t = 0; t * MR < D; t++)
+					ukr(p, nk, KTp + t * MR * KC + (j0 - c0) * MR, dP, dQt + qb * D * W + t * MR * W, W,
+					    p->scale, 1, D - t * MR, W);
+			}
+		}
+	}
+	for (int64_t qb = 0; qb < nqb; qb++) {
+		int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
+
+		store_transposed(p->ops, g->dq, a->dtype, g->sdq, b, h, i0, nq, D, dQt + qb * D * W, NULL, buf);
+	}
 }
 
 static void att_bwd_kv_tasks(void *ctx, int64_t t0, int64_t t1)
@@ -461,9 +679,9 @@ static void att_bwd_kv_tasks(void *ctx, int64_t t0, int64_t t1)
 	float *ws = att_ws(p);
 
 	for (int64_t t = t0; t < t1 && ws; t++) {
-		int64_t kb = t % p->nkb, bh = t / p->nkb;
+		int64_t kg = t % p->ngk, bh = t / p->ngk;
 
-		att_bwd_kv_block(p, ws, bh / p->a->Hkv, bh % p->a->Hkv, kb);
+		att_bwd_kv_task(p, ws, bh / p->a->Hkv, bh % p->a->Hkv, kg);
 	}
 }
 
@@ -473,32 +691,142 @@ static void att_bwd_q_tasks(void *ctx, int64_t t0, int64_t t1)
 	float *ws = att_ws(p);
 
 	for (int64_t t = t0; t < t1 && ws; t++) {
-		int64_t qb = t % p->nqb, bh = t / p->nqb;
+		int64_t gi = t % p->ngq, bh = t / p->ngq;
 
-		att_bwd_q_block(p, ws, bh / p->a->Hq, bh % p->a->Hq, qb);
+		att_bwd_q_task(p, ws, bh / p->a->Hq, bh % p->a->Hq, gi);
 	}
+}
+
+int nk_attention_bwd_tiled(const nk_attention_bwd_args_t *g, const nk_gemm_isa_t *isa, const nk_attops_t *ops)
+{
+	const nk_attention_args_t *a = &g->f;
+	atomic_int failed = 0;
+	att_plan_t p;
+
+	if (att_check(a, "attention_backward"))
+		return -1;
+	if (a->dtype == NK_F64 || a->D == 0 || a->Dv == 0)
+		return nk_attention_bwd_ref((void *)g);
+	att_plan(&p, a, isa, ops);
+	p.g = g;
+	p.failed = &failed;
+	if ((g->dk || g->dv || (p.fused && g->dq)) && a->B * a->Hkv * p.ngk > 0)
+		nrt_parallel_for(a->B * a->Hkv * p.ngk, 1, att_bwd_kv_tasks, &p);
+	if (g->dq && !p.fused && a->B * a->Hq * p.ngq > 0)
+		nrt_parallel_for(a->B * a->Hq * p.ngq, 1, att_bwd_q_tasks, &p);
+	return att_failed(&failed, "attention_backward");
 }
 
 int nk_attention_bwd_run(void *args)
 {
 	const nk_attention_bwd_args_t *g = args;
-	atomic_int failed = 0;
-	att_plan_t p;
+	nk_gemm_isa_t isa;
 
 	if (att_check(&g->f, "attention_backward"))
 		return -1;
 	if (nk_using_reference() || g->f.dtype == NK_F64)
 		return nk_attention_bwd_ref(args);
-	if (att_plan(&p, &g->f, "attention_backward"))
-		return -1;
-	p.g = g;
-	p.failed = &failed;
-	if ((g->dk || g->dv) && g->f.B * g->f.Hkv * p.nkb > 0)
-		nrt_parallel_for(g->f.B * g->f.Hkv * p.nkb, 1, att_bwd_kv_tasks, &p);
-	if (g->dq && g->f.B * g->f.Hq * p.nqb > 0)
-		nrt_parallel_for(g->f.B * g->f.Hq * p.nqb, 1, att_bwd_q_tasks, &p);
-	return att_failed(&failed, "attention_backward");
+	isa = nk_gemm_isa_select();
+	return nk_attention_bwd_tiled(g, &isa, att_best_ops());
 }
+
+/* ---- portable tile operations ------------------------------------------------------------------ */
+
+void nk_att_fwd_cols_ref(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv)
+{
+	float mx[W], sub[W], corr[W], sum[W];
+	bool rescale = false;
+
+	for (int c = 0; c < W; c++)
+		mx[c] = m[c], sum[c] = 0;
+	for (int64_t r = 0; r < n; r++)
+		for (int c = 0; c < W; c++)
+			mx[c] = S[r * W + c] > mx[c] ? S[r * W + c] : mx[c];
+	for (int c = 0; c < W; c++) {
+		sub[c] = mx[c] == -INFINITY ? 0.0f : mx[c];
+		corr[c] = nk_fp_expf(m[c] - sub[c]);
+		rescale |= corr[c] != 1.0f;
+	}
+	for (int64_t r = 0; r < n; r++)
+		for (int c = 0; c < W; c++) {
+			float e = nk_fp_expf(S[r * W + c] - sub[c]);
+
+			S[r * W + c] = e;
+			sum[c] += e;
+		}
+	for (int c = 0; c < W; c++)
+		l[c] = l[c] * corr[c] + sum[c], m[c] = mx[c];
+	if (rescale)
+		for (int64_t d = 0; d < dv; d++)
+			for (int c = 0; c < W; c++)
+				Ot[d * W + c] *= corr[c];
+}
+
+void nk_att_bwd_cols_ref(float *S, float *dP, int64_t n, const float *lse, const float *dd)
+{
+	float sub[W];
+
+	for (int c = 0; c < W; c++)
+		sub[c] = lse[c] == -INFINITY ? INFINITY : lse[c];
+	for (int64_t r = 0; r < n; r++)
+		for (int c = 0; c < W; c++) {
+			float pr = nk_fp_expf(S[r * W + c] - sub[c]);
+
+			S[r * W + c] = pr;
+			dP[r * W + c] = pr * (dP[r * W + c] - dd[c]);
+		}
+}
+
+void nk_att_bwd_rows_ref(float *S, float *dP, int64_t n, const float *lse, const float *dd)
+{
+	for (int64_t r = 0; r < n; r++) {
+		float sub = lse[r] == -INFINITY ? INFINITY : lse[r];
+
+		for (int c = 0; c < W; c++) {
+			float pr = nk_fp_expf(S[r * W + c] - sub);
+
+			S[r * W + c] = pr;
+			dP[r * W + c] = pr * (dP[r * W + c] - dd[r]);
+		}
+	}
+}
+
+void nk_att_tr_rows_ref(const float *X, int64_t n, float *dst)
+{
+	for (int64_t t = 0; t * MR < n; t++)
+		for (int c = 0; c < W; c++)
+			for (int i = 0; i < MR; i++)
+				dst[t * MR * W + c * MR + i] = t * MR + i < n ? X[(t * MR + i) * W + c] : 0.0f;
+}
+
+void nk_att_tr_ref(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst, int64_t ld_dst, int lanes)
+{
+	for (int64_t c = 0; c < cols; c++)
+		for (int r = 0; r < lanes; r++)
+			dst[c * ld_dst + r] = r < rows ? src[r * ld_src + c] : 0.0f;
+}
+
+void nk_att_ukr8_ref(int64_t k, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta, int m,
+		     int n)
+{
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			float s = 0, *ci = c + i * ldc + j;
+
+			for (int64_t p = 0; p < k; p++)
+				s += a[p * MR + i] * b[p * W + j];
+			*ci = beta == 0 ? alpha * s : alpha * s + beta * *ci;
+		}
+}
+
+const nk_attops_t nk_attops_ref = {
+	.ukr8 = nk_att_ukr8_ref,
+	.tr = nk_att_tr_ref,
+	.tr_rows = nk_att_tr_rows_ref,
+	.fwd_cols = nk_att_fwd_cols_ref,
+	.bwd_cols = nk_att_bwd_cols_ref,
+	.bwd_rows = nk_att_bwd_rows_ref,
+};
 
 /* ---- reference: one query row at a time, f64, a materialized row of scores ---------------------- */
 

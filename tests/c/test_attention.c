@@ -8,11 +8,13 @@
 #include "ctest.h"
 #include "nk_test.h"
 #include "nrt.h"
+#include "nk_attention_impl.h"
+#include "nk_impl.h"
 
 typedef struct {
 	int64_t B, Hq, Hkv, Tq, Tk, D, Dv;
 	bool causal;
-	int mask; /* 0 none, 1 bool (broadcast over heads), 2 float (broadcast over batch) */
+	int mask; /* 0 none, 1 bool (broadcast over heads), 2 float (broadcast over batch), 3 bool padding */
 	double p;
 	bool bthd; /* [B, T, H, D] storage */
 } acase_t;
@@ -76,6 +78,13 @@ static void make_problem(aprob_t *pb, int dtype, acase_t c)
 			memset(m + c.Tk, 0, (size_t)c.Tk);
 		a->mask = m, a->mask_dtype = NK_BOOL;
 		a->smask[0] = c.Tq * c.Tk, a->smask[1] = 0, a->smask[2] = c.Tk, a->smask[3] = 1;
+	} else if (c.mask == 3) { /* bool padding mask [B, 1, 1, Tk]: the last keys of batch 0 hidden */
+		uint8_t *m = buf(pb, NK_F64, c.B * c.Tk);
+
+		for (int64_t i = 0; i < c.B * c.Tk; i++)
+			m[i] = !(i < c.Tk && i > c.Tk / 2);
+		a->mask = m, a->mask_dtype = NK_BOOL;
+		a->smask[0] = c.Tk, a->smask[1] = 0, a->smask[2] = 0, a->smask[3] = 1;
 	} else if (c.mask == 2) { /* float [1, Hq, Tq, Tk] of the problem's dtype */
 		int64_t n = c.Hq * c.Tq * c.Tk;
 		void *m = buf(pb, dtype, n);
@@ -113,6 +122,12 @@ static void *snap(const void *p, int dtype, int64_t n)
 	return c;
 }
 
+static void poison(void *p, int dtype, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		nk_fp_stored(p, dtype, i, NAN);
+}
+
 static void check_case(int dtype, acase_t c)
 {
 	aprob_t pb;
@@ -130,6 +145,9 @@ static void check_case(int dtype, acase_t c)
 	CHECK(nk_attention_bwd_ref(&pb.g) == 0, "attention bwd ref");
 	dq0 = snap(pb.g.dq, dtype, nq), dk0 = snap(pb.g.dk, dtype, nk), dv0 = snap(pb.g.dv, dtype, nv);
 
+	/* outputs the optimized path fails to write stay NaN and fail the comparison */
+	poison(a->out, dtype, no), poison(a->lse, NK_F32, nl);
+	poison(pb.g.dq, dtype, nq), poison(pb.g.dk, dtype, nk), poison(pb.g.dv, dtype, nv);
 	CHECK(nk_attention_run(a) == 0, "attention run");
 	e[0] = nkt_err(a->out, out0, dtype, no, atol, rtol);
 	e[1] = nkt_err(a->lse, lse0, NK_F32, nl, 1e-5, 1e-5);
@@ -158,6 +176,20 @@ static const acase_t cases[] = {
 	{ 2, 2, 2, 40, 33, 16, 16, true, 1, 0.25, false },
 	{ 1, 2, 1, 70, 70, 32, 32, false, 0, 0.1, true },
 	{ 1, 1, 1, 200, 30, 8, 8, true, 0, 0, false }, /* Tq > Tk, causal */
+	{ 1, 2, 1, 300, 290, 64, 64, false, 0, 0, false }, /* several query and key tiles */
+	{ 2, 4, 4, 257, 257, 72, 40, true, 0, 0, true },   /* causal, D and Dv not multiples of 14 or 16 */
+	/* B*Hkv >= 8: the one-pass backward (dq from the kv tasks) */
+	{ 2, 4, 4, 40, 33, 16, 16, true, 1, 0.25, false },
+	{ 4, 4, 2, 100, 90, 64, 48, false, 2, 0, true },
+	{ 2, 4, 4, 70, 75, 32, 32, false, 3, 0, false },
+	{ 1, 2, 2, 70, 75, 32, 32, true, 3, 0, true },
+	{ 1, 1, 1, 5, 700, 17, 3, false, 2, 0, false },
+	{ 1, 2, 1, 10, 250, 256, 256, false, 2, 0, false }, /* several packed key chunks and dk/dv key groups */
+	{ 1, 1, 1, 20, 300, 160, 96, false, 1, 0.1, false },
+	{ 1, 1, 1, 0, 5, 8, 8, false, 0, 0, false },       /* zero-size */
+	{ 1, 1, 1, 5, 0, 8, 8, false, 0, 0, false },
+	{ 2, 4, 4, 5, 0, 8, 8, true, 0, 0, false }, /* no keys with B*Hkv >= 8: dq is 0 */
+	{ 0, 2, 2, 5, 5, 8, 8, true, 0, 0, false },
 };
 
 static void test_attention_vs_ref(void)
@@ -171,6 +203,48 @@ static void test_attention_vs_ref(void)
 			if (NK_TEST_SMALL && c.Tq * c.Tk * c.D > 2000000)
 				continue;
 			check_case(dts[d], c);
+		}
+}
+
+/* The tiled path with the portable micro-kernel and tile ops against the AVX-512 ones (when present). */
+static void test_attention_tiled_ref_vs_opt(void)
+{
+	static const int dts[] = { NK_F32, NK_BF16 };
+
+	if (!nk_cpu_avx512())
+		return;
+	for (int d = 0; d < 2; d++)
+		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+			acase_t c = cases[i];
+			aprob_t pb;
+			nk_attention_args_t *a = &pb.g.f;
+			nk_gemm_isa_t opt = nk_gemm_isa_select();
+			int dt = dts[d];
+			int64_t nq = c.B * c.Hq * c.Tq * c.D, nk = c.B * c.Hkv * c.Tk * c.D, nv = c.B * c.Hkv * c.Tk * c.Dv;
+			int64_t no = c.B * c.Hq * c.Tq * c.Dv, nl = c.B * c.Hq * c.Tq;
+			void *o0, *l0, *q0, *k0, *v0;
+			double atol, rtol, e[5];
+
+			if (NK_TEST_SMALL && c.Tq * c.Tk * c.D > 2000000)
+				continue;
+			make_problem(&pb, dt, c);
+			tol_of(dt, &atol, &rtol);
+			CHECK(nk_attention_tiled(a, &nk_gemm_isa_ref, &nk_attops_ref) == 0, "tiled ref");
+			CHECK(nk_attention_bwd_tiled(&pb.g, &nk_gemm_isa_ref, &nk_attops_ref) == 0, "tiled bwd ref");
+			o0 = snap(a->out, dt, no), l0 = snap(a->lse, NK_F32, nl);
+			q0 = snap(pb.g.dq, dt, nq), k0 = snap(pb.g.dk, dt, nk), v0 = snap(pb.g.dv, dt, nv);
+			CHECK(nk_attention_tiled(a, &opt, &nk_attops_avx512) == 0, "tiled opt");
+			CHECK(nk_attention_bwd_tiled(&pb.g, &opt, &nk_attops_avx512) == 0, "tiled bwd opt");
+			e[0] = nkt_err(a->out, o0, dt, no, atol, rtol);
+			e[1] = nkt_err(a->lse, l0, NK_F32, nl, 1e-5, 1e-5);
+			e[2] = nkt_err(pb.g.dq, q0, dt, nq, atol, rtol);
+			e[3] = nkt_err(pb.g.dk, k0, dt, nk, atol, rtol);
+			e[4] = nkt_err(pb.g.dv, v0, dt, nv, atol, rtol);
+			CHECK(e[0] <= 1 && e[1] <= 1 && e[2] <= 1 && e[3] <= 1 && e[4] <= 1,
+			      "tiled ref vs opt %s case %zu: err out %g lse %g dq %g dk %g dv %g", nkt_dtype_name(dt), i, e[0],
+			      e[1], e[2], e[3], e[4]);
+			free(o0), free(l0), free(q0), free(k0), free(v0);
+			free_problem(&pb);
 		}
 }
 
@@ -290,6 +364,7 @@ int main(void)
 {
 	nkt_seed(6);
 	RUN(test_attention_vs_ref);
+	RUN(test_attention_tiled_ref_vs_opt);
 	RUN(test_attention_masked_rows);
 	RUN(test_attention_bwd_numerical);
 	RUN(test_attention_errors);
