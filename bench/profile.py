@@ -309,7 +309,7 @@ class Classifier:
         if "dnnl" in low or "mkldnn" in low or "onednn" in low or "brgemm" in low or "xbyak" in low:
             return "oneDNN"
         if dso.startswith("[JIT]") or dso in ("[unknown]", "//anon", "[anon]") or dso.startswith("anon"):
-            return "JIT code / unresolved (oneDNN, inductor)"
+            return "JIT code (oneDNN kernels; anonymous memory)"
         if dso == "[vdso]":
             return "vdso (clock_gettime)"
         if "libpython" in dso or re.match(r"python3(\.\d+)?$", dso):
@@ -337,7 +337,7 @@ class Classifier:
 
 
 # ============================================================================================ perf
-_LINE = re.compile(r"^\s*([\d.]+)%\s+(\S+)\s+\[(.)\]\s+(.*?)\s*$")
+_LINE = re.compile(r"^\s*([\d.]+)%\s+(.+?)\s+\[(.)\]\s+(.*?)\s*$")   # "[JIT] tid 123" has spaces
 
 
 def _merge_unresolved(syms):
@@ -370,7 +370,7 @@ def perf_summary(data, classify, top=12):
             continue
         m = _LINE.match(ln)
         if m and cur is not None:
-            pct, dso, sym = float(m.group(1)), m.group(2), m.group(4)
+            pct, dso, sym = float(m.group(1)), re.sub(r"^\[JIT\] tid \d+$", "[JIT]", m.group(2)), m.group(4)
             cur["syms"].append({"share": pct / 100.0, "dso": dso, "sym": sym, "cat": classify(dso, sym)})
     sections = [x for x in sections if "dummy" not in x["event"] and x["syms"]]
     best = max(sections, key=lambda x: x["samples"]) if sections else {"syms": [], "samples": 0, "event": None}
@@ -490,7 +490,8 @@ def _ms(t):
 def _short_sym(sym, n=60):
     if sym.startswith("("):
         return sym
-    s = re.sub(r"\(.*\)(\s*const)?$", "", sym)       # drop C++ argument lists
+    s = sym.replace("(anonymous namespace)", "{anon}")
+    s = re.sub(r"\(.*\)(\s*const)?$", "", s)         # drop C++ argument lists
     s = re.sub(r"<[^<>]*(<[^<>]*>[^<>]*)*>", "<>", s)  # collapse template arguments
     return s if len(s) <= n else s[:n - 1] + "…"
 
