@@ -127,7 +127,7 @@ def child_main(a):
     import torch
     import torchneuron  # noqa: F401  (registers the device)
     from .cli import find_case
-    out = {"name": a.name, "device": a.device, "quick": a.quick}
+    out = {"name": a.name, "device": a.device, "quick": a.quick, "pid": os.getpid()}
     try:
         if a.group == "compiled":
             from . import compiled
@@ -150,11 +150,12 @@ def child_main(a):
             if isinstance(fn, tuple):
                 fn = fn[0]
         # warm-up and calibration: steps for --seconds of steady state
+        cal = min(0.2, max(0.05, a.seconds / 4))
         t1 = _timed(fn, 1, dev)
-        w = max(1, min(5, int(0.2 / max(t1, 1e-9))))
+        w = max(1, min(5, int(cal / max(t1, 1e-9))))
         tw = _timed(fn, w, dev) / w
-        if tw < 0.05:
-            k = max(1, int(0.2 / max(tw, 1e-9)))
+        if tw < cal / 4:
+            k = max(1, int(cal / max(tw, 1e-9)))
             tw = _timed(fn, k, dev) / k
         steps = max(1, int(round(a.seconds / max(tw, 1e-9))))
         if a.steps:
@@ -164,7 +165,7 @@ def child_main(a):
             try:
                 tr1 = _trace_split(fn, 1)
                 per = max(1.0, tr1["launches_per_step"])
-                nt = max(1, min(steps, int(15000 / per), int(0.5 / max(tw, 1e-9)) + 1))
+                nt = max(1, min(steps, int(15000 / per), int(min(0.5, a.seconds / 2) / max(tw, 1e-9)) + 1))
                 out["trace"] = _trace_split(fn, nt)
             except Exception as e:  # noqa: BLE001
                 out["trace_error"] = f"{type(e).__name__}: {e}"[:200]
@@ -355,9 +356,38 @@ def _merge_unresolved(syms):
     return sorted(out, key=lambda x: -x["share"])
 
 
-def perf_summary(data, classify, top=12):
-    r = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "--sort", "dso,sym",
-                        "-g", "none", "--percent-limit", "0"], capture_output=True, text=True, timeout=600)
+def _perf_report(data, sort, extra=()):
+    return subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "--sort", sort, "-g", "none",
+                           "--percent-limit", "0", *extra], capture_output=True, text=True, timeout=600)
+
+
+def perf_threads(data):
+    """[(tid, share)] of the samples per thread (`--sort pid` lists threads as 'tid:comm')."""
+    out = []
+    for ln in _perf_report(data, "pid").stdout.splitlines():
+        m = re.match(r"^\s*([\d.]+)%\s+(\d+):", ln)
+        if m:
+            out.append((int(m.group(2)), float(m.group(1)) / 100.0))
+    return out
+
+
+def perf_summary(data, classify, top=12, main_tid=None):
+    """Top symbols and categories of the samples; with main_tid, also the main (Python) thread's share and its
+    own categories (the host-side critical path of eager code)."""
+    prof = _perf_summary(data, classify, top)
+    if main_tid and "error" not in prof:
+        th = perf_threads(data)
+        prof["threads"] = len(th)
+        prof["main_share"] = sum(sh for tid, sh in th if tid == main_tid)
+        mp = _perf_summary(data, classify, top, ("--tid", str(main_tid)))
+        if "error" not in mp:   # perf keeps the shares relative to all samples: make them the thread's own
+            tot = sum(c["share"] for c in mp["categories"]) or 1.0
+            prof["main_categories"] = [dict(c, share=c["share"] / tot) for c in mp["categories"][:6]]
+    return prof
+
+
+def _perf_summary(data, classify, top=12, extra=()):
+    r = _perf_report(data, "dso,sym", extra)
     # one section per event ("# Samples: N  of event 'cpu-clock:ppp'"); --control adds a 'dummy' event
     sections, cur = [], None
     for ln in r.stdout.splitlines():
@@ -443,7 +473,9 @@ def run_one(w, dev, a, tool, classify, tmp):
                             "-q", "-o", data, "--", *cmd], env=env, cwd=ROOT, capture_output=True, text=True,
                            timeout=a.timeout)
         if os.path.exists(data) and os.path.exists(res):
-            prof = perf_summary(data, classify, a.top)
+            with open(res) as f:
+                main_tid = json.load(f).get("pid")
+            prof = perf_summary(data, classify, a.top, main_tid)
     elif tool == "callgrind":
         out = os.path.join(tmp, tag + ".callgrind")
         env["TN_PROFILE_HANDSHAKE"] = "1"
@@ -539,6 +571,11 @@ def md_section(w, runs, report_meta):
                      + (f"; {prof.get('samples')} {('samples' if prof.get('tool') == 'perf' else 'instructions')}"
                         if prof.get("samples") else "")
                      + (f"; fallback ops: {', '.join(r['fallbacks'])}" if r.get("fallbacks") else ""))
+        if prof.get("main_share") is not None:
+            mc = ", ".join(f"{_pct(c['share'])} {c['name']}" for c in prof.get("main_categories", [])[:4]
+                           if c["share"] >= 0.03)
+            lines.append(f"  - main (Python) thread: {_pct(prof['main_share'])} of the samples "
+                         f"({prof.get('threads')} threads sampled)" + (f"; within it: {mc}" if mc else ""))
     lines.append("")
     lines.append("**Where the time goes** (automatic): " + "; ".join(where_line(d, runs[d]) for d in DEVICES) + ".")
     lines.append("")

@@ -56,7 +56,7 @@ def test_profile_one_tiny_workload(tmp_path):
     if tool is None:
         pytest.skip("perf is not installed or cannot record here (perf_event_paranoid / seccomp)")
     out, raw = tmp_path / "profiles.md", tmp_path / "profiles.json"
-    r = subprocess.run([sys.executable, "-m", "bench.profile", "--report", _report(tmp_path), "--seconds", "0.2",
+    r = subprocess.run([sys.executable, "-m", "bench.profile", "--report", _report(tmp_path), "--seconds", "0.1",
                         "--tool", "perf", "--out", str(out), "--json", str(raw)],
                        cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=ROOT))
@@ -74,6 +74,8 @@ def test_profile_one_tiny_workload(tmp_path):
         assert prof["samples"] > 0 and 1 <= len(prof["symbols"]) <= 12
         assert abs(sum(c["share"] for c in prof["categories"]) - 1.0) < 0.02
         assert all({"share", "dso", "sym", "cat"} <= set(s) for s in prof["symbols"])
+        assert 0 < prof["main_share"] <= 1 and prof["threads"] >= 1
+        assert 0 < sum(c["share"] for c in prof["main_categories"]) <= 1.02
     tr = res["runs"]["neuron"]["trace"]
     assert tr["launches_per_step"] >= 1 and any("add" in k["name"] for k in tr["kernels"])
     md = out.read_text()
