@@ -29,6 +29,7 @@ import gc
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -129,7 +130,20 @@ def child_main(a):
     from .cli import find_case
     out = {"name": a.name, "device": a.device, "quick": a.quick, "pid": os.getpid()}
     try:
-        if a.group == "compiled":
+        found = None
+        if a.group != "compiled":
+            try:
+                found = find_case(a.name, a.quick, a.group or None)
+            except KeyError:
+                if a.group:
+                    raise
+        if found is not None:
+            out["group"], case = found
+            dev = a.device
+            fn = case.setup(dev)
+            if isinstance(fn, tuple):
+                fn = fn[0]
+        else:                                  # a torch.compile workload of bench/compiled.py
             from . import compiled
             mode = {"neuron": "compiled neuron", "cpu": a.cpu_mode}[a.device]
             for mk in (compiled.gpt_setups, compiled.bert_setups):
@@ -137,18 +151,11 @@ def child_main(a):
                 if cname == a.name:
                     break
             else:
-                raise KeyError(f"no torch.compile workload named {a.name!r}")
+                raise KeyError(f"no workload named {a.name!r} in bench/ ({'quick' if a.quick else 'full'} sizes)")
             fn, check = setup(mode)
             check()
             dev = "neuron" if a.device == "neuron" else "cpu"
-            out["mode"] = mode
-        else:
-            group, case = find_case(a.name, a.quick, a.group or None)
-            out["group"] = group
-            dev = a.device
-            fn = case.setup(dev)
-            if isinstance(fn, tuple):
-                fn = fn[0]
+            out["group"], out["mode"] = "compiled", mode
         # warm-up and calibration: steps for --seconds of steady state
         cal = min(0.2, max(0.05, a.seconds / 4))
         t1 = _timed(fn, 1, dev)
@@ -225,7 +232,22 @@ def load_report(path):
                 meta["generated"] = ln.strip()
                 meta["quick"] = "(quick" in ln
             if ln.startswith("## "):
-                group = titles.get(ln[3:].strip())
+                group = titles.get(ln[3:].strip()) or ("compiled" if "torch.compile" in ln else None)
+                continue
+            if group == "compiled":         # "**name**" then "| mode | median | ..." rows
+                m = re.match(r"^\*\*(.+)\*\*\s*$", ln.strip())
+                if m:
+                    rows.append({"name": m.group(1), "group": "compiled", "modes": {}, "median_s": {}})
+                elif ln.startswith("| ") and rows and rows[-1]["group"] == "compiled":
+                    c = [x.strip() for x in ln.strip().strip("|").split("|")]
+                    t = _parse_time(c[1]) if len(c) > 1 else None
+                    if t is not None:
+                        w = rows[-1]
+                        w["modes"][c[0]] = {"median": t}
+                        cpu = [w["modes"][k]["median"] for k in ("CPU eager", "inductor CPU") if k in w["modes"]]
+                        neu = w["modes"].get("compiled neuron", {}).get("median")
+                        w["median_s"] = {"neuron": neu, "cpu": min(cpu) if cpu else None}
+                        w["ratio_median"] = min(cpu) / neu if (neu and cpu) else None
                 continue
             if group is None or not ln.startswith("| ") or ln.startswith("| workload"):
                 continue
@@ -251,8 +273,9 @@ def _split_names(spec, known):
         if cur.strip() in known:
             out.append(cur.strip())
             cur = ""
-    if cur.strip():
-        raise SystemExit(f"bench.profile: unknown workload name(s) in --only: {cur.strip()!r}")
+    if cur.strip():                    # not in the report: taken as one name (the child looks it up in bench/)
+        print(f"bench.profile: {cur.strip()!r} is not in the report; profiling it by that name", file=sys.stderr)
+        out.append(cur.strip())
     return out
 
 
@@ -539,10 +562,10 @@ def where_line(dev, r):
     for c in prof["categories"][:3]:
         if c["share"] < 0.05:
             break
-        top = next((s for s in prof["symbols"] if s["cat"] == c["name"]), None)
+        tops = [s for s in prof["symbols"] if s["cat"] == c["name"] and s["share"] >= 0.03][:2]
         t = f"{_pct(c['share'])} {c['name']}"
-        if top and top["share"] >= 0.03:
-            t += f" (top: `{_short_sym(top['sym'], 40)}` {_pct(top['share'])})"
+        if tops:
+            t += " (" + ", ".join(f"`{_short_sym(s['sym'], 40)}` {_pct(s['share'])}" for s in tops) + ")"
         parts.append(t)
     return f"{dev}: " + ", ".join(parts)
 
@@ -571,7 +594,7 @@ def md_section(w, runs, report_meta):
                      + (f"; {prof.get('samples')} {('samples' if prof.get('tool') == 'perf' else 'instructions')}"
                         if prof.get("samples") else "")
                      + (f"; fallback ops: {', '.join(r['fallbacks'])}" if r.get("fallbacks") else ""))
-        if prof.get("main_share") is not None:
+        if prof.get("main_share") is not None and prof["main_share"] >= 0.02:
             mc = ", ".join(f"{_pct(c['share'])} {c['name']}" for c in prof.get("main_categories", [])[:4]
                            if c["share"] >= 0.03)
             lines.append(f"  - main (Python) thread: {_pct(prof['main_share'])} of the samples "
@@ -637,7 +660,7 @@ def build_md(sections, a, tool, report_meta, load0, load1, other, elapsed):
     from .report import machine_info
     info = machine_info()
     hdr = ["# Profiles of the workloads where neuron is slower than the CPU", "",
-           f"Generated by `python -m bench.profile {' '.join(a.argv)}`".rstrip() + f" on "
+           f"Generated by `{' '.join(['python -m bench.profile', shlex.join(a.argv)]).strip()}` on "
            f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')} in {elapsed:.0f} s; regenerate with `make profile` after "
            "`make bench`.", "",
            f"- **report**: {report_meta.get('source', '?')}"
