@@ -332,8 +332,10 @@ class Classifier:
             return "MKL"
         if "dnnl" in low or "mkldnn" in low or "onednn" in low or "brgemm" in low or "xbyak" in low:
             return "oneDNN"
-        if dso.startswith("[JIT]") or dso in ("[unknown]", "//anon", "[anon]") or dso.startswith("anon"):
+        if dso.startswith("[JIT]") or dso in ("//anon", "[anon]") or dso.startswith("anon"):
             return "JIT code (oneDNN kernels; anonymous memory)"
+        if dso == "[unknown]":
+            return "unresolved"
         if dso == "[vdso]":
             return "vdso (clock_gettime)"
         if "libpython" in dso or re.match(r"python3(\.\d+)?$", dso):
@@ -447,9 +449,11 @@ def callgrind_summary(outfile, classify, top=12):
         if m:
             total = int(m.group(1).replace(",", ""))
             continue
-        m = re.match(r"^\s*([\d,]+)\s+\(\s*([\d.]+)%\)\s+(\S+):(.*?)\s*(\[(.*)\])?\s*$", ln)
+        m = re.match(r"^\s*([\d,]+)\s+\(\s*([\d.]+)%\)\s+(\S+?):(.*?)\s*(\[(.*)\])?\s*$", ln)
         if m and total:
-            pct, sym, obj = float(m.group(2)), m.group(4).strip(), os.path.basename(m.group(6) or "[unknown]")
+            pct, src, sym = float(m.group(2)), m.group(3), m.group(4).strip()
+            obj = os.path.basename(m.group(6)) if m.group(6) else (
+                "libpython3" if re.search(r"/Python-3[^/]*/|/(Python|Objects|Modules)/", src) else "[unknown]")
             syms.append({"share": pct / 100.0, "dso": obj, "sym": sym, "cat": classify(obj, sym)})
     if not syms:
         return {"error": "callgrind_annotate gave nothing: " + (r.stderr.strip().splitlines() or ["?"])[-1][:200]}
@@ -502,10 +506,10 @@ def run_one(w, dev, a, tool, classify, tmp):
     elif tool == "callgrind":
         out = os.path.join(tmp, tag + ".callgrind")
         env["TN_PROFILE_HANDSHAKE"] = "1"
+        errf = open(os.path.join(tmp, tag + ".stderr"), "w+")
         vg = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
                                *cmd], env=env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-        err = []
+                              stderr=errf, text=True)
         for ln in vg.stdout:
             if ln.startswith("TN_PROFILE "):
                 on = ln.split()[1] == "enable"
@@ -514,7 +518,9 @@ def run_one(w, dev, a, tool, classify, tmp):
                 vg.stdin.write("\n")
                 vg.stdin.flush()
         vg.wait(timeout=a.timeout)
-        err = vg.stderr.read()
+        errf.seek(0)
+        err = errf.read()
+        errf.close()
         p = subprocess.CompletedProcess(vg.args, vg.returncode, "", err)
         outs = [f for f in os.listdir(tmp) if f.startswith(tag + ".callgrind")]
         if outs and os.path.exists(res):
