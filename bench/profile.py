@@ -485,6 +485,8 @@ def run_one(w, dev, a, tool, classify, tmp):
            "--seconds", str(seconds), "--group", w.get("group") or ""]
     if a.quick_sizes:
         cmd.append("--quick")
+    if a.steps:
+        cmd += ["--steps", str(max(1, a.steps // CALLGRIND_SLOWDOWN) if tool == "callgrind" else a.steps)]
     if w.get("group") == "compiled":
         cmd += ["--cpu-mode", w.get("cpu_mode", "inductor CPU")]
     env = dict(os.environ)
@@ -688,6 +690,8 @@ def build_md(sections, a, tool, report_meta, load0, load1, other, elapsed):
            "the process (page faults zeroing fresh memory, futex wake-ups, syscalls). The device-time table "
            "for neuron comes from the runtime's kernel trace (`torchneuron.profiler.kernel_trace`), run "
            "separately right before the profiled loop.", ""]
+    if a.note:
+        hdr += [f"**Note:** {a.note}", ""]
     if other is not None and other >= 0.25:
         hdr += [f"**Note:** the machine was shared: other processes used {100 * other:.0f}% of all CPU time "
                 "while this ran, so per-step times under the profiler are inflated; the shares (where each "
@@ -745,6 +749,7 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=600, help="seconds per profiled subprocess")
     ap.add_argument("--keep", metavar="DIR", default=None,
                     help="keep the raw perf.data / callgrind files and child results in DIR")
+    ap.add_argument("--note", default=None, help="a line of text put at the top of the Markdown output")
     ap.add_argument("--list", action="store_true", help="list the workloads that would be profiled and stop")
     # child mode (internal)
     ap.add_argument("--child", metavar="NAME", default=None, help=argparse.SUPPRESS)
@@ -752,7 +757,9 @@ def main(argv=None):
     ap.add_argument("--group", default="", help=argparse.SUPPRESS)
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--steps", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="a fixed number of steps per device instead of --seconds (callgrind: divided by "
+                         f"{CALLGRIND_SLOWDOWN})")
     ap.add_argument("--no-trace", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cpu-mode", default="inductor CPU", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
