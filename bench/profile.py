@@ -766,7 +766,8 @@ def main(argv=None):
     if a.child is not None:
         a.name = a.child
         return child_main(a)
-    a.argv = argv
+    a.argv = [x for i, x in enumerate(argv)            # the command line shown in the output, without --note
+              if not (x == "--note" or x.startswith("--note=") or (i and argv[i - 1] == "--note"))]
 
     rows, meta = load_report(a.report)
     if meta.get("quick"):
