@@ -22,7 +22,7 @@ CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC))
 
-.PHONY: all venv build install clib ctest test test-sanitize test-tsan pytest demo bench clean conformance
+.PHONY: all venv build install clib ctest test test-sanitize test-tsan pytest demo bench clean conformance profile
 
 all: install
 
@@ -90,6 +90,11 @@ demo: install
 bench: install
 	$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install -q matplotlib
 	$(VPY) -m bench
+
+# perf (or callgrind) profiles of every workload of the latest bench report where neuron is slower than the
+# CPU -> docs/profiles.md (bench/profile.py; ARGS="--only NAME,..." or ARGS="--match REGEX" to choose)
+profile: install
+	$(VPY) -m bench.profile $(ARGS)
 
 clean:
 	rm -rf $(BUILD) $(SAN_BUILD) $(TSAN_BUILD) torchneuron/*.so *.egg-info

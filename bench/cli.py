@@ -1,6 +1,7 @@
 """Command line: run the workload groups, measure the machine limits, print and write the report."""
 import argparse
 import gc
+import json
 import os
 import sys
 import time
@@ -10,7 +11,7 @@ import torch
 from . import gpt, models, workloads
 from .harness import Runner, cpu_snapshot, other_load
 from .limits import LIMIT_LABELS, Limits
-from .report import build, loadavg, machine_info, plot_gemm
+from .report import build, build_json, loadavg, machine_info, plot_gemm
 
 GROUPS = [
     # key, title, description, limit key, cases(quick)
@@ -51,6 +52,9 @@ def main(argv=None):
     ap.add_argument("--out", default=None,
                     help="Markdown report path (default docs/benchmarks.md for a full run, none for --quick; "
                          "'-' for none)")
+    ap.add_argument("--json", default=None,
+                    help="machine-readable report path (default: the Markdown path with .json, i.e. "
+                         "docs/benchmarks.json for a full run; '-' for none); read by `python -m bench.profile`")
     ap.add_argument("--only", default=None,
                     help="comma-separated groups: " + ",".join(g[0] for g in GROUPS) + ",compiled")
     ap.add_argument("--no-limits", action="store_true", help="skip the C microbenchmarks")
@@ -118,7 +122,7 @@ def main(argv=None):
             pass
 
     # ---- 7. torch.compile (bench/compiled.py: four modes, its own interleaved timing) ----
-    compiled_text = compiled_md = None
+    compiled_text = compiled_md = cres = None
     if not only or "compiled" in only:
         from . import compiled
         print("7. torch.compile (compiled neuron, eager neuron, CPU eager, inductor CPU)", flush=True)
@@ -159,5 +163,32 @@ def main(argv=None):
         with open(out, "w") as f:
             f.write(md)
         print(f"\nwrote {out}")
+    jpath = a.json if a.json is not None else (os.path.splitext(out)[0] + ".json" if out else None)
+    if jpath and jpath != "-":
+        d = os.path.dirname(jpath)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        with open(jpath, "w") as f:
+            json.dump(build_json(groups, limits, info, meta, cres), f, indent=1)
+            f.write("\n")
+        print(f"wrote {jpath}")
     print(f"bench: done in {meta['elapsed']:.0f} s")
     return 0
+
+
+def group_cases(key, quick):
+    """The Case list of one group of GROUPS (the GPT group without its peak-RSS subprocesses)."""
+    for k, _title, _desc, _lim, mk in GROUPS:
+        if k == key:
+            return gpt.gpt_cases(quick, mem=False) if k == "gpt" else mk(quick)
+    raise KeyError(f"unknown group {key!r}; groups: {', '.join(g[0] for g in GROUPS)}")
+
+
+def find_case(name, quick=False, group=None):
+    """(group key, Case) of the workload called `name` (as in the report), building only the groups needed."""
+    keys = [group] if group else [g[0] for g in GROUPS]
+    for key in keys:
+        for c in group_cases(key, quick):
+            if c.name == name:
+                return key, c
+    raise KeyError(f"no workload named {name!r} in group(s) {', '.join(keys)} ({'quick' if quick else 'full'} sizes)")

@@ -392,3 +392,56 @@ def build(groups, limits, info, meta):
               "PyTorch's OpenMP/MKL/oneDNN threads).")
     md.append("")
     return "\n".join(txt), "\n".join(md)
+
+
+# ------------------------------------------------------------------------------------ JSON report
+def _num(x):
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
+
+def result_json(res, group_key, limits=None):
+    """One workload's numbers as plain JSON data (read by bench/profile.py)."""
+    c = res.case
+    lim = limits.value(c.limit) if (limits is not None and c.limit) else None
+    d = {"name": c.name, "group": group_key,
+         "median_s": {dev: _num(res.median(dev)) for dev in DEVICES},
+         "times_s": {dev: list(res.times.get(dev) or []) for dev in DEVICES},
+         "iters": dict(res.iters),
+         "ratio_min": _num(res.ratio_min()), "ratio_median": _num(res.ratio_median()),
+         "rate": {}, "limit": c.limit, "limit_value": _num(lim),
+         "errors": dict(res.errors), "fallbacks": sorted(res.fallbacks),
+         "other_load": _num(res.extra.get("other_load")), "retries": res.extra.get("retries", 0),
+         "note": c.note}
+    for dev in DEVICES:
+        r = res.rate(dev)
+        if r:
+            d["rate"][dev] = {"value": _num(r[0]), "unit": r[1]}
+    if res.extra.get("info"):
+        d["info"] = str(res.extra["info"])
+    return d
+
+
+def compiled_json(cres):
+    """bench/compiled.py results [(name, {mode: {...}})] as JSON data; ratio_median compares compiled neuron
+    with the faster of the two CPU modes (above 1: compiled neuron faster)."""
+    out = []
+    for name, res in cres or []:
+        modes = {m: {k: _num(v) if isinstance(v, float) else v for k, v in r.items()
+                     if k in ("median", "times", "compile_s", "iters", "gflops", "error", "max_rel_diff")}
+                 for m, r in res.items()}
+        neu = (res.get("compiled neuron") or {}).get("median")
+        cpu = [t for t in ((res.get(m) or {}).get("median") for m in ("CPU eager", "inductor CPU")) if t]
+        out.append({"name": name, "group": "compiled", "modes": modes,
+                    "median_s": {"neuron": _num(neu), "cpu": _num(min(cpu)) if cpu else None},
+                    "ratio_median": _num(min(cpu) / neu) if (neu and cpu) else None})
+    return out
+
+
+def build_json(groups, limits, info, meta, cres=None):
+    """The whole report as a JSON-serialisable dict (docs/benchmarks.json beside docs/benchmarks.md)."""
+    return {"format": 1, "meta": {k: _num(v) if isinstance(v, float) else v for k, v in meta.items()},
+            "machine": dict(info),
+            "limits": [list(r) for r in limits.rows()] if limits is not None else [],
+            "groups": [{"key": g["key"], "title": g["title"],
+                        "results": [result_json(r, g["key"], limits) for r in g["results"]]} for g in groups],
+            "compiled": compiled_json(cres)}
