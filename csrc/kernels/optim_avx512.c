@@ -1,8 +1,11 @@
 /* optim_avx512.c - the dense f32 Adam/AdamW update of optim.c in AVX-512, operation for operation
  * (separate multiplies and adds, IEEE division and square root), so results are bit-identical to the
- * scalar loop and to nk_adam_ref.  Built with the AVX-512 flags; called only when nk_cpu_avx512().
+ * scalar loop and to nk_adam_ref; and the f32 loops of the multi-tensor elementwise kernels
+ * (nk_foreach.h), bit-identical to the pointwise engine's scalar formulas.  Built with the AVX-512
+ * flags; called only when nk_cpu_avx512().
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "nk_impl.h"
 
@@ -32,5 +35,56 @@ void nk_adam_f32_avx512(const nk_adam_f32_consts_t *k, float *p, float *m, float
 		_mm512_mask_storeu_ps(m + i, t, mi);
 		_mm512_mask_storeu_ps(v + i, t, vi);
 		_mm512_mask_storeu_ps(p + i, t, pi);
+	}
+}
+
+/* ---- multi-tensor elementwise (nk_foreach.h): the f32 ops of the optimizers, operation for operation
+ * as pointwise_ops.h computes them (no contraction), full vectors then one masked tail. */
+#include "nk_foreach.h"
+
+static inline __mmask16 fe_mask(int64_t left)
+{
+	return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
+
+/* PyTorch's lerp with a scalar weight w: exact at both ends (the weight picks the formula). */
+static inline __m512 fe_lerp(__m512 x, __m512 y, float w)
+{
+	__m512 d = _mm512_sub_ps(y, x);
+	if (fabsf(w) < 0.5f)
+		return _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(w), d));
+	return _mm512_sub_ps(y, _mm512_mul_ps(d, _mm512_set1_ps(1.0f - w)));
+}
+
+#define FE_LOOP(EXPR)                                                                                 \
+	for (int64_t i = 0; i < n; i += 16) {                                                         \
+		__mmask16 m = fe_mask(n - i);                                                         \
+		__m512 vx = _mm512_maskz_loadu_ps(m, x + i);                                          \
+		__m512 vy = !y ? zero : ybc ? ys : _mm512_maskz_loadu_ps(m, y + i);                   \
+		__m512 vz = !z ? zero : zbc ? zs : _mm512_maskz_loadu_ps(m, z + i);                   \
+		(void)vy;                                                                             \
+		(void)vz;                                                                             \
+		_mm512_mask_storeu_ps(o + i, m, (EXPR));                                              \
+	}                                                                                             \
+	return true
+
+bool nk_foreach_f32_avx512(int op, float a, float *o, const float *x, const float *y, const float *z, bool ybc,
+			   bool zbc, int64_t n)
+{
+	const __m512 va = _mm512_set1_ps(a), zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+	const __m512 ys = y && ybc ? _mm512_set1_ps(*y) : zero, zs = z && zbc ? _mm512_set1_ps(*z) : zero;
+	switch (op) {
+	case NK_OP_ADD: FE_LOOP(_mm512_add_ps(vx, _mm512_mul_ps(va, vy)));
+	case NK_OP_SUB: FE_LOOP(_mm512_sub_ps(vx, _mm512_mul_ps(va, vy)));
+	case NK_OP_MUL: FE_LOOP(_mm512_mul_ps(vx, vy));
+	case NK_OP_DIV: FE_LOOP(_mm512_div_ps(vx, vy));
+	case NK_OP_SQRT: FE_LOOP(_mm512_sqrt_ps(vx));
+	case NK_OP_NEG: FE_LOOP(_mm512_xor_ps(vx, _mm512_set1_ps(-0.0f)));
+	case NK_OP_ABS: FE_LOOP(_mm512_andnot_ps(_mm512_set1_ps(-0.0f), vx));
+	case NK_OP_RECIPROCAL: FE_LOOP(_mm512_div_ps(one, vx));
+	case NK_OP_ADDCMUL: FE_LOOP(_mm512_add_ps(vx, _mm512_mul_ps(_mm512_mul_ps(va, vy), vz)));
+	case NK_OP_ADDCDIV: FE_LOOP(_mm512_add_ps(vx, _mm512_div_ps(_mm512_mul_ps(va, vy), vz)));
+	case NK_OP_LERP_SCALAR: FE_LOOP(fe_lerp(vx, vy, a));
+	default: return false;
 	}
 }
