@@ -7,9 +7,10 @@
  * violation.  The run then executes as units of (position, tile) over the kernel thread pool: a unit
  * applies every record of the run that has an item at that position, in queue order, to one tile.
  *
- * The scratch arrays (about 0.6 MiB) are allocated per executing thread on first use and freed when
+ * The scratch arrays (about 0.8 MiB) are allocated per executing thread on first use and freed when
  * the thread exits; without them nothing fuses.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,8 +116,8 @@ struct fuse_span { /* one operand range */
 	uintptr_t s, e;
 	int64_t pos, stride;
 	int32_t size;
-	int rec;
-	bool write;
+	int rec;  /* the (first) record using it */
+	int wrec; /* the first record writing it, INT_MAX if none */
 };
 
 struct fuse_grp { /* one list position of the run: entries [first, first + count) of ent */
@@ -170,6 +171,8 @@ static bool fuse_item_valid(const nrt_fuse_item_t *it)
 			return false;
 		if (o->size <= 0 || o->stride < 0 || (o->stride && it->n > INT64_MAX / o->stride))
 			return false;
+		if (o->write && !o->stride && it->n > 1)
+			return false; /* every element written to one place: not elementwise */
 		if (o->stride && (uintptr_t)o->ptr > UINTPTR_MAX - (uintptr_t)(it->n * o->stride))
 			return false;
 	}
@@ -225,7 +228,11 @@ static int span_cmp(const void *pa, const void *pb)
 		return a->s < b->s ? -1 : 1;
 	if (a->e != b->e)
 		return a->e < b->e ? -1 : 1;
-	return a->rec < b->rec ? -1 : a->rec > b->rec;
+	if (a->pos != b->pos)
+		return a->pos < b->pos ? -1 : 1;
+	if (a->stride != b->stride)
+		return a->stride < b->stride ? -1 : 1;
+	return a->size < b->size ? -1 : a->size > b->size;
 }
 
 /* Fills S->ent sorted by (position, record, item); returns the number of records whose items agree on
@@ -252,15 +259,27 @@ static int fuse_check_positions(struct fuse_scratch *S, int nrec, int *nent)
 
 static bool span_same(const struct fuse_span *a, const struct fuse_span *b)
 {
-	return a->s == b->s && a->e == b->e && a->pos == b->pos && a->stride == b->stride && a->stride > 0 &&
-	       a->size == b->size;
+	return a->s == b->s && a->e == b->e && a->pos == b->pos && a->stride == b->stride && a->size == b->size;
+}
+
+static int imax(int a, int b)
+{
+	return a > b ? a : b;
+}
+
+static int imin(int a, int b)
+{
+	return a < b ? a : b;
 }
 
 /* Returns how many records (<= cut) have no overlap conflict with each other, or -1 when the check
- * would cost too much. */
+ * would cost too much.  The operand ranges are sorted and identical ones (one tensor at one position,
+ * used by several records) merged first, keeping the first record that uses the range (rec) and the
+ * first that writes it (wrec, INT_MAX if none).  Two distinct overlapping ranges of which one is
+ * written conflict: the run stops at the later of the two records involved. */
 static int fuse_check_memory(struct fuse_scratch *S, int cut)
 {
-	int n = 0, budget = FUSE_PAIR_BUDGET;
+	int n = 0, m = 0, budget = FUSE_PAIR_BUDGET;
 
 	for (int r = 0; r < cut; r++)
 		for (int i = 0; i < S->rec[r].nitems; i++) {
@@ -271,19 +290,26 @@ static int fuse_check_memory(struct fuse_scratch *S, int cut)
 				const nrt_fuse_operand_t *op = &it->op[o];
 				uintptr_t s = (uintptr_t)op->ptr;
 				uintptr_t e = s + (uintptr_t)(op->stride ? it->n * op->stride : op->size);
-				S->span[n++] = (struct fuse_span){ s, e, it->pos, op->stride, op->size, r, op->write };
+				S->span[n++] = (struct fuse_span){ s, e, it->pos, op->stride, op->size, r,
+								   op->write ? r : INT_MAX };
 			}
 		}
 	qsort(S->span, (size_t)n, sizeof S->span[0], span_cmp);
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n; i++) { /* merge identical ranges */
+		if (m && span_same(&S->span[m - 1], &S->span[i])) {
+			S->span[m - 1].rec = imin(S->span[m - 1].rec, S->span[i].rec);
+			S->span[m - 1].wrec = imin(S->span[m - 1].wrec, S->span[i].wrec);
+			continue;
+		}
+		S->span[m++] = S->span[i];
+	}
+	for (int i = 0; i < m; i++) {
 		const struct fuse_span *a = &S->span[i];
-		for (int j = i + 1; j < n && S->span[j].s < a->e; j++) {
+		for (int j = i + 1; j < m && S->span[j].s < a->e; j++) {
 			const struct fuse_span *b = &S->span[j];
-			int later = a->rec > b->rec ? a->rec : b->rec;
 			if (--budget < 0)
 				return -1;
-			if (later < cut && (a->write || b->write) && !span_same(a, b))
-				cut = later;
+			cut = imin(cut, imin(imax(a->wrec, b->rec), imax(a->rec, b->wrec)));
 		}
 	}
 	return cut;

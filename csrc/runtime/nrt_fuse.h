@@ -40,7 +40,7 @@ extern "C" {
 
 #define NRT_FUSE_MAX_OPERANDS 4
 #define NRT_FUSE_MAX_RECORDS 64
-#define NRT_FUSE_MAX_ITEMS 4096
+#define NRT_FUSE_MAX_ITEMS 2048
 #define NRT_FUSE_TILE_DEFAULT 4096 /* elements per tile */
 
 typedef struct {

@@ -502,6 +502,15 @@ static void build_scalar_tensor(nrt_queue_t *q, list_t *L)
 	CHECK(nrt_queue_launch(q, nk_foreach_run, &A, sizeof A, "t::b") == NRT_OK, "launch");
 }
 
+/* Many records over the same tensors (a long run of steps): the overlap check merges the identical
+ * ranges, so the run is as long as NRT_FUSE_MAX_RECORDS allows. */
+static void build_long_run(nrt_queue_t *q, list_t *L)
+{
+	for (int i = 0; i < NRT_FUSE_MAX_RECORDS; i++)
+		launch_op(q, "t::a", i % 2 ? NK_OP_MUL : NK_OP_ADD, &L[3], (const list_t *[]){&L[3], i % 2 ? NULL : &L[4]}, 2,
+			  1.001f, 0.5, NULL);
+}
+
 static void test_fusion_rules(void)
 {
 	int64_t n[3] = {5000, 5000, 777};
@@ -523,6 +532,16 @@ static void test_fusion_rules(void)
 	CHECK(r == 0, "scalar tensor: fused records %llu", (unsigned long long)r);
 	for (int i = 0; i < 3; i++)
 		list_free(&L[i]);
+	int64_t n27[NK_FOREACH_ITEMS];
+	for (int i = 0; i < NK_FOREACH_ITEMS; i++)
+		n27[i] = 100 + i;
+	list_t M[5];
+	for (int i = 0; i < 5; i++)
+		list_rand(&M[i], i < 3 ? 0 : NK_FOREACH_ITEMS, n27, -1, 1);
+	r = run_both(build_long_run, M, 5, "long run");
+	CHECK(r == NRT_FUSE_MAX_RECORDS, "long run: fused records %llu", (unsigned long long)r);
+	for (int i = 0; i < 5; i++)
+		list_free(&M[i]);
 }
 
 /* A record that would fail (integer dtype) in the middle of a run: the records before it fuse and
