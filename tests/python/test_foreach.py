@@ -399,3 +399,39 @@ def test_fusion_off_and_tile_setting():
         assert all(torch.equal(t.cpu(), torch.ones(300)) for t in x)
     finally:
         _fuse(old[0], old[1])
+
+
+@pytest.mark.parametrize("name", ["adamw_many", "adam_amsgrad", "sgd_nesterov", "rmsprop"])
+def test_optimizers_fused_equal_op_by_op(name):
+    # more tensors than one record holds (several records per op), clip_grad_norm_ between steps
+    make = {
+        "adamw_many": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, maximize=True),
+        "adam_amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True, weight_decay=0.01),
+        "sgd_nesterov": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True, weight_decay=1e-4),
+        "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.5),
+    }[name]
+
+    def run(fuse):
+        g = torch.Generator().manual_seed(0)
+        shapes = [(int(n),) for n in torch.randint(1, 2000, (60,), generator=g)]
+        ps = [torch.randn(s, generator=g).to("neuron").requires_grad_() for s in shapes]
+        opt = make(ps)
+        old = _fuse()[0]
+        _fuse(fuse)
+        try:
+            for _ in range(3):
+                for p in ps:
+                    p.grad = torch.randn(p.shape, generator=g).to("neuron")
+                _busy()
+                torch.nn.utils.clip_grad_norm_(ps, 0.5)
+                opt.step()
+            torch.neuron.synchronize()
+        finally:
+            _fuse(old)
+        return [p.detach().cpu() for p in ps]
+
+    before = _fuse()
+    fused = run(1)
+    assert _fuse()[3] > before[3]
+    for a, b in zip(fused, run(0)):
+        assert torch.equal(a, b)
