@@ -41,7 +41,7 @@ extern "C" {
 #define NRT_FUSE_MAX_OPERANDS 4
 #define NRT_FUSE_MAX_RECORDS 64
 #define NRT_FUSE_MAX_ITEMS 2048
-#define NRT_FUSE_TILE_DEFAULT 4096 /* elements per tile */
+#define NRT_FUSE_TILE_DEFAULT 16384 /* elements per tile: 64 KiB of f32 per operand, L2-resident */
 
 typedef struct {
 	const void *ptr;
