@@ -15,6 +15,10 @@
  * in dense loops with the flags hoisted out (AVX-512 in optim_avx512.c when the CPU has it), split
  * over the pool; bf16/f16 go through float blocks.
  */
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "nk_foreach.h"
 #include "nk_impl.h"
 #include "nrt.h"
 
@@ -259,3 +263,233 @@ int nk_adam_run(void *args)
 		adam_range(&c, 0, a->n);
 	return 0;
 }
+
+/* ---- multi-tensor elementwise kernels (nk_foreach.h) ---------------------------------------------- */
+_Static_assert(sizeof(nk_foreach_args_t) <= NRT_MAX_ARGS, "foreach record larger than a launch record");
+_Static_assert(offsetof(nk_foreach_args_t, items) <= NK_FOREACH_HEADER, "foreach header grew");
+
+#define FE_PIECE ((int64_t)1 << 16) /* elements per parallel piece of nk_foreach_run */
+
+int nk_foreach_check(const nk_foreach_args_t *a)
+{
+	if (a->op < 0 || a->op >= NK_OP_COUNT || a->nops < 1 || a->nops > NK_MAX_OPS || a->count < 0 ||
+	    a->count > NK_FOREACH_ITEMS || a->sk < -1 || a->sk == 0 || a->sk >= a->nops) {
+		nrt_kernel_fail("nk_foreach: bad record (op %d, %d operands, scalar operand %d, %d items)", a->op,
+				a->nops, a->sk, a->count);
+		return -1;
+	}
+	for (int k = 0; k < a->nops; k++) {
+		int dt = a->dtype[k];
+		if (!nk_dtype_valid(dt) || !nk_is_float(dt) ||
+		    (a->esize[k] != 0 && a->esize[k] != (int64_t)nk_dtype_size(dt)) || (k == 0 && a->esize[0] == 0)) {
+			nrt_kernel_fail("nk_foreach: operand %d: dtype %d with %lld bytes between elements (floating "
+					"dtypes, dense or one element)", k, dt, (long long)a->esize[k]);
+			return -1;
+		}
+	}
+	for (int i = 0; i < a->count; i++) {
+		const nk_foreach_item_t *t = &a->items[i];
+		if (t->n < 0) {
+			nrt_kernel_fail("nk_foreach: item %d has %lld elements", i, (long long)t->n);
+			return -1;
+		}
+		for (int k = 0; k < a->nops; k++)
+			if (t->n && k != a->sk && !t->data[k]) {
+				nrt_kernel_fail("nk_foreach: item %d: null operand %d", i, k);
+				return -1;
+			}
+	}
+	/* the op and operand count as the pointwise engine takes them: its checks on an empty range */
+	nk_pointwise_args_t z = {0};
+	z.it.ndim = 1;
+	z.it.nops = a->nops;
+	for (int k = 0; k < a->nops; k++) {
+		z.it.dtype[k] = a->dtype[k];
+		z.it.data[k] = (char *)a;
+	}
+	z.op = a->op;
+	z.b = a->b;
+	z.a = a->count ? a->items[0].a : 0;
+	z.ia = a->count ? a->items[0].ia : 0;
+	return nk_pointwise_run(&z) ? -1 : 0;
+}
+
+/* Whether the dense f32 loops apply: every operand f32, the output and x dense. */
+static bool fe_f32_dense(const nk_foreach_args_t *a)
+{
+	switch (a->op) {
+	case NK_OP_SQRT: case NK_OP_NEG: case NK_OP_ABS: case NK_OP_RECIPROCAL:
+		if (a->nops != 2) return false;
+		break;
+	case NK_OP_ADD: case NK_OP_SUB: case NK_OP_MUL: case NK_OP_DIV: case NK_OP_LERP_SCALAR:
+		if (a->nops != 3) return false;
+		break;
+	case NK_OP_ADDCMUL: case NK_OP_ADDCDIV:
+		if (a->nops != 4) return false;
+		break;
+	default:
+		return false;
+	}
+	for (int k = 0; k < a->nops; k++)
+		if (a->dtype[k] != NK_F32)
+			return false;
+	return a->esize[0] == 4 && a->esize[1] == 4;
+}
+
+/* PyTorch's lerp in float (pointwise_ops.h). */
+static inline float fe_lerpf(float x, float y, float w)
+{
+	return fabsf(w) < 0.5f ? x + w * (y - x) : y - (y - x) * (1 - w);
+}
+
+/* The portable dense f32 loops: pointwise_ops.h's formulas; y / z scalars when ybc / zbc. */
+static void fe_f32_loops(int op, float a, float *o, const float *x, const float *y, const float *z, bool ybc,
+			 bool zbc, int64_t n)
+{
+	const int64_t ys = ybc ? 0 : 1, zs = zbc ? 0 : 1;
+	switch (op) {
+	case NK_OP_ADD: for (int64_t i = 0; i < n; i++) o[i] = x[i] + a * y[i * ys]; return;
+	case NK_OP_SUB: for (int64_t i = 0; i < n; i++) o[i] = x[i] - a * y[i * ys]; return;
+	case NK_OP_MUL: for (int64_t i = 0; i < n; i++) o[i] = x[i] * y[i * ys]; return;
+	case NK_OP_DIV: for (int64_t i = 0; i < n; i++) o[i] = x[i] / y[i * ys]; return;
+	case NK_OP_SQRT: for (int64_t i = 0; i < n; i++) o[i] = sqrtf(x[i]); return;
+	case NK_OP_NEG: for (int64_t i = 0; i < n; i++) o[i] = -x[i]; return;
+	case NK_OP_ABS: for (int64_t i = 0; i < n; i++) o[i] = fabsf(x[i]); return;
+	case NK_OP_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = 1 / x[i]; return;
+	case NK_OP_ADDCMUL: for (int64_t i = 0; i < n; i++) o[i] = x[i] + a * y[i * ys] * z[i * zs]; return;
+	case NK_OP_ADDCDIV: for (int64_t i = 0; i < n; i++) o[i] = x[i] + a * y[i * ys] / z[i * zs]; return;
+	case NK_OP_LERP_SCALAR: for (int64_t i = 0; i < n; i++) o[i] = fe_lerpf(x[i], y[i * ys], a); return;
+	default: return;
+	}
+}
+
+/* Item i's elements [b, e) as a pointwise launch (operands offset to b). */
+static void fe_pointwise_args(const nk_foreach_args_t *a, int i, int64_t b, int64_t e, nk_pointwise_args_t *pa)
+{
+	const nk_foreach_item_t *t = &a->items[i];
+	memset(pa, 0, sizeof *pa);
+	pa->it.ndim = 1;
+	pa->it.nops = a->nops;
+	pa->it.shape[0] = e - b;
+	for (int k = 0; k < a->nops; k++) {
+		pa->it.dtype[k] = a->dtype[k];
+		pa->it.strides[k][0] = a->esize[k];
+		pa->it.data[k] = k == a->sk ? (char *)&t->scal : t->data[k] + b * a->esize[k];
+	}
+	pa->op = a->op;
+	pa->a = t->a;
+	pa->ia = t->ia;
+	pa->b = a->b;
+}
+
+int nk_foreach_range(const nk_foreach_args_t *a, int i, int64_t begin, int64_t end)
+{
+	const nk_foreach_item_t *t = &a->items[i];
+	if (end <= begin)
+		return 0;
+	if (fe_f32_dense(a) && !nk_using_reference()) {
+		const float *p[NK_MAX_OPS] = {NULL, NULL, NULL, NULL};
+		for (int k = 0; k < a->nops; k++)
+			p[k] = k == a->sk ? (const float *)&t->scal
+			       : a->esize[k] ? (const float *)t->data[k] + begin : (const float *)t->data[k];
+		float *o = (float *)p[0];
+		bool ybc = a->nops > 2 && a->esize[2] == 0, zbc = a->nops > 3 && a->esize[3] == 0;
+		int64_t n = end - begin;
+		if (!(nk_cpu_avx512() && nk_foreach_f32_avx512(a->op, (float)t->a, o, p[1], p[2], p[3], ybc, zbc, n)))
+			fe_f32_loops(a->op, (float)t->a, o, p[1], p[2], p[3], ybc, zbc, n);
+		return 0;
+	}
+	nk_pointwise_args_t pa;
+	fe_pointwise_args(a, i, begin, end, &pa);
+	return nk_pointwise_run(&pa);
+}
+
+typedef struct {
+	const nk_foreach_args_t *a;
+	int64_t first[NK_FOREACH_ITEMS + 1]; /* first piece of each item */
+	atomic_int failed;                    /* 0, or 1 + the first item that failed */
+} fe_run_ctx_t;
+
+static void fe_task(void *ctx, int64_t begin, int64_t end)
+{
+	fe_run_ctx_t *c = ctx;
+	int i = 0;
+	for (int64_t p = begin; p < end; p++) {
+		while (p >= c->first[i + 1])
+			i++;
+		int64_t b = (p - c->first[i]) * FE_PIECE, n = c->a->items[i].n;
+		if (atomic_load_explicit(&c->failed, memory_order_relaxed))
+			return;
+		if (nk_foreach_range(c->a, i, b, n - b > FE_PIECE ? b + FE_PIECE : n)) {
+			int none = 0;
+			atomic_compare_exchange_strong(&c->failed, &none, 1 + i);
+			return;
+		}
+	}
+}
+
+int nk_foreach_run(void *args)
+{
+	const nk_foreach_args_t *a = args;
+	if (nk_using_reference())
+		return nk_foreach_ref(args);
+	if (nk_foreach_check(a))
+		return -1;
+	fe_run_ctx_t c;
+	c.a = a;
+	c.first[0] = 0;
+	for (int i = 0; i < a->count; i++)
+		c.first[i + 1] = c.first[i] + (a->items[i].n + FE_PIECE - 1) / FE_PIECE;
+	atomic_init(&c.failed, 0);
+	nrt_parallel_for(c.first[a->count], 1, fe_task, &c);
+	int failed = atomic_load(&c.failed);
+	if (failed) { /* not expected after the check: the pointwise engine fails only on integers */
+		nrt_kernel_fail("nk_foreach: op %d failed on item %d (%lld elements)", a->op, failed - 1,
+				(long long)a->items[failed - 1].n);
+		return -1;
+	}
+	return 0;
+}
+
+int nk_foreach_ref(void *args)
+{
+	const nk_foreach_args_t *a = args;
+	if (nk_foreach_check(a))
+		return -1;
+	for (int i = 0; i < a->count; i++) {
+		nk_pointwise_args_t pa;
+		fe_pointwise_args(a, i, 0, a->items[i].n, &pa);
+		if (nk_pointwise_ref(&pa))
+			return -1;
+	}
+	return 0;
+}
+
+/* ---- queue-level fusion: the record's items for nrt_fuse.h ---- */
+static int fe_describe(const void *args, nrt_fuse_item_t *out, int cap)
+{
+	const nk_foreach_args_t *a = args;
+	if (a->count > cap || nk_foreach_check(a))
+		return -1;
+	for (int i = 0; i < a->count; i++) {
+		const nk_foreach_item_t *t = &a->items[i];
+		nrt_fuse_item_t *it = &out[i];
+		it->pos = t->pos;
+		it->n = t->n;
+		it->nops = 0;
+		for (int k = 0; k < a->nops; k++) {
+			if (k == a->sk)
+				continue; /* lives in the record */
+			it->op[it->nops++] = (nrt_fuse_operand_t){t->data[k], a->esize[k],
+								  (int32_t)nk_dtype_size(a->dtype[k]), k == 0};
+		}
+	}
+	return a->count;
+}
+
+static int fe_fuse_range(void *args, int item, int64_t begin, int64_t end)
+{
+	return nk_foreach_range(args, item, begin, end);
+}
+
+const nrt_fuse_kernel_t nk_foreach_fuse = {fe_describe, fe_fuse_range};

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nrt_fuse.h" /* [fuse] */
 #include "nrt_impl.h"
 
 #define NRT_RING_MASK (NRT_RING_SLOTS - 1)
@@ -158,16 +159,42 @@ static void exec_release(struct nrt_queue *q)
 	}
 }
 
-/* Runs the record at head (the caller holds the claim and tail > head) and publishes it. */
-static void exec_one(struct nrt_queue *q, uint64_t head)
+/* Runs the record at head (the caller holds the claim and tail > head) and publishes it; returns the
+ * new head.  [fuse] A run of fusable records starting at head (fuse.c) runs fused and is published at
+ * once. */
+static uint64_t exec_one(struct nrt_queue *q, uint64_t head)
 {
 	struct nrt_launch_rec *r = &q->ring[head & NRT_RING_MASK];
-	int ret = run_record(q, r);
+	int k = nrt_fuse_exec(q, head, atomic_load_explicit(&q->tail, memory_order_acquire)); /* [fuse] */
+	int ret;
 
+	if (k > 0) { /* [fuse] */
+		atomic_store(&q->head, head + (uint64_t)k);
+		return head + (uint64_t)k;
+	}
+	ret = run_record(q, r);
 	if (ret && r->kind == NRT_REC_KERNEL)
 		set_sticky(q, r->name, ret);
 	atomic_store(&q->head, head + 1);
+	return head + 1;
 }
+
+/* ---- [fuse] hooks for fuse.c (queue-level loop fusion) -------------------------------------------- */
+void nrt_queue_fail_record(struct nrt_queue *q, const char *name, int ret)
+{
+	set_sticky(q, name, ret);
+}
+
+bool nrt_queue_trace_on(void)
+{
+	return atomic_load_explicit(&trace.on, memory_order_relaxed);
+}
+
+void nrt_queue_trace_record(struct nrt_queue *q, const char *name, int64_t t0, int64_t t1)
+{
+	trace_add(name, q, t0, t1);
+}
+/* ---- [fuse] end ------------------------------------------------------------------------------------ */
 
 /* Worker: park until there is work nobody else is running (or shutdown). */
 static void worker_park(struct nrt_queue *q)
@@ -221,7 +248,7 @@ static void help_until(struct nrt_queue *q, uint64_t seq)
 	cur_queue = q;
 	head = atomic_load(&q->head);
 	while (head < seq && head < atomic_load_explicit(&q->tail, memory_order_acquire))
-		exec_one(q, head++);
+		head = exec_one(q, head); /* [fuse] may run several records */
 	cur_queue = prev;
 	exec_release(q);
 	wake_waiters(q);

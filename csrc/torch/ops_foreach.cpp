@@ -9,6 +9,7 @@
 // else (integers, mixed dtypes, strides, CPU tensors, partial overlap) goes to aten's per-tensor
 // loop, which raises the same errors the single ops do.
 #include "neuron.h"
+#include "nk_foreach.h"
 
 #include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
@@ -34,52 +35,17 @@
 
 namespace neuron {
 
-// ---- launch record --------------------------------------------------------------------------------
+// ---- launch record: nk_foreach_args_t (nk_foreach.h); records of one op are fused with the records
+// queued behind it by the queue executor (nrt_fuse.h) when their lists line up
 
-struct FeItem {
-	char *data[NK_MAX_OPS]; // operand 0 is the output; the scalar operand (if any) is null here
-	int64_t n;
-	uint64_t scal; // the scalar operand's value in its dtype
-	double a;
-	int64_t ia;
-};
+using FeLaunch = nk_foreach_args_t;
+using FeItem = nk_foreach_item_t;
+constexpr int kFeItems = NK_FOREACH_ITEMS;
 
-constexpr int kFeHeader = 64;
-constexpr int kFeItems = (NRT_MAX_ARGS - kFeHeader) / (int)sizeof(FeItem);
-
-struct FeLaunch {
-	int32_t op, nops, sk, count;        // sk: index of the scalar operand, -1 if none
-	int8_t dtype[NK_MAX_OPS];
-	int64_t esize[NK_MAX_OPS];          // element size per operand (stride), 0 for a broadcast operand
-	double b;
-	FeItem items[kFeItems];
-};
-static_assert(sizeof(FeLaunch) <= NRT_MAX_ARGS, "foreach launch record too large");
-
-static int fe_kernel(void *p)
+static void fe_register_fusion()
 {
-	auto *L = (FeLaunch *)p;
-	nk_pointwise_args_t a{};
-	a.it.ndim = 1;
-	a.it.nops = L->nops;
-	a.op = L->op;
-	a.b = L->b;
-	for (int k = 0; k < L->nops; k++) {
-		a.it.dtype[k] = L->dtype[k];
-		a.it.strides[k][0] = L->esize[k];
-	}
-	for (int i = 0; i < L->count; i++) {
-		FeItem *t = &L->items[i];
-		a.it.shape[0] = t->n;
-		for (int k = 0; k < L->nops; k++)
-			a.it.data[k] = k == L->sk ? (char *)&t->scal : t->data[k];
-		a.a = t->a;
-		a.ia = t->ia;
-		int rc = nk_pointwise_run(&a);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	static const int rc = nrt_fuse_register(nk_foreach_run, &nk_foreach_fuse);
+	(void)rc; // a full table only means these records run op by op
 }
 
 // ---- the driver -----------------------------------------------------------------------------------
@@ -219,9 +185,10 @@ static bool fe_run(const FeOp &f, bool inplace, std::vector<at::Tensor> *outs)
 	size_t cost = 0;
 	if (outs)
 		outs->reserve(self.size());
+	fe_register_fusion();
 	auto flush = [&] {
 		if (L.count)
-			launch_cost(q, fe_kernel, L, f.name, cost);
+			launch_cost(q, nk_foreach_run, L, f.name, cost);
 		L.count = 0;
 		cost = 0;
 	};
@@ -235,6 +202,7 @@ static bool fe_run(const FeOp &f, bool inplace, std::vector<at::Tensor> *outs)
 		FeItem &t = L.items[L.count];
 		t = FeItem{};
 		t.n = n;
+		t.pos = (int64_t)i;
 		t.data[0] = (char *)out.data_ptr();
 		for (int k = 0; k < nin; k++)
 			t.data[1 + k] = (char *)f.in[k][i].const_data_ptr();
@@ -577,4 +545,23 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("_foreach_lerp.Scalar", lerp_s);
 	m.impl("_foreach_lerp_.Scalar", lerp_s_);
 	m.impl("_foreach_norm.Scalar", norm_f);
+}
+
+// ---- queue-level fusion control (tests, benchmarks) -----------------------------------------------
+// torch.ops.neuron._fuse_control(enable, tile) -> [enabled, tile elements, fused runs, fused records];
+// enable / tile < 0 leave the setting as it is.
+static std::vector<int64_t> fuse_control(int64_t enable, int64_t tile)
+{
+	if (enable >= 0)
+		nrt_fuse_enable(enable != 0);
+	if (tile >= 0)
+		nrt_fuse_set_tile(tile);
+	nrt_fuse_stats_t st;
+	nrt_fuse_get_stats(&st);
+	return {nrt_fuse_enabled() ? 1 : 0, nrt_fuse_tile(), (int64_t)st.runs, (int64_t)st.records};
+}
+
+TORCH_LIBRARY_FRAGMENT(neuron, m)
+{
+	m.def("_fuse_control(int enable=-1, int tile=-1) -> int[]", &fuse_control);
 }

@@ -265,3 +265,173 @@ def test_inline_bytes_env():
     assert "imported" in r.stdout  # garbage never breaks import torch ...
     assert r.returncode != 0        # ... the first use of the device raises, naming it
     assert "NEURON_INLINE_BYTES" in r.stderr and "lots" in r.stderr, r.stderr[-2000:]
+
+
+# ---- queue-level fusion of queued foreach records (csrc/runtime/fuse.c) ---------------------------
+
+def _fuse(enable=-1, tile=-1):
+    return torch.ops.neuron._fuse_control(enable, tile)  # [enabled, tile, runs, records]
+
+
+def _busy():
+    # a kernel that keeps the queue busy for a while, so that the foreach records behind it are all
+    # queued when the executor reaches them (the executor never waits for records)
+    a = torch.randn(512, 512, device="neuron")
+    for _ in range(3):
+        a = a @ a * 1e-3
+    return a
+
+
+def _adamw_params(dt, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(1000, 37), (5,), (3, 4, 5), (4097,), (1,), (300, 300)]
+    ps = [torch.randn(s, generator=g).to(dt) for s in shapes]
+    gs = [[torch.randn(s, generator=g).to(dt) for s in shapes] for _ in range(4)]
+    return ps, gs
+
+
+def _adamw_run(device, dt, fuse, **kw):
+    ps, gs = _adamw_params(dt)
+    ps = [p.to(device).requires_grad_() for p in ps]
+    opt = torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, **kw)
+    old = _fuse()[0]
+    if device == "neuron":
+        _fuse(fuse)
+    try:
+        for step_grads in gs:
+            for p, g in zip(ps, step_grads):
+                p.grad = g.to(device)
+            if device == "neuron":
+                _busy()
+            opt.step()
+        if device == "neuron":
+            torch.neuron.synchronize()
+    finally:
+        _fuse(old)
+    return [p.detach().cpu() for p in ps], opt
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=str)
+def test_adamw_default_step_fused(dt, neuron_ops):
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+    probe = [torch.zeros(2, device="neuron", requires_grad=True)]
+    assert _default_to_fused_or_foreach(probe, False, False)[1], "torch picks foreach for neuron"
+    neuron_ops.clear_op_tracking()
+    before = _fuse()
+    fused, opt = _adamw_run("neuron", dt, 1)
+    after = _fuse()
+    assert after[3] - before[3] >= 8, (before, after)  # the step's records ran fused
+    assert not neuron_ops.get_fallback_ops()
+    unfused, _ = _adamw_run("neuron", dt, 0)
+    for a, b in zip(fused, unfused):
+        assert torch.equal(a, b)  # bit for bit what the op-by-op path computes
+    cpu, _ = _adamw_run("cpu", dt, 1, foreach=True)  # the same foreach sequence on the CPU
+    for a, b in zip(fused, cpu):
+        if dt == torch.float32:
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
+
+
+def test_fusion_aliasing_matches_cpu():
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(3000, generator=g)
+    a, b, c, d = (torch.randn(1000, generator=g) for _ in range(4))
+
+    def seq(base, a, b, c, d):
+        torch._foreach_mul_([a, b], 2.0)
+        torch._foreach_add_([b, a], [c, d])              # a and b swap positions: must not fuse
+        torch._foreach_addcmul_([c, d], [a, a], [b, b], value=0.5)
+        x, y = base[0:1000], base[500:1500]              # overlapping views of one tensor
+        torch._foreach_mul_([x], 3.0)
+        torch._foreach_add_([y], [c], alpha=0.25)         # overlaps the previous op's output
+        torch._foreach_mul_([d], [base[200:1200]])         # reads across both
+        torch._foreach_sqrt_([base[2000:3000].abs_()])
+        z = torch._foreach_div([c, d], [b, b])           # the same tensor twice in one list
+        torch._foreach_lerp_([a, b], z, 0.3)
+        return [base, a, b, c, d]
+
+    want = seq(*(t.clone() for t in (base, a, b, c, d)))
+    before = _fuse()
+    dev = [t.to("neuron") for t in (base, a, b, c, d)]
+    _busy()
+    got = seq(*dev)
+    torch.neuron.synchronize()
+    after = _fuse()
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x.cpu(), y, rtol=1e-6, atol=1e-6)
+    assert after[2] > before[2]  # the runs that may fuse did
+
+
+def test_fusion_sticky_error_mid_run():
+    x = torch.ones(1000, device="neuron")
+    y = torch.ones(1000, device="neuron")
+    w = torch.randn(4, 3, device="neuron")
+    _busy()
+    torch._foreach_mul_([x], 3.0)
+    with pytest.raises((RuntimeError, IndexError)):
+        torch.nn.functional.embedding(torch.tensor([7], device="neuron"), w)  # fails on the device
+        torch._foreach_add_([x, y], 1.0)                                     # skipped
+        torch.neuron.synchronize()
+    torch.neuron.synchronize()
+    assert torch.equal(x.cpu(), torch.full((1000,), 3.0))
+    assert torch.equal(y.cpu(), torch.ones(1000))
+    torch._foreach_add_([x, y], 1.0)
+    assert torch.equal(y.cpu(), torch.full((1000,), 2.0))
+
+
+def test_fusion_off_and_tile_setting():
+    old = _fuse()
+    try:
+        st = _fuse(0, 128)
+        assert st[0] == 0 and st[1] == 128
+        x = [torch.ones(300, device="neuron") for _ in range(3)]
+        _busy()
+        for _ in range(5):
+            torch._foreach_mul_(x, 2.0)
+        torch.neuron.synchronize()
+        assert _fuse()[3] == st[3]  # nothing fused while off
+        _fuse(1)
+        _busy()
+        for _ in range(5):
+            torch._foreach_mul_(x, 0.5)
+        torch.neuron.synchronize()
+        assert all(torch.equal(t.cpu(), torch.ones(300)) for t in x)
+    finally:
+        _fuse(old[0], old[1])
+
+
+@pytest.mark.parametrize("name", ["adamw_many", "adam_amsgrad", "sgd_nesterov", "rmsprop"])
+def test_optimizers_fused_equal_op_by_op(name):
+    # more tensors than one record holds (several records per op), clip_grad_norm_ between steps
+    make = {
+        "adamw_many": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, maximize=True),
+        "adam_amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True, weight_decay=0.01),
+        "sgd_nesterov": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, nesterov=True, weight_decay=1e-4),
+        "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.5),
+    }[name]
+
+    def run(fuse):
+        g = torch.Generator().manual_seed(0)
+        shapes = [(int(n),) for n in torch.randint(1, 2000, (60,), generator=g)]
+        ps = [torch.randn(s, generator=g).to("neuron").requires_grad_() for s in shapes]
+        opt = make(ps)
+        old = _fuse()[0]
+        _fuse(fuse)
+        try:
+            for _ in range(3):
+                for p in ps:
+                    p.grad = torch.randn(p.shape, generator=g).to("neuron")
+                _busy()
+                torch.nn.utils.clip_grad_norm_(ps, 0.5)
+                opt.step()
+            torch.neuron.synchronize()
+        finally:
+            _fuse(old)
+        return [p.detach().cpu() for p in ps]
+
+    before = _fuse()
+    fused = run(1)
+    assert _fuse()[3] > before[3]
+    for a, b in zip(fused, run(0)):
+        assert torch.equal(a, b)

@@ -1,0 +1,451 @@
+/* fuse.c - queue-level loop fusion of multi-tensor elementwise records (the contract is in nrt_fuse.h).
+ *
+ * nrt_fuse_exec runs on the thread that holds the queue's exec claim.  It gathers the fusable records
+ * queued from head on, sorts their items by (list position, record) to check that items at one
+ * position agree on their element count, sorts the operand ranges by address to find overlaps that are
+ * not the same tensor at the same position, and cuts the run before the first record involved in a
+ * violation.  The run then executes as units of (position, tile) over the kernel thread pool: a unit
+ * applies every record of the run that has an item at that position, in queue order, to one tile.
+ *
+ * The scratch arrays (about 0.8 MiB) are allocated per executing thread on first use and freed when
+ * the thread exits; without them nothing fuses.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nrt_fuse.h"
+#include "nrt_impl.h"
+
+#define FUSE_MAX_KERNELS 16
+#define FUSE_PAIR_BUDGET 65536 /* overlapping range pairs examined before giving up on a run */
+#define FUSE_RING_MASK (NRT_RING_SLOTS - 1)
+
+static struct {
+	nrt_kernel_fn fn;
+	const nrt_fuse_kernel_t *k;
+} fuse_kernels[FUSE_MAX_KERNELS];
+static atomic_int fuse_nkernels;
+static pthread_mutex_t fuse_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool fuse_on = true;
+static atomic_int_fast64_t fuse_tile_elems = NRT_FUSE_TILE_DEFAULT;
+static atomic_uint_fast64_t fuse_stat_runs, fuse_stat_records;
+
+/* ---- registry and settings ------------------------------------------------------------------------ */
+int nrt_fuse_register(nrt_kernel_fn fn, const nrt_fuse_kernel_t *k)
+{
+	int n, rc = NRT_OK;
+
+	if (!fn || !k || !k->describe || !k->range)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_fuse_register: null kernel or callbacks");
+	pthread_mutex_lock(&fuse_reg_lock);
+	n = atomic_load(&fuse_nkernels);
+	for (int i = 0; i < n; i++)
+		if (fuse_kernels[i].fn == fn)
+			goto out;
+	if (n == FUSE_MAX_KERNELS) {
+		rc = nrt_set_error(NRT_ERR_INVALID, "nrt_fuse_register: table full (%d kernels)", FUSE_MAX_KERNELS);
+		goto out;
+	}
+	fuse_kernels[n].fn = fn;
+	fuse_kernels[n].k = k;
+	atomic_store(&fuse_nkernels, n + 1); /* publishes the entry */
+out:
+	pthread_mutex_unlock(&fuse_reg_lock);
+	return rc;
+}
+
+static const nrt_fuse_kernel_t *fuse_lookup(nrt_kernel_fn fn)
+{
+	int n = atomic_load_explicit(&fuse_nkernels, memory_order_acquire);
+
+	for (int i = 0; i < n; i++)
+		if (fuse_kernels[i].fn == fn)
+			return fuse_kernels[i].k;
+	return NULL;
+}
+
+void nrt_fuse_enable(bool on)
+{
+	atomic_store(&fuse_on, on);
+}
+
+bool nrt_fuse_enabled(void)
+{
+	return atomic_load(&fuse_on);
+}
+
+void nrt_fuse_set_tile(int64_t elements)
+{
+	if (elements < 64)
+		elements = 64;
+	if (elements > ((int64_t)1 << 24))
+		elements = (int64_t)1 << 24;
+	atomic_store(&fuse_tile_elems, elements);
+}
+
+int64_t nrt_fuse_tile(void)
+{
+	return atomic_load(&fuse_tile_elems);
+}
+
+void nrt_fuse_get_stats(nrt_fuse_stats_t *out)
+{
+	if (!out)
+		return;
+	out->runs = atomic_load(&fuse_stat_runs);
+	out->records = atomic_load(&fuse_stat_records);
+}
+
+/* ---- scratch ---------------------------------------------------------------------------------------- */
+struct fuse_rec {
+	void *args;
+	const nrt_fuse_kernel_t *k;
+	const char *name;
+	int item0, nitems;
+	uint64_t bytes; /* bytes its operands cover (trace apportioning) */
+};
+
+struct fuse_ent { /* one item of one record */
+	int64_t pos, n;
+	int rec, item; /* item: index inside the record */
+};
+
+struct fuse_span { /* one operand range */
+	uintptr_t s, e;
+	int64_t pos, stride;
+	int32_t size;
+	int rec;  /* the (first) record using it */
+	int wrec; /* the first record writing it, INT_MAX if none */
+};
+
+struct fuse_grp { /* one list position of the run: entries [first, first + count) of ent */
+	int64_t n, unit0, tiles;
+	int first, count;
+};
+
+struct fuse_scratch {
+	struct fuse_rec rec[NRT_FUSE_MAX_RECORDS];
+	nrt_fuse_item_t item[NRT_FUSE_MAX_ITEMS];
+	struct fuse_ent ent[NRT_FUSE_MAX_ITEMS];
+	struct fuse_span span[NRT_FUSE_MAX_ITEMS * NRT_FUSE_MAX_OPERANDS];
+	struct fuse_grp grp[NRT_FUSE_MAX_ITEMS];
+};
+
+static pthread_key_t fuse_key;
+static pthread_once_t fuse_key_once = PTHREAD_ONCE_INIT;
+static bool fuse_key_ok;
+
+static void fuse_key_init(void)
+{
+	fuse_key_ok = pthread_key_create(&fuse_key, free) == 0;
+}
+
+static struct fuse_scratch *fuse_scratch(void)
+{
+	struct fuse_scratch *s;
+
+	pthread_once(&fuse_key_once, fuse_key_init);
+	if (!fuse_key_ok)
+		return NULL;
+	s = pthread_getspecific(fuse_key);
+	if (!s) {
+		s = malloc(sizeof *s);
+		if (s && pthread_setspecific(fuse_key, s)) {
+			free(s);
+			s = NULL;
+		}
+	}
+	return s;
+}
+
+/* ---- planning --------------------------------------------------------------------------------------- */
+static bool fuse_item_valid(const nrt_fuse_item_t *it)
+{
+	if (it->n < 0 || it->nops < 1 || it->nops > NRT_FUSE_MAX_OPERANDS)
+		return false;
+	for (int k = 0; k < it->nops; k++) {
+		const nrt_fuse_operand_t *o = &it->op[k];
+		if (it->n && !o->ptr)
+			return false;
+		if (o->size <= 0 || o->stride < 0 || (o->stride && it->n > INT64_MAX / o->stride))
+			return false;
+		if (o->write && !o->stride && it->n > 1)
+			return false; /* every element written to one place: not elementwise */
+		if (o->stride && (uintptr_t)o->ptr > UINTPTR_MAX - (uintptr_t)(it->n * o->stride))
+			return false;
+	}
+	return true;
+}
+
+/* Gathers the fusable records from head on into S; returns their count. */
+static int fuse_gather(struct fuse_scratch *S, struct nrt_queue *q, uint64_t head, uint64_t tail)
+{
+	int nrec = 0, nitems = 0;
+
+	while (nrec < NRT_FUSE_MAX_RECORDS && head + (uint64_t)nrec < tail) {
+		struct nrt_launch_rec *r = &q->ring[(head + (uint64_t)nrec) & FUSE_RING_MASK];
+		const nrt_fuse_kernel_t *k;
+		uint64_t bytes = 0;
+		int cnt;
+
+		if (r->kind != NRT_REC_KERNEL || !(k = fuse_lookup(r->fn)))
+			break;
+		cnt = k->describe(r->args, S->item + nitems, NRT_FUSE_MAX_ITEMS - nitems);
+		if (cnt < 0 || cnt > NRT_FUSE_MAX_ITEMS - nitems)
+			break;
+		for (int i = 0; i < cnt; i++) {
+			const nrt_fuse_item_t *it = &S->item[nitems + i];
+			if (!fuse_item_valid(it))
+				return nrec;
+			for (int o = 0; o < it->nops; o++)
+				bytes += (uint64_t)(it->op[o].stride ? it->n * it->op[o].stride : it->op[o].size);
+		}
+		S->rec[nrec] = (struct fuse_rec){ r->args, k, r->name, nitems, cnt, bytes };
+		nitems += cnt;
+		nrec++;
+	}
+	return nrec;
+}
+
+static int ent_cmp(const void *pa, const void *pb)
+{
+	const struct fuse_ent *a = pa, *b = pb;
+
+	if (a->pos != b->pos)
+		return a->pos < b->pos ? -1 : 1;
+	if (a->rec != b->rec)
+		return a->rec < b->rec ? -1 : 1;
+	return a->item < b->item ? -1 : a->item > b->item;
+}
+
+static int span_cmp(const void *pa, const void *pb)
+{
+	const struct fuse_span *a = pa, *b = pb;
+
+	if (a->s != b->s)
+		return a->s < b->s ? -1 : 1;
+	if (a->e != b->e)
+		return a->e < b->e ? -1 : 1;
+	if (a->pos != b->pos)
+		return a->pos < b->pos ? -1 : 1;
+	if (a->stride != b->stride)
+		return a->stride < b->stride ? -1 : 1;
+	return a->size < b->size ? -1 : a->size > b->size;
+}
+
+/* Fills S->ent sorted by (position, record, item); returns the number of records whose items agree on
+ * the element count of every position they share with earlier records. */
+static int fuse_check_positions(struct fuse_scratch *S, int nrec, int *nent)
+{
+	int n = 0, cut = nrec;
+
+	for (int r = 0; r < nrec; r++)
+		for (int i = 0; i < S->rec[r].nitems; i++) {
+			const nrt_fuse_item_t *it = &S->item[S->rec[r].item0 + i];
+			S->ent[n++] = (struct fuse_ent){ it->pos, it->n, r, i };
+		}
+	qsort(S->ent, (size_t)n, sizeof S->ent[0], ent_cmp);
+	for (int i = 0, g = 0; i < n; i++) {
+		if (S->ent[i].pos != S->ent[g].pos)
+			g = i;
+		else if (S->ent[i].n != S->ent[g].n && S->ent[i].rec < cut)
+			cut = S->ent[i].rec;
+	}
+	*nent = n;
+	return cut;
+}
+
+static bool span_same(const struct fuse_span *a, const struct fuse_span *b)
+{
+	return a->s == b->s && a->e == b->e && a->pos == b->pos && a->stride == b->stride && a->size == b->size;
+}
+
+static int imax(int a, int b)
+{
+	return a > b ? a : b;
+}
+
+static int imin(int a, int b)
+{
+	return a < b ? a : b;
+}
+
+/* Returns how many records (<= cut) have no overlap conflict with each other, or -1 when the check
+ * would cost too much.  The operand ranges are sorted and identical ones (one tensor at one position,
+ * used by several records) merged first, keeping the first record that uses the range (rec) and the
+ * first that writes it (wrec, INT_MAX if none).  Two distinct overlapping ranges of which one is
+ * written conflict: the run stops at the later of the two records involved. */
+static int fuse_check_memory(struct fuse_scratch *S, int cut)
+{
+	int n = 0, m = 0, budget = FUSE_PAIR_BUDGET;
+
+	for (int r = 0; r < cut; r++)
+		for (int i = 0; i < S->rec[r].nitems; i++) {
+			const nrt_fuse_item_t *it = &S->item[S->rec[r].item0 + i];
+			if (!it->n)
+				continue; /* touches nothing */
+			for (int o = 0; o < it->nops; o++) {
+				const nrt_fuse_operand_t *op = &it->op[o];
+				uintptr_t s = (uintptr_t)op->ptr;
+				uintptr_t e = s + (uintptr_t)(op->stride ? it->n * op->stride : op->size);
+				S->span[n++] = (struct fuse_span){ s, e, it->pos, op->stride, op->size, r,
+								   op->write ? r : INT_MAX };
+			}
+		}
+	qsort(S->span, (size_t)n, sizeof S->span[0], span_cmp);
+	for (int i = 0; i < n; i++) { /* merge identical ranges */
+		if (m && span_same(&S->span[m - 1], &S->span[i])) {
+			S->span[m - 1].rec = imin(S->span[m - 1].rec, S->span[i].rec);
+			S->span[m - 1].wrec = imin(S->span[m - 1].wrec, S->span[i].wrec);
+			continue;
+		}
+		S->span[m++] = S->span[i];
+	}
+	for (int i = 0; i < m; i++) {
+		const struct fuse_span *a = &S->span[i];
+		for (int j = i + 1; j < m && S->span[j].s < a->e; j++) {
+			const struct fuse_span *b = &S->span[j];
+			if (--budget < 0)
+				return -1;
+			cut = imin(cut, imin(imax(a->wrec, b->rec), imax(a->rec, b->wrec)));
+		}
+	}
+	return cut;
+}
+
+/* Groups the entries of records [0, nrec) by position (dropping the others) and numbers the units. */
+static int64_t fuse_plan_units(struct fuse_scratch *S, int nent, int nrec, int64_t tile, int *ngrp_out)
+{
+	int m = 0, ngrp = 0;
+	int64_t units = 0;
+
+	for (int i = 0; i < nent; i++)
+		if (S->ent[i].rec < nrec)
+			S->ent[m++] = S->ent[i];
+	for (int i = 0; i < m; i++) {
+		if (ngrp && S->grp[ngrp - 1].first + S->grp[ngrp - 1].count == i &&
+		    S->ent[S->grp[ngrp - 1].first].pos == S->ent[i].pos) {
+			S->grp[ngrp - 1].count++;
+			continue;
+		}
+		S->grp[ngrp++] = (struct fuse_grp){ S->ent[i].n, 0, 0, i, 1 };
+	}
+	for (int g = 0; g < ngrp; g++) {
+		S->grp[g].unit0 = units;
+		S->grp[g].tiles = (S->grp[g].n + tile - 1) / tile;
+		units += S->grp[g].tiles;
+	}
+	*ngrp_out = ngrp;
+	return units;
+}
+
+/* ---- execution -------------------------------------------------------------------------------------- */
+struct fuse_run {
+	struct fuse_scratch *S;
+	int ngrp;
+	int64_t tile;
+	atomic_int failed;      /* 0, or 1 + the failing record */
+	int fail_rc;
+	char msg[NRT_ERRMSG_MAX];
+};
+
+static void fuse_task(void *ctx, int64_t begin, int64_t end)
+{
+	struct fuse_run *R = ctx;
+	struct fuse_scratch *S = R->S;
+	int lo = 0, hi = R->ngrp - 1;
+
+	nrt_kernel_fail_clear();
+	while (lo < hi) { /* the group holding unit `begin` */
+		int mid = (lo + hi + 1) / 2;
+		if (S->grp[mid].unit0 <= begin)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	for (int64_t u = begin, g = lo; u < end; u++) {
+		while (u >= S->grp[g].unit0 + S->grp[g].tiles)
+			g++;
+		const struct fuse_grp *G = &S->grp[g];
+		int64_t b = (u - G->unit0) * R->tile;
+		int64_t e = G->n - b > R->tile ? b + R->tile : G->n;
+		for (int i = 0; i < G->count; i++) {
+			const struct fuse_ent *E = &S->ent[G->first + i];
+			const struct fuse_rec *rec = &S->rec[E->rec];
+			int rc;
+			if (atomic_load_explicit(&R->failed, memory_order_relaxed))
+				return;
+			rc = rec->k->range(rec->args, E->item, b, e);
+			if (rc) {
+				int none = 0;
+				if (atomic_compare_exchange_strong(&R->failed, &none, 1 + E->rec)) {
+					R->fail_rc = rc;
+					snprintf(R->msg, sizeof R->msg, "%s", nrt_kernel_fail_message());
+				}
+				return;
+			}
+		}
+	}
+}
+
+int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail)
+{
+	struct nrt_launch_rec *r0 = &q->ring[head & FUSE_RING_MASK];
+	struct fuse_scratch *S;
+	struct fuse_run R;
+	int nrec, nent, failed;
+	int64_t units, t0 = 0, t1;
+	bool traced;
+
+	if (tail - head < 2 || !atomic_load_explicit(&fuse_on, memory_order_relaxed) ||
+	    r0->kind != NRT_REC_KERNEL || !fuse_lookup(r0->fn) || atomic_load(&q->err_flag))
+		return 0;
+	if (!(S = fuse_scratch()))
+		return 0;
+	nrec = fuse_gather(S, q, head, tail);
+	if (nrec < 2)
+		return 0;
+	nrec = fuse_check_positions(S, nrec, &nent);
+	if (nrec < 2)
+		return 0;
+	nrec = fuse_check_memory(S, nrec);
+	if (nrec < 2)
+		return 0;
+
+	R.S = S;
+	R.tile = atomic_load(&fuse_tile_elems);
+	units = fuse_plan_units(S, nent, nrec, R.tile, &R.ngrp);
+	atomic_init(&R.failed, 0);
+	R.fail_rc = 0;
+	R.msg[0] = 0;
+	traced = nrt_queue_trace_on();
+	if (traced)
+		t0 = nrt_mono_ns();
+	if (units > 0)
+		nrt_parallel_for(units, 1, fuse_task, &R);
+	failed = atomic_load(&R.failed);
+	if (failed) {
+		if (R.msg[0])
+			nrt_kernel_fail("%s", R.msg);
+		else
+			nrt_kernel_fail_clear();
+		nrt_queue_fail_record(q, S->rec[failed - 1].name, R.fail_rc);
+	}
+	if (traced) {
+		uint64_t total = 0, done = 0;
+		t1 = nrt_mono_ns();
+		for (int i = 0; i < nrec; i++)
+			total += S->rec[i].bytes;
+		for (int i = 0; i < nrec; i++) {
+			int64_t a = t0 + (int64_t)(total ? (double)(t1 - t0) * (double)done / (double)total : 0);
+			done += S->rec[i].bytes;
+			int64_t b = total ? t0 + (int64_t)((double)(t1 - t0) * (double)done / (double)total) : t1;
+			nrt_queue_trace_record(q, S->rec[i].name, a, b);
+		}
+	}
+	atomic_fetch_add(&fuse_stat_runs, 1);
+	atomic_fetch_add(&fuse_stat_records, (uint64_t)nrec);
+	return nrec;
+}
