@@ -271,7 +271,16 @@ int nc_emit_group_fns(nc_graph_t *g, nc_sb_t *s, int ui)
 		return st;
 	sb_printf(s, "\treturn 0;\n}\n\n");
 	sb_printf(s, "static void nc_lr%d(void *c, int64_t b, int64_t e)\n{\n\t(void)b; (void)e;\n"
-		     "\tif (nc_lb%d((nc_ctx_t *)c))\n\t\tnc_task_fail((nc_ctx_t *)c);\n}\n\n", u->kid, u->kid);
+		     "\tif (nc_lb%d((nc_ctx_t *)c)) {\n\t\tnc_task_fail((nc_ctx_t *)c);\n\t\treturn;\n\t}\n", u->kid, u->kid);
+	if (u->epi1) { /* its epilogue (embedding_bwd), on this task's thread right after the call */
+		const nc_unit_t *e = &g->u[u->epi1 - 1];
+		sb_printf(s, "\t{\n\t\tconst nc_ctx_t *cx = (const nc_ctx_t *)c;\n\t\tconst int64_t *S = cx->S;\n\t\t(void)S;\n");
+		for (int i = 0; i < g->nsyms; i++)
+			sb_printf(s, "\t\tconst int64_t S%d = S[%d]; (void)S%d;\n", i, i, i);
+		sb_printf(s, "\t\tconst int64_t R_ = (%s), L_ = (%s), CH_ = L_ < NC_CHUNK ? (L_ > 0 ? L_ : 1) : NC_CHUNK;\n", e->R, e->L);
+		sb_printf(s, "\t\tif (R_ > 0 && L_ > 0)\n\t\t\tnc_k%d(c, 0, R_ * ((L_ + CH_ - 1) / CH_));\n\t}\n", e->kid);
+	}
+	sb_printf(s, "}\n\n");
 	return 0;
 }
 

@@ -214,9 +214,15 @@ static void unit_roots(nc_graph_t *g, int ui, void (*fn)(nc_graph_t *, int, void
 	const nc_unit_t *u = &g->u[ui];
 	for (int k = 0; k < u->nnodes; k++) {
 		const nc_node_t *n = &g->n[u->nodes[k]];
-		for (int i = 0; i < n->nout; i++)
-			if (n->outs[i] >= 0 && g->v[n->outs[i]].mat && g->v[n->outs[i]].storage != ST_NONE)
-				fn(g, g->v[n->outs[i]].storage == ST_INTO ? g->v[n->outs[i]].into : n->outs[i], ctx);
+		for (int i = 0; i < n->nout; i++) {
+			if (n->outs[i] < 0)
+				continue;
+			const nc_value_t *o = &g->v[n->outs[i]];
+			if (o->view_of >= 0 && g->v[o->root].storage != ST_NONE) /* written into another buffer (cat_into) */
+				fn(g, o->root, ctx);
+			else if (o->mat && o->storage != ST_NONE)
+				fn(g, o->storage == ST_INTO ? o->into : n->outs[i], ctx);
+		}
 		for (int i = 0; i < n->nin; i++) {
 			if (n->ins[i].kind != 'v' || n->ins[i].v < 0)
 				continue;
@@ -309,41 +315,188 @@ out:
  * block and applies the epilogue (bias, activation, residual add, casts) to each block while it is
  * in cache.  The epilogue takes the GEMM's step, so the live ranges keep its outputs off the bytes
  * of the GEMM's operands (later row blocks still read them). */
+static bool reads_root(const nc_graph_t *g, const nc_unit_t *e, int root)
+{
+	for (int i = 0; i < e->nnodes; i++) {
+		const nc_node_t *m = &g->n[e->nodes[i]];
+		for (int j = 0; j < m->nin; j++)
+			if (m->ins[j].kind == 'v' && m->ins[j].v >= 0 && g->v[m->ins[j].v].root == root)
+				return true;
+	}
+	return false;
+}
+
+/* the output C of a GEMM (2-D mm) or embedding unit that can take an epilogue, or NULL */
+static const nc_value_t *epi_target(const nc_graph_t *g, const nc_unit_t *u)
+{
+	if (u->kind != U_LIB || u->dead)
+		return NULL;
+	const nc_node_t *mm = &g->n[u->nodes[0]];
+	/* embedding: a gather of rows, the epilogue runs on each row block; embedding_bwd (one task): the
+	 * epilogue runs after it in the same task */
+	bool emb = !strcmp(mm->op, "embedding") || !strcmp(mm->op, "embedding_bwd");
+	if ((strcmp(mm->op, "mm") && !emb) || mm->nout < 1 || mm->outs[0] < 0)
+		return NULL;
+	const nc_value_t *C = &g->v[mm->outs[0]];
+	if ((!emb && C->rank != 2) || (emb && C->rank < 1) || !nc_streq(C->lin[0], "1") || C->view_of >= 0)
+		return NULL;
+	return C;
+}
+
+/* every member of e has C's element count with C's row length a suffix product of its shape */
+static bool epi_shape_ok(const nc_graph_t *g, const nc_unit_t *e, const int *nodes, int nnodes, const nc_value_t *C)
+{
+	const char *cols = C->size[C->rank - 1];
+	for (int i = 0; i < nnodes; i++) {
+		const nc_node_t *m = &g->n[nodes[i]];
+		const nc_value_t *S = &g->v[m->outs[0]];
+		if (!nc_streq(S->sp[0], C->sp[0]) || nc_sp_index(S, cols) < 0 || S->into >= 0) /* no in-place write:
+												     * later blocks read the GEMM's operands */
+			return false;
+	}
+	(void)e;
+	return true;
+}
+
 static void epilogues(nc_graph_t *g)
 {
 	g->nepi = 0;
 	for (int p = 0; p + 1 < g->nsched; p++) {
-		nc_unit_t *u = &g->u[g->sched[p]], *e = &g->u[g->sched[p + 1]];
-		if (u->kind != U_LIB || e->kind != U_PW || e->dead)
+		nc_unit_t *u = &g->u[g->sched[p]];
+		const nc_value_t *C = epi_target(g, u);
+		if (!C)
 			continue;
-		const nc_node_t *mm = &g->n[u->nodes[0]];
-		bool emb = !strcmp(mm->op, "embedding"); /* a gather of rows: the epilogue runs on each row block */
-		if ((strcmp(mm->op, "mm") && !emb) || mm->nout < 1 || mm->outs[0] < 0)
-			continue;
-		const nc_value_t *C = &g->v[mm->outs[0]];
-		if ((!emb && C->rank != 2) || (emb && C->rank < 1) || !nc_streq(C->lin[0], "1") || C->view_of >= 0)
-			continue;
-		const char *rows = C->pp[C->rank - 1], *cols = C->size[C->rank - 1];
-		bool reads = false, ok = true;
-		for (int i = 0; i < e->nnodes && ok; i++) {
-			const nc_node_t *m = &g->n[e->nodes[i]];
-			const nc_value_t *S = &g->v[m->outs[0]];
-			ok = nc_streq(S->sp[0], C->sp[0]) && nc_sp_index(S, cols) >= 0 && S->into < 0; /* no in-place write:
-														     * later blocks read the GEMM's operands */
-			for (int j = 0; j < m->nin; j++)
-				if (m->ins[j].kind == 'v' && m->ins[j].v >= 0 && g->v[m->ins[j].v].root == C->id)
-					reads = true;
+		/* the first later pointwise unit that reads C and could run right after the GEMM (all its other
+		 * dependencies are scheduled before it) */
+		int q = p + 1;
+		for (; q < g->nsched; q++) {
+			const nc_unit_t *e = &g->u[g->sched[q]];
+			if (e->kind != U_PW || e->dead || e->is_epi || !reads_root(g, e, C->id))
+				continue;
+			bool ready = true;
+			for (int k = 0; k < e->ndeps && ready; k++)
+				ready = e->deps[k] == g->sched[p] || g->u[e->deps[k]].step < p;
+			if (!ready || !epi_shape_ok(g, e, e->nodes, e->nnodes, C))
+				q = g->nsched;
+			break;
 		}
-		if (!ok || !reads)
+		if (q >= g->nsched)
 			continue;
-		u->epi1 = g->sched[p + 1] + 1;
+		nc_unit_t *e = &g->u[g->sched[q]];
+		const nc_node_t *mm = &g->n[u->nodes[0]];
+		u->epi1 = g->sched[q] + 1;
 		e->is_epi = true;
-		e->step = u->step;
-		e->R = rows;
-		e->L = cols;
-		nc_log(g, "epilogue: unit %d runs inside the %s of unit %d", g->sched[p + 1], mm->op, g->sched[p]);
-		p++;
+		e->R = C->pp[C->rank - 1];
+		e->L = C->size[C->rank - 1];
+		nc_log(g, "epilogue: unit %d runs inside the %s of unit %d", g->sched[q], mm->op, g->sched[p]);
 	}
+}
+
+/* A column unit right after a GEMM whose pointwise members (its prologue: e.g. a GELU backward
+ * reading the GEMM's output) could be the GEMM's epilogue is split in two: the pointwise members
+ * become a PW unit (the GEMM's epilogue, see `epilogues`), the column reductions (a bias gradient)
+ * stay a COL unit that reads their materialized result and can join the next dependency group. */
+static int split_col_prologues(nc_graph_t *g)
+{
+	int nu0 = g->nu;
+	for (int ui = 0; ui < nu0; ui++) {
+		nc_unit_t *U = &g->u[ui];
+		if (U->kind != U_COL || U->dead)
+			continue;
+		int nf = 0, gemm = -1;
+		bool ok = true;
+		for (int i = 0; i < U->nnodes && ok; i++) {
+			const nc_node_t *m = &g->n[U->nodes[i]];
+			if (m->kind != 'P' || g->v[m->outs[0]].cls != CLS_FULL)
+				continue;
+			nf++;
+			for (int j = 0; j < m->nin && ok; j++) {
+				if (m->ins[j].kind != 'v' || m->ins[j].v < 0)
+					continue;
+				const nc_value_t *r = &g->v[g->v[m->ins[j].v].root];
+				if (r->producer < 0)
+					continue;
+				const nc_node_t *pn = &g->n[r->producer];
+				if (pn->unit == ui && g->v[pn->outs[0]].cls != CLS_FULL)
+					ok = false; /* reads one of the unit's reductions */
+				else if (pn->unit >= 0 && pn->unit != ui && epi_target(g, &g->u[pn->unit]))
+					gemm = pn->unit;
+			}
+		}
+		if (!ok || !nf || nf == U->nnodes || gemm < 0)
+			continue;
+		int *fn = malloc(sizeof(int) * (size_t)U->nnodes);
+		if (!fn)
+			return nc_fail(g, NC_ERR_NOMEM, "out of memory");
+		int k = 0;
+		for (int i = 0; i < U->nnodes; i++)
+			if (g->n[U->nodes[i]].kind == 'P' && g->v[g->n[U->nodes[i]].outs[0]].cls == CLS_FULL)
+				fn[k++] = U->nodes[i];
+		const nc_value_t *C = epi_target(g, &g->u[gemm]);
+		if (!epi_shape_ok(g, NULL, fn, k, C)) {
+			free(fn);
+			continue;
+		}
+		int pi;
+		nc_unit_t *P = nc_new_unit(g, U_PW, &pi);
+		if (!P) {
+			free(fn);
+			return nc_fail(g, NC_ERR_INVALID, "too many units");
+		}
+		U = &g->u[ui];
+		P->N = C->sp[0], P->R = C->pp[C->rank - 1], P->L = C->size[C->rank - 1], P->O = "1", P->RL = P->N;
+		int st = 0;
+		for (int i = 0; i < k && !st; i++)
+			st = nc_unit_add(g, pi, fn[i]);
+		int w = 0;
+		for (int i = 0; i < U->nnodes; i++)
+			if (g->n[U->nodes[i]].unit == ui)
+				U->nodes[w++] = U->nodes[i];
+		U->nnodes = w;
+		U->first = 1 << 30;
+		for (int i = 0; i < w; i++)
+			if (U->nodes[i] < U->first)
+				U->first = U->nodes[i];
+		free(fn);
+		if (st)
+			return st;
+		for (int d = 0; d < U->ndeps; d++)
+			nc_add_dep(g, pi, U->deps[d]);
+		nc_add_dep(g, ui, pi);
+		/* readers of the pointwise results now depend on the new unit (and on U only if they still
+		 * read U's values) */
+		for (int x = 0; x < g->nu; x++) {
+			nc_unit_t *X = &g->u[x];
+			if (x == pi || x == ui || X->dead)
+				continue;
+			int at = -1;
+			for (int d = 0; d < X->ndeps; d++)
+				if (X->deps[d] == ui)
+					at = d;
+			if (at < 0)
+				continue;
+			bool rp = false, ru = X->kind == U_EAGER; /* eager ops keep every ordering */
+			for (int i = 0; i < X->nnodes; i++) {
+				const nc_node_t *m = &g->n[X->nodes[i]];
+				for (int j = 0; j < m->nin; j++) {
+					if (m->ins[j].kind != 'v' || m->ins[j].v < 0)
+						continue;
+					const nc_value_t *r = &g->v[g->v[m->ins[j].v].root];
+					if (r->producer >= 0 && g->n[r->producer].unit == pi)
+						rp = true;
+					else if (r->producer >= 0 && g->n[r->producer].unit == ui)
+						ru = true;
+				}
+			}
+			if (!rp)
+				continue;
+			if (!ru)
+				X->deps[at] = X->deps[--X->ndeps];
+			nc_add_dep(g, x, pi);
+		}
+		nc_log(g, "split: the pointwise prologue of column unit %d becomes unit %d (an epilogue of unit %d)", ui, pi, gemm);
+	}
+	return 0;
 }
 
 /* GEMM prologues: a layer norm scheduled right before a 2-D GEMM whose A operand is the layer norm's
@@ -503,7 +656,9 @@ static void horizontal(nc_graph_t *g)
 
 int nc_plan(nc_graph_t *g)
 {
-	int st = nc_mutations(g);
+	int st = split_col_prologues(g);
+	if (!st)
+		st = nc_mutations(g);
 	if (!st)
 		st = schedule(g);
 	if (!st)

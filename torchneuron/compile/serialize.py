@@ -919,14 +919,13 @@ def library(S, emit, operand, node, outs):
             wv, n = S.values[S.fx_value[w]], _arange_rows(idx)
             if (n is not None and outs[0] is not None and wv.rank == 2 and wv.sizes[0].is_Integer
                     and n <= int(wv.sizes[0])):
-                # embedding(w, arange(n)) (a position embedding) is rows 0..n-1 of w: a view of w and a
-                # copy, which fuses with its consumer (the add of the token embedding)
-                sl = Value.make(S.new_id(), wv.dtype, wv.device, [n, wv.sizes[1]], strides=wv.strides, root=wv.root)
+                # embedding(w, arange(n)) (a position embedding) is rows 0..n-1 of w: the output becomes
+                # that view of w (no kernel; its readers, e.g. the add of the token embedding, read w)
+                sl = Value.make(outs[0], wv.dtype, wv.device, [n, wv.sizes[1]], strides=wv.strides, root=wv.root)
                 sl.off = wv.off
-                S.values[sl.id] = sl
+                S.values[outs[0]] = sl
                 emit("V", "view", [sl.id], [vid(w)], [0])
-                emit("P", "copy", [outs[0]], [f"v{sl.id}"], [_DTYPES[wv.dtype]], fx=node)
-                return "P"
+                return "V"
             emit("L", name, outs, [vid(w), vid(idx)], fx=node)
         elif name == "embedding_bwd":
             grad, idx, nw, pad, scale = a
