@@ -177,6 +177,42 @@ def test_horizontal_fusion_runs_independent_kernels_as_one():
     assert gr["kernels"] <= 5, gr
 
 
+def test_dependency_groups_run_library_calls_as_one_kernel():
+    """Independent GEMMs (the dX and dW of a linear layer's backward, big enough to split into row
+    blocks, odd sizes) and column reductions (the bias gradient) read only the incoming gradient: one
+    dependency group, one kernel.  Results match the CPU.  An out-of-range index in an embedding
+    inside a group fails with the kernel's message."""
+    g = torch.Generator().manual_seed(0)
+    M, K, N = 301, 67, 129
+    dy, x, w = torch.randn(M, N, generator=g), torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
+
+    def f(dy, x, w):
+        dx = dy @ w                  # [M, K]
+        dw = dy.t() @ x              # [N, K]
+        db = dy.sum(0)               # [N]
+        return dx, dw, db
+
+    torchneuron.compile_stats(reset=True)
+    out = torch.compile(f, backend="neuron")(dy.to("neuron"), x.to("neuron"), w.to("neuron"))
+    for o, r in zip(out, f(dy, x, w)):
+        torch.testing.assert_close(o.cpu(), r, rtol=1e-4, atol=1e-4)
+    (gr,) = torchneuron.compile_stats()["graphs"]
+    assert gr["compiled"] and gr["eager_ops"] == 0 and gr["kernels"] == 1, gr
+
+    emb = torch.randn(10, 8, generator=g)
+
+    def h(idx, a, b):
+        return torch.nn.functional.embedding(idx, emb.to(a.device)), a @ b
+
+    idx = torch.tensor([1, 2, 10])
+    a, b = torch.randn(16, 16, generator=g), torch.randn(16, 16, generator=g)
+    hc = torch.compile(h, backend="neuron")
+    e, ab = hc(torch.tensor([1, 2, 3]).to("neuron"), a.to("neuron"), b.to("neuron"))
+    torch.testing.assert_close(ab.cpu(), a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises((RuntimeError, IndexError), match="10"):
+        hc(idx.to("neuron"), a.to("neuron"), b.to("neuron"))[0].cpu()
+
+
 # ---- dynamic shapes --------------------------------------------------------------------------------------------
 
 class _SeqModel(nn.Module):

@@ -941,6 +941,36 @@ def library(S, emit, operand, node, outs):
             g, x, t, w, red, ign, tw = a
             if S.values[S.fx_value[t]].dtype != torch.int64 or S.values[S.fx_value[x]].dtype not in floats:
                 return None
+            xv, tv0 = S.values[S.fx_value[x]], S.values[S.fx_value[t]]
+            if (w is None and int(red) in (1, 2) and xv.rank == 2 and xv.dtype in (torch.float32, torch.float64)
+                    and xv.sizes[1].is_Integer and not 0 <= int(ign) < int(xv.sizes[1]) and outs[0] is not None
+                    and S.values[outs[0]].dtype == xv.dtype and S.values[S.fx_value[g]].rank == 0):
+                # pointwise: grad_in[r, c] = (c == target[r]) ? -grad / total_weight (mean) : 0.  An
+                # ignore_index outside [0, C) never matches a column.  It fuses into its consumer (the
+                # log_softmax backward row kernel) instead of a library call writing [N, C].
+                dt, C = _DTYPES[xv.dtype], int(xv.sizes[1])
+                shape = xv.sizes
+                fl = _synth(S, tv0, shape)
+                emit("P", "arange", [fl.id], ["i0", "i1"], ["i64"], fx=node)
+                col = _synth(S, tv0, shape)
+                emit("P", "remainder", [col.id], [f"v{fl.id}", f"i{C}"], ["i64"], fx=node)
+                tcol = Value.make(S.new_id(), tv0.dtype, tv0.device, [xv.sizes[0], 1], root=tv0.root)
+                tcol.off = tv0.off
+                tcol.strides = [tv0.strides[0], sympy.Integer(1)]
+                S.values[tcol.id] = tcol
+                emit("V", "view", [tcol.id], [vid(t)], [1])
+                hit = Value.make(S.new_id(), torch.bool, xv.device, shape)
+                S.values[hit.id] = hit
+                emit("P", "eq", [hit.id], [f"v{col.id}", f"v{tcol.id}"], ["i64"], fx=node)
+                val = _synth(S, xv, shape)
+                if int(red) == 1:
+                    emit("P", "div", [val.id], [vid(g), vid(tw)], [dt], fx=node)
+                else:
+                    emit("P", "mul", [val.id], [vid(g), "f1.0"], [dt], fx=node)
+                neg = _synth(S, xv, shape)
+                emit("P", "neg", [neg.id], [f"v{val.id}"], [dt], fx=node)
+                emit("P", "where", [outs[0]], [f"v{hit.id}", f"v{neg.id}", "f0.0"], [dt], fx=node)
+                return "P"
             emit("L", name, outs, [vid(g), vid(x), vid(t), vid(w), vid(tw)], [int(red), int(ign)], fx=node)
         elif name == "attention":
             q, k, v = a[0], a[1], a[2]
