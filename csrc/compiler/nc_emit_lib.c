@@ -189,16 +189,23 @@ int nc_emit_group_fns(nc_graph_t *g, nc_sb_t *s, int ui)
 		syms(g, s);
 		gemm_fill(g, s, u->seg, n, batched);
 		sb_printf(s, "\t*out = a_;\n}\n\n");
+		/* Blocks: enough for the pool (2 per thread), each of 2^21 multiply-adds or more.  A block
+		 * packs its own panels, so a row block re-packs all of B and a column block all of A: split
+		 * the longer side (rows when the GEMM has a prologue or an epilogue, which work on rows).
+		 * *mb > 0: rows per block; *mb < 0: -columns per block. */
 		sb_printf(s, "static int64_t nc_gt%d(const nk_gemm_args_t *a, int64_t *mb)\n{\n", u->kid);
 		sb_printf(s, "\tif (a->M <= 0 || a->N <= 0 || a->batch <= 0)\n\t\treturn 0;\n");
-		if (!e && u->pro1) /* a layer-norm prologue: blocks of at least 16 rows, about 4 per thread of 2 */
-			sb_printf(s, "\t*mb = nc_max(16, ((a->M + 7) / 8 + 15) / 16 * 16);\n");
-		else if (e) /* as the GEMM + epilogue launch: blocks of about 1 MiB of C, at least 64 rows */
-			sb_printf(s, "\t*mb = nc_max(64, ((1 << 20) / (%d * nc_max(a->N, 1))) / 16 * 16);\n", ec);
-		else /* about 2^18 multiply-adds per block or more, at most 16 blocks, rows a multiple of 16 */
-			sb_printf(s, "\tconst int64_t nb = nc_max(1, nc_min(16, a->M * a->N * nc_max(a->K, 1) >> 18));\n"
-				     "\t*mb = nc_max(16, ((a->M + nb - 1) / nb + 15) / 16 * 16);\n");
-		sb_printf(s, "\treturn a->batch * ((a->M + *mb - 1) / *mb);\n}\n\n");
+		sb_printf(s, "\tconst int64_t nt = RT->num_threads ? nc_max(1, RT->num_threads()) : 1;\n");
+		sb_printf(s, "\tconst int64_t nb = nc_max(1, nc_min(2 * nt, a->M * a->N * nc_max(a->K, 1) >> 21));\n");
+		if (e || u->pro1) {
+			sb_printf(s, "\t*mb = nc_max(16, ((a->M + nb - 1) / nb + 15) / 16 * 16);\n");
+			if (e) /* the epilogue's block of C stays in cache: about 1 MiB or less */
+				sb_printf(s, "\t*mb = nc_min(*mb, nc_max(64, ((1 << 20) / (%d * nc_max(a->N, 1))) / 16 * 16));\n", ec);
+		} else {
+			sb_printf(s, "\tif (a->N > a->M && nb > 1)\n\t\t*mb = -nc_max(16, ((a->N + nb - 1) / nb + 15) / 16 * 16);\n"
+				     "\telse\n\t\t*mb = nc_max(16, ((a->M + nb - 1) / nb + 15) / 16 * 16);\n");
+		}
+		sb_printf(s, "\treturn a->batch * (*mb > 0 ? (a->M + *mb - 1) / *mb : (a->N - *mb - 1) / -*mb);\n}\n\n");
 		sb_printf(s, "static void nc_gr%d(void *c, int64_t b, int64_t e)\n{\n\tnc_ctx_t *cx = (nc_ctx_t *)c;\n", u->kid);
 		sb_printf(s, "\tnk_gemm_args_t a_;\n\tint64_t MB_;\n\tnc_ga%d(cx, &a_);\n", u->kid);
 		sb_printf(s, "\tconst int64_t NB_ = nc_gt%d(&a_, &MB_) / a_.batch;\n", u->kid);
@@ -212,11 +219,12 @@ int nc_emit_group_fns(nc_graph_t *g, nc_sb_t *s, int ui)
 		if (e)
 			sb_printf(s, "\tconst int64_t L_ = (%s), CH_ = L_ < NC_CHUNK ? (L_ > 0 ? L_ : 1) : NC_CHUNK, NCH_ = (L_ + CH_ - 1) / CH_;\n", e->L);
 		sb_printf(s, "\tfor (int64_t t = b; t < e; t++) {\n");
-		sb_printf(s, "\t\tconst int64_t bi = t / NB_, m0 = (t %% NB_) * MB_;\n");
-		sb_printf(s, "\t\tnk_gemm_args_t b_ = a_;\n\t\tb_.batch = 1;\n\t\tb_.M = nc_min(MB_, a_.M - m0);\n");
+		sb_printf(s, "\t\tconst int64_t bi = t / NB_, m0 = MB_ > 0 ? (t %% NB_) * MB_ : 0, n0 = MB_ < 0 ? (t %% NB_) * -MB_ : 0;\n");
+		sb_printf(s, "\t\tnk_gemm_args_t b_ = a_;\n\t\tb_.batch = 1;\n");
+		sb_printf(s, "\t\tb_.M = MB_ > 0 ? nc_min(MB_, a_.M - m0) : a_.M;\n\t\tb_.N = MB_ < 0 ? nc_min(-MB_, a_.N - n0) : a_.N;\n");
 		sb_printf(s, "\t\tb_.A = (const char *)a_.A + (bi * a_.bs_a + m0 * a_.rs_a) * %d;\n", ea);
-		sb_printf(s, "\t\tb_.B = (const char *)a_.B + bi * a_.bs_b * %d;\n", eb);
-		sb_printf(s, "\t\tb_.C = (char *)a_.C + (bi * a_.bs_c + m0 * a_.rs_c) * %d;\n", ec);
+		sb_printf(s, "\t\tb_.B = (const char *)a_.B + (bi * a_.bs_b + n0 * a_.cs_b) * %d;\n", eb);
+		sb_printf(s, "\t\tb_.C = (char *)a_.C + (bi * a_.bs_c + m0 * a_.rs_c + n0 * a_.cs_c) * %d;\n", ec);
 		if (ln) { /* the prologue: normalize the block's rows first (A's rows are the layer norm's rows) */
 			int ex = nc_dtype_size(g->v[in_v(ln, 0)].dtype), ey = nc_dtype_size(g->v[out_v(ln, 0)].dtype);
 			int em = out_v(ln, 1) >= 0 ? nc_dtype_size(g->v[out_v(ln, 1)].dtype) : 0;

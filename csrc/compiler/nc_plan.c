@@ -505,6 +505,9 @@ static int split_col_prologues(nc_graph_t *g)
  * those rows), then multiplies them.  The layer norm takes the GEMM's step in the memory plan. */
 static void prologues(nc_graph_t *g)
 {
+	const char *env = getenv("NEURON_COMPILE_PROLOGUES"); /* 0: none (A/B runs) */
+	if (env && !strcmp(env, "0"))
+		return;
 	for (int p = 1; p < g->nsched; p++) {
 		nc_unit_t *u = &g->u[g->sched[p]], *l = &g->u[g->sched[p - 1]];
 		if (u->kind != U_LIB || l->kind != U_LIB || l->dead || strcmp(g->n[u->nodes[0]].op, "mm") ||
@@ -534,7 +537,16 @@ static void prologues(nc_graph_t *g)
  * stays right after its GEMM); eager units never join a group and keep their dependency order.
  * Example (a linear layer's backward): the dX GEMM, the dW GEMM and the bias gradient (a column
  * reduction) all read only the incoming gradient, so they form one group. */
-static bool groupable(const nc_unit_t *u) { return u->kind != U_EAGER && !u->dead && !u->is_epi && !u->is_pro; }
+static bool lib_groups(void)
+{
+	const char *e = getenv("NEURON_COMPILE_LIB_GROUPS"); /* 0: library calls never join a group (A/B runs) */
+	return !e || strcmp(e, "0");
+}
+
+static bool groupable(const nc_unit_t *u)
+{
+	return u->kind != U_EAGER && !u->dead && !u->is_epi && !u->is_pro && (u->kind != U_LIB || lib_groups());
+}
 
 static bool ready_before(const nc_graph_t *g, const int *at, int ui, int limit, int skip1, int skip2)
 {

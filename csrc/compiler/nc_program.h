@@ -42,6 +42,7 @@ typedef struct {
 	int (*reduce)(void *);
 	int (*copy)(void *);
 	const char *(*kernel_msg)(void); /* the calling thread's last nrt_kernel_fail message (ABI 2) */
+	int (*num_threads)(void);         /* threads of the pool (ABI 2) */
 } nc_rt_t;
 
 typedef struct {

@@ -178,12 +178,13 @@ def test_horizontal_fusion_runs_independent_kernels_as_one():
 
 
 def test_dependency_groups_run_library_calls_as_one_kernel():
-    """Independent GEMMs (the dX and dW of a linear layer's backward, big enough to split into row
-    blocks, odd sizes) and column reductions (the bias gradient) read only the incoming gradient: one
+    """Independent GEMMs (the dX and dW of a linear layer's backward, big enough to split into column
+    and row blocks, odd sizes) and column reductions (the bias gradient) read only the incoming gradient: one
     dependency group, one kernel.  Results match the CPU.  An out-of-range index in an embedding
     inside a group fails with the kernel's message."""
     g = torch.Generator().manual_seed(0)
-    M, K, N = 301, 67, 129
+    # dX [97, 300] splits into column blocks, dW [515, 300] into row blocks (odd sizes, partial blocks)
+    M, K, N = 97, 300, 515
     dy, x, w = torch.randn(M, N, generator=g), torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
 
     def f(dy, x, w):

@@ -25,6 +25,7 @@ _RT_FUNCS = [
     ("embedding_bwd", "nk_embedding_bwd_run"), ("nll", "nk_nll_run"), ("nll_bwd", "nk_nll_bwd_run"),
     ("attention", "nk_attention_run"), ("attention_bwd", "nk_attention_bwd_run"), ("reduce", "nk_reduce_run"),
     ("copy", "nk_copy_run"), ("kernel_msg", "nrt_kernel_fail_message"),
+    ("num_threads", "nrt_num_threads"),
 ]
 
 
