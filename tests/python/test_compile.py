@@ -214,6 +214,35 @@ def test_dependency_groups_run_library_calls_as_one_kernel():
         hc(idx.to("neuron"), a.to("neuron"), b.to("neuron"))[0].cpu()
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_nll_backward_and_vector_norm_fuse(reduction):
+    """nll_loss_backward becomes pointwise ops fused into the log-softmax backward (ignored targets get
+    no gradient); linalg_vector_norm (ord 2) is a row reduction; both without eager ops."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(37, 11, generator=g)
+    target = torch.randint(0, 11, (37,), generator=g)
+    target[::5] = -100
+
+    def f(z, t):
+        loss = F.cross_entropy(z, t, reduction=reduction)
+        return loss, torch.linalg.vector_norm(z * 2)
+
+    res = {}
+    for dev in ("cpu", "neuron"):
+        z = logits.clone().to(dev).requires_grad_()
+        fn = torch.compile(f, backend="neuron") if dev == "neuron" else f
+        torchneuron.compile_stats(reset=True)
+        loss, nrm = fn(z, target.to(dev))
+        loss.backward()
+        res[dev] = (loss.detach().cpu(), nrm.detach().cpu(), z.grad.cpu())
+        if dev == "neuron":
+            grs = torchneuron.compile_stats()["graphs"]
+            assert grs and all(gr["compiled"] and gr["eager_ops"] == 0 for gr in grs), grs
+    for a, b in zip(res["neuron"], res["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert (res["neuron"][2][::5] == 0).all()
+
+
 # ---- dynamic shapes --------------------------------------------------------------------------------------------
 
 class _SeqModel(nn.Module):

@@ -644,7 +644,7 @@ def decompose(S, emit, node, outs):
         ordv = a[1] if len(a) > 1 else kw.get("ord", 2)
         dims = a[2] if len(a) > 2 else kw.get("dim")
         keep = a[3] if len(a) > 3 else kw.get("keepdim", False)
-        if (xv is None or xv.dtype not in (torch.float32, torch.float64) or ordv != 2 or keep
+        if (xv is None or xv.rank == 0 or xv.dtype not in (torch.float32, torch.float64) or ordv != 2 or keep
                 or kw.get("dtype") is not None or (dims is not None and len(dims)) or xv.device.type != "neuron"
                 or outs[0] is None):
             return None
@@ -918,7 +918,7 @@ def library(S, emit, operand, node, outs):
                 return None
             wv, n = S.values[S.fx_value[w]], _arange_rows(idx)
             if (n is not None and outs[0] is not None and wv.rank == 2 and wv.sizes[0].is_Integer
-                    and n <= int(wv.sizes[0])):
+                    and n <= int(wv.sizes[0]) and not any(u.op == "output" for u in node.users)):
                 # embedding(w, arange(n)) (a position embedding) is rows 0..n-1 of w: the output becomes
                 # that view of w (no kernel; its readers, e.g. the add of the token embedding, read w)
                 sl = Value.make(outs[0], wv.dtype, wv.device, [n, wv.sizes[1]], strides=wv.strides, root=wv.root)
