@@ -197,8 +197,8 @@ int nc_emit_group_fns(nc_graph_t *g, nc_sb_t *s, int ui)
 		sb_printf(s, "\tif (a->M <= 0 || a->N <= 0 || a->batch <= 0)\n\t\treturn 0;\n");
 		sb_printf(s, "\tconst int64_t nt = RT->num_threads ? nc_max(1, RT->num_threads()) : 1;\n");
 		sb_printf(s, "\tconst int64_t nb = nc_max(1, nc_min(2 * nt, a->M * a->N * nc_max(a->K, 1) >> 21));\n");
-		if (e || u->pro1) {
-			sb_printf(s, "\t*mb = nc_max(16, ((a->M + nb - 1) / nb + 15) / 16 * 16);\n");
+		if (e || u->pro1) { /* one row block per thread: each block re-packs all of B */
+			sb_printf(s, "\t*mb = nc_max(16, ((a->M + (nb + 1) / 2 - 1) / ((nb + 1) / 2) + 15) / 16 * 16);\n");
 			if (e) /* the epilogue's block of C stays in cache: about 1 MiB or less */
 				sb_printf(s, "\t*mb = nc_min(*mb, nc_max(64, ((1 << 20) / (%d * nc_max(a->N, 1))) / 16 * 16));\n", ec);
 		} else {
