@@ -960,31 +960,60 @@ static void emit_launch(nc_graph_t *g, nc_sb_t *s, int ui)
 /* a horizontal group (nc_plan.c `horizontal`): the members' task counts, one parallel loop */
 static void emit_hz_launch(nc_graph_t *g, nc_sb_t *s, int p)
 {
-	const int n = g->u[g->sched[p]].hsize;
+	const int span = g->u[g->sched[p]].hsize;
+	int n = 0;
+	for (int i = 0; i < span; i++)
+		n += !g->u[g->sched[p + i]].is_epi && !g->u[g->sched[p + i]].is_pro; /* they run inside their GEMM's tasks */
 	sb_printf(s, "\t{\n\t\tstatic void (*const F_[%d])(void *, int64_t, int64_t) = {", n);
-	for (int i = 0; i < n; i++)
-		sb_printf(s, "%snc_k%d", i ? ", " : "", g->u[g->sched[p + i]].kid);
-	sb_printf(s, "};\n\t\tint64_t T_[%d], W_ = 0, N_ = 0;\n", n);
-	for (int i = 0; i < n; i++) {
+	for (int i = 0, k = 0; i < span; i++) {
 		const nc_unit_t *u = &g->u[g->sched[p + i]];
+		if (u->is_epi || u->is_pro)
+			continue;
+		const nc_node_t *m = &g->n[u->nodes[0]];
+		const char *f = u->kind != U_LIB ? "nc_k" : (!strcmp(m->op, "mm") || !strcmp(m->op, "bmm")) ? "nc_gr"
+			      : (!strcmp(m->op, "embedding") && u->epi1) ? "nc_er" : "nc_lr";
+		sb_printf(s, "%s%s%d", k++ ? ", " : "", f, u->kid);
+	}
+	sb_printf(s, "};\n\t\tint64_t T_[%d], W_ = 0, N_ = 0;\n", n);
+	for (int i = 0, k = 0; i < span; i++) {
+		const nc_unit_t *u = &g->u[g->sched[p + i]];
+		if (u->is_epi || u->is_pro)
+			continue;
+		if (u->kind == U_LIB) {
+			const nc_node_t *m = &g->n[u->nodes[0]];
+			if (!strcmp(m->op, "mm") || !strcmp(m->op, "bmm"))
+				sb_printf(s, "\t\t{\n\t\t\tnk_gemm_args_t a_;\n\t\t\tint64_t mb_;\n\t\t\tnc_ga%d(&ctx, &a_);\n"
+					     "\t\t\tT_[%d] = nc_gt%d(&a_, &mb_);\n\t\t}\n", u->kid, k, u->kid);
+			else if (!strcmp(m->op, "embedding") && u->epi1)
+				sb_printf(s, "\t\t{\n\t\t\tnk_embedding_args_t a_;\n\t\t\tint64_t mb_;\n\t\t\tnc_ea%d(&ctx, &a_);\n"
+					     "\t\t\tT_[%d] = nc_et%d(&a_, &mb_);\n\t\t}\n", u->kid, k, u->kid);
+			else
+				sb_printf(s, "\t\tT_[%d] = 1;\n", k);
+			/* a library task is heavy: it must not share a chunk with many others */
+			sb_printf(s, "\t\tW_ += T_[%d] * 262144;\n\t\tN_ += T_[%d];\n", k, k);
+			k++;
+			continue;
+		}
 		sb_printf(s, "\t\t{\n\t\t\tconst int64_t R_ = (%s), L_ = (%s);\n", u->R, u->L);
 		if (u->kind == U_PW) {
 			sb_printf(s, "\t\t\tconst int64_t CH_ = L_ < NC_CHUNK ? (L_ > 0 ? L_ : 1) : NC_CHUNK;\n");
-			sb_printf(s, "\t\t\tT_[%d] = R_ > 0 && L_ > 0 ? R_ * ((L_ + CH_ - 1) / CH_) : 0;\n", i);
-			sb_printf(s, "\t\t\tW_ += T_[%d] * CH_;\n", i);
+			sb_printf(s, "\t\t\tT_[%d] = R_ > 0 && L_ > 0 ? R_ * ((L_ + CH_ - 1) / CH_) : 0;\n", k);
+			sb_printf(s, "\t\t\tW_ += T_[%d] * CH_;\n", k);
 		} else if (u->kind == U_ROW) {
-			sb_printf(s, "\t\t\tT_[%d] = R_ > 0 ? R_ : 0;\n", i);
-			sb_printf(s, "\t\t\tW_ += T_[%d] * nc_max(L_, 1);\n", i);
+			sb_printf(s, "\t\t\tT_[%d] = R_ > 0 ? R_ : 0;\n", k);
+			sb_printf(s, "\t\t\tW_ += T_[%d] * nc_max(L_, 1);\n", k);
 		} else {
 			sb_printf(s, "\t\t\tconst int64_t O_ = (%s), CW_ = nc_colw(L_), NCOL_ = (L_ + CW_ - 1) / CW_;\n", u->O);
-			sb_printf(s, "\t\t\tT_[%d] = O_ * NCOL_ > 0 ? O_ * NCOL_ : 0;\n", i);
-			sb_printf(s, "\t\t\tW_ += T_[%d] * nc_max(R_ * CW_, 1);\n", i);
+			sb_printf(s, "\t\t\tT_[%d] = O_ * NCOL_ > 0 ? O_ * NCOL_ : 0;\n", k);
+			sb_printf(s, "\t\t\tW_ += T_[%d] * nc_max(R_ * CW_, 1);\n", k);
 		}
-		sb_printf(s, "\t\t\tN_ += T_[%d];\n\t\t\t(void)R_;\n\t\t}\n", i);
+		sb_printf(s, "\t\t\tN_ += T_[%d];\n\t\t\t(void)R_;\n\t\t}\n", k);
+		k++;
 	}
 	sb_printf(s, "\t\tnc_hz_t h_ = {&ctx, %d, F_, T_};\n", n);
 	/* grain: about 32768 elements of work per chunk, from the members' mean work per task */
-	sb_printf(s, "\t\tif (N_ > 0)\n\t\t\tRT->parallel_for(N_, nc_max(1, (int64_t)(32768.0 * (double)N_ / (double)nc_max(W_, 1))), nc_hz_run, &h_);\n\t}\n");
+	sb_printf(s, "\t\tif (N_ > 0)\n\t\t\tRT->parallel_for(N_, nc_max(1, (int64_t)(32768.0 * (double)N_ / (double)nc_max(W_, 1))), nc_hz_run, &h_);\n");
+	sb_printf(s, "\t\tif (ctx.fail) {\n\t\t\tRT->kernel_fail(\"%%s\", ctx.msg);\n\t\t\treturn 1;\n\t\t}\n\t}\n");
 }
 
 static int emit_plan_fn(nc_graph_t *g, nc_sb_t *s)
@@ -1057,6 +1086,16 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 			st = emit_unit(g, s, i, level, needed);
 	if (st)
 		goto out;
+	/* library calls that run inside a horizontal group: task functions */
+	sb_printf(s, "static __attribute__((unused)) void nc_task_fail(nc_ctx_t *c)\n{\n"
+		     "\tif (!__atomic_exchange_n(&c->fail, 1, __ATOMIC_ACQ_REL)) {\n"
+		     "\t\tconst char *m = RT->kernel_msg ? RT->kernel_msg() : NULL;\n"
+		     "\t\tsnprintf(c->msg, sizeof c->msg, \"%%s\", m && m[0] ? m : \"library call failed\");\n\t}\n}\n\n");
+	for (int i = 0; i < g->nu && !st; i++)
+		if (g->u[i].kind == U_LIB && g->u[i].in_hz && !g->u[i].dead && !g->u[i].is_pro)
+			st = nc_emit_group_fns(g, s, i);
+	if (st)
+		goto out;
 	for (int k = 0; k < g->nseg && !st; k++) {
 		const nc_seg_t *sg = &g->seg[k];
 		sb_printf(s, "NC_EXPORT int nc_seg%d(void *args)\n{\n", k);
@@ -1072,10 +1111,10 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 			if (g->profile)
 				sb_printf(s, "\tint64_t t%d_ = nc_now_ns();\n", u->kid);
 			int skip = 0;
-			if (u->kind == U_LIB)
-				st = nc_emit_lib(g, s, u->nodes[0]);
-			else if (u->hsize > 1)
+			if (u->hsize > 1)
 				emit_hz_launch(g, s, p), skip = u->hsize - 1;
+			else if (u->kind == U_LIB)
+				st = nc_emit_lib(g, s, u->nodes[0]);
 			else
 				emit_launch(g, s, ui);
 			if (g->profile)
@@ -1137,7 +1176,7 @@ int nc_emit_plan(nc_graph_t *g, nc_sb_t *p)
 	for (int i = 0; i < g->nv; i++)
 		if (g->v[i].storage == ST_EXT)
 			sb_printf(p, " %d", i);
-	sb_printf(p, "\nkernels %d\nend\n", g->nkernels - g->nepi - g->nhz); /* a GEMM with its epilogue is one kernel,
+	sb_printf(p, "\nkernels %d\nend\n", g->nkernels - g->nepi - g->npro - g->nhz); /* a GEMM with its epilogue and prologue is one kernel,
 	                                                                    * so is a horizontal group */
 	return 0;
 }

@@ -433,6 +433,161 @@ static void add_consumer_deps(nc_graph_t *g, int value, int unit)
 	}
 }
 
+/* ---- a library call writing straight into a `cat` ------------------------------------------------------
+ * cat(dim d) of values that are each a dense view chain of an output of a library call (the dq, dk, dv
+ * of an attention backward, concatenated into the gradient of a fused qkv projection), read by nothing
+ * else: the library call writes each output into its slice of the cat result (its strides and offset
+ * are rewritten into the cat buffer; attention takes any output strides) and the cat runs no kernel.
+ * Integer sizes and strides only. */
+static bool int_of(const char *e, int64_t *x)
+{
+	char *end;
+	if (!e || !*e)
+		return false;
+	long long v = strtoll(e, &end, 10);
+	if (*end)
+		return false;
+	*x = v;
+	return true;
+}
+
+static const char *istr(nc_graph_t *g, int64_t x)
+{
+	char buf[32];
+	snprintf(buf, sizeof buf, "%lld", (long long)x);
+	return nc_strdup(&g->A, buf);
+}
+
+static void relin(nc_graph_t *g, nc_value_t *v, const int64_t *st)
+{
+	for (int d = 0; d <= v->rank; d++) {
+		int dims[NC_MAX_RANK], nd = 0;
+		for (int i = d; i < v->rank; i++) {
+			int64_t z = 0;
+			if (!(int_of(v->size[i], &z) && z == 1))
+				dims[nd++] = i;
+		}
+		if (!nd) {
+			v->lin[d] = "0";
+			continue;
+		}
+		bool ok = true;
+		for (int k = 0; k + 1 < nd && ok; k++) {
+			int64_t zb = 0;
+			int_of(v->size[dims[k + 1]], &zb);
+			ok = st[dims[k]] == st[dims[k + 1]] * zb;
+		}
+		v->lin[d] = ok ? istr(g, st[dims[nd - 1]]) : "x";
+	}
+}
+
+/* the strides of v (dense in the buffer of n elements it shares with its chain) moved into blocks of
+ * Ki elements placed every OS elements: s >= Ki (a multiple of Ki) -> s / Ki * OS; a dim inside the
+ * block keeps s; anything else cannot move */
+static bool move_strides(const nc_value_t *v, int64_t Ki, int64_t OS, int64_t *out)
+{
+	for (int d = 0; d < v->rank; d++) {
+		int64_t s = 0, z = 0;
+		if (!int_of(v->stride[d], &s) || !int_of(v->size[d], &z) || s < 0)
+			return false;
+		if (z == 1)
+			out[d] = s;
+		else if (s >= Ki && s % Ki == 0)
+			out[d] = s / Ki * OS;
+		else if (s * (z - 1) < Ki)
+			out[d] = s;
+		else
+			return false;
+	}
+	return true;
+}
+
+static void cat_into(nc_graph_t *g)
+{
+	for (int ni = 0; ni < g->nn; ni++) {
+		nc_node_t *c = &g->n[ni];
+		if (c->kind != 'L' || strcmp(c->op, "cat") || c->unit < 0 || c->nout < 1 || c->outs[0] < 0 || c->nin > 8)
+			continue;
+		nc_value_t *O = &g->v[c->outs[0]];
+		int d = atoi(c->attrs[0]);
+		int64_t OS = 0, OI = 0, Ooff = 0;
+		if (O->view_of >= 0 || O->is_output || O->into >= 0 || d < 0 || d >= O->rank || !nc_streq(O->lin[0], "1") ||
+		    !int_of(O->sp[d], &OS) || !int_of(O->sp[d + 1], &OI) || !int_of(O->off, &Ooff))
+			continue;
+		/* per input: the chain root r (an output of a library call), every value of the chain */
+		int chain[8][16], nch[8], lib = -1;
+		bool ok = true;
+		for (int i = 0; i < c->nin && ok; i++) {
+			int x = c->ins[i].kind == 'v' ? c->ins[i].v : -1;
+			nch[i] = 0;
+			ok = x >= 0 && g->v[x].dtype == O->dtype && nc_streq(g->v[x].lin[0], "1");
+			for (int v = x; ok; v = g->v[v].view_of) {
+				const nc_value_t *V = &g->v[v];
+				ok = nch[i] < 16 && V->nusers == 1 && !V->is_output && !V->is_input && V->into < 0;
+				if (!ok)
+					break;
+				chain[i][nch[i]++] = v;
+				if (V->view_of < 0)
+					break;
+			}
+			if (!ok)
+				break;
+			const nc_value_t *r = &g->v[chain[i][nch[i] - 1]];
+			ok = r->producer >= 0 && g->n[r->producer].kind == 'L' && !strcmp(g->n[r->producer].op, "attention_bwd");
+			if (ok && lib >= 0)
+				ok = g->n[r->producer].unit == lib;
+			if (ok)
+				lib = g->n[r->producer].unit;
+		}
+		if (!ok || lib < 0)
+			continue;
+		/* the moved strides of every chain value, checked before anything changes */
+		int64_t at = 0, mv[8][16][NC_MAX_RANK];
+		for (int i = 0; i < c->nin && ok; i++) {
+			const nc_value_t *x = &g->v[chain[i][0]];
+			int64_t Ki = 0, sz = 0;
+			ok = int_of(x->sp[d], &Ki) && int_of(x->size[d], &sz) && Ki > 0;
+			for (int k = 0; k < nch[i] && ok; k++) {
+				int64_t off = 0;
+				ok = move_strides(&g->v[chain[i][k]], Ki, OS, mv[i][k]) && int_of(g->v[chain[i][k]].off, &off) && off == 0;
+			}
+			at += sz;
+		}
+		if (!ok || at * OI != OS)
+			continue;
+		at = 0;
+		for (int i = 0; i < c->nin; i++) {
+			const nc_value_t *x = &g->v[chain[i][0]];
+			int64_t Ki = 0, sz = 0;
+			int_of(x->sp[d], &Ki);
+			int_of(x->size[d], &sz);
+			for (int k = 0; k < nch[i]; k++) {
+				nc_value_t *V = &g->v[chain[i][k]];
+				for (int e = 0; e < V->rank; e++)
+					V->stride[e] = istr(g, mv[i][k][e]);
+				V->off = istr(g, Ooff + at * OI);
+				V->root = O->id;
+				relin(g, V, mv[i][k]);
+			}
+			nc_value_t *r = &g->v[chain[i][nch[i] - 1]];
+			r->view_of = O->id; /* an alias of the cat result, written by the library call */
+			at += sz;
+		}
+		/* the cat's unit runs nothing: its readers wait for the library call instead */
+		int cu = c->unit;
+		g->u[cu].dead = true;
+		for (int x = 0; x < g->nu; x++)
+			for (int k = 0; k < g->u[x].ndeps; k++)
+				if (g->u[x].deps[k] == cu) {
+					g->u[x].deps[k] = g->u[x].deps[--g->u[x].ndeps];
+					for (int j = 0; j < g->u[cu].ndeps; j++)
+						nc_add_dep(g, x, g->u[cu].deps[j]);
+					break;
+				}
+		nc_log(g, "cat: node %d is written in place by unit %d (no kernel)", c->id, lib);
+	}
+}
+
 static void log_units(nc_graph_t *g)
 {
 	static const char *const kinds[] = {"pw", "row", "col", "lib", "eager"};
@@ -584,6 +739,7 @@ int nc_fuse(nc_graph_t *g)
 		g->v[x->outs[0]].cls = CLS_FULL;
 		add_consumer_deps(g, x->outs[0], ui);
 	}
+	cat_into(g);
 	if (g->A.oom)
 		st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
 	else

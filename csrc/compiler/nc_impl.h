@@ -116,6 +116,9 @@ typedef struct {
 	int hsize;        /* leader of a horizontal group: its members (this one and the next hsize-1
 	                   * in the schedule) run as one kernel; 0 otherwise */
 	bool in_hz;       /* a member of a horizontal group (leader included) */
+	int pro1;         /* LIB mm: 1 + the layer norm run as its prologue (row block by row block), or 0 */
+	bool is_pro;      /* LIB layernorm: runs inside the following GEMM (no launch of its own) */
+	int grp;          /* 1 + schedule position of the first unit of its dependency group (regroup), 0 */
 } nc_unit_t;
 
 typedef struct {
@@ -140,6 +143,7 @@ typedef struct {
 	int *ws, nws;             /* workspace roots in plan order */
 	int nkernels;
 	int nepi;                 /* PW units fused into a GEMM as its epilogue */
+	int npro;                 /* layer norms fused into a GEMM as its prologue */
 	int nhz;                  /* units run inside a horizontal group led by another unit */
 	nc_sb_t log;
 	char err[512];
@@ -155,6 +159,7 @@ int nc_mutations(nc_graph_t *g); /* checks in-place input writes, orders the rea
 int nc_emit(nc_graph_t *g, nc_sb_t *src);
 int nc_emit_plan(nc_graph_t *g, nc_sb_t *plan);
 int nc_emit_lib(nc_graph_t *g, nc_sb_t *s, int node); /* one library call inside a segment */
+int nc_emit_group_fns(nc_graph_t *g, nc_sb_t *s, int unit); /* task functions of a library call in a group */
 
 /* helpers shared by the passes */
 bool nc_streq(const char *a, const char *b);

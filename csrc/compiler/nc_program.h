@@ -18,11 +18,12 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "nk.h"
 
-#define NC_RT_ABI 1
+#define NC_RT_ABI 2
 typedef struct {
 	int64_t abi;
 	void (*parallel_for)(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx);
@@ -40,11 +41,15 @@ typedef struct {
 	int (*attention_bwd)(void *);
 	int (*reduce)(void *);
 	int (*copy)(void *);
+	const char *(*kernel_msg)(void); /* the calling thread's last nrt_kernel_fail message (ABI 2) */
+	int (*num_threads)(void);         /* threads of the pool (ABI 2) */
 } nc_rt_t;
 
 typedef struct {
 	const int64_t *S;
 	void *const *P;
+	int fail;      /* a library call inside a horizontal group failed (set once, atomically) */
+	char msg[256]; /* its message, reported by the segment after the group's parallel loop */
 } nc_ctx_t;
 
 #define NC_EXPORT __attribute__((visibility("default")))

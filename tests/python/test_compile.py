@@ -177,6 +177,72 @@ def test_horizontal_fusion_runs_independent_kernels_as_one():
     assert gr["kernels"] <= 5, gr
 
 
+def test_dependency_groups_run_library_calls_as_one_kernel():
+    """Independent GEMMs (the dX and dW of a linear layer's backward, big enough to split into column
+    and row blocks, odd sizes) and column reductions (the bias gradient) read only the incoming gradient: one
+    dependency group, one kernel.  Results match the CPU.  An out-of-range index in an embedding
+    inside a group fails with the kernel's message."""
+    g = torch.Generator().manual_seed(0)
+    # dX [97, 300] splits into column blocks, dW [515, 300] into row blocks (odd sizes, partial blocks)
+    M, K, N = 97, 300, 515
+    dy, x, w = torch.randn(M, N, generator=g), torch.randn(M, K, generator=g), torch.randn(N, K, generator=g)
+
+    def f(dy, x, w):
+        dx = dy @ w                  # [M, K]
+        dw = dy.t() @ x              # [N, K]
+        db = dy.sum(0)               # [N]
+        return dx, dw, db
+
+    torchneuron.compile_stats(reset=True)
+    out = torch.compile(f, backend="neuron")(dy.to("neuron"), x.to("neuron"), w.to("neuron"))
+    for o, r in zip(out, f(dy, x, w)):
+        torch.testing.assert_close(o.cpu(), r, rtol=1e-4, atol=1e-4)
+    (gr,) = torchneuron.compile_stats()["graphs"]
+    assert gr["compiled"] and gr["eager_ops"] == 0 and gr["kernels"] == 1, gr
+
+    emb = torch.randn(10, 8, generator=g)
+
+    def h(idx, a, b):
+        return torch.nn.functional.embedding(idx, emb.to(a.device)), a @ b
+
+    idx = torch.tensor([1, 2, 10])
+    a, b = torch.randn(16, 16, generator=g), torch.randn(16, 16, generator=g)
+    hc = torch.compile(h, backend="neuron")
+    e, ab = hc(torch.tensor([1, 2, 3]).to("neuron"), a.to("neuron"), b.to("neuron"))
+    torch.testing.assert_close(ab.cpu(), a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises((RuntimeError, IndexError), match="10"):
+        hc(idx.to("neuron"), a.to("neuron"), b.to("neuron"))[0].cpu()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_nll_backward_and_vector_norm_fuse(reduction):
+    """nll_loss_backward becomes pointwise ops fused into the log-softmax backward (ignored targets get
+    no gradient); linalg_vector_norm (ord 2) is a row reduction; both without eager ops."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(37, 11, generator=g)
+    target = torch.randint(0, 11, (37,), generator=g)
+    target[::5] = -100
+
+    def f(z, t):
+        loss = F.cross_entropy(z, t, reduction=reduction)
+        return loss, torch.linalg.vector_norm(z * 2)
+
+    res = {}
+    for dev in ("cpu", "neuron"):
+        z = logits.clone().to(dev).requires_grad_()
+        fn = torch.compile(f, backend="neuron") if dev == "neuron" else f
+        torchneuron.compile_stats(reset=True)
+        loss, nrm = fn(z, target.to(dev))
+        loss.backward()
+        res[dev] = (loss.detach().cpu(), nrm.detach().cpu(), z.grad.cpu())
+        if dev == "neuron":
+            grs = torchneuron.compile_stats()["graphs"]
+            assert grs and all(gr["compiled"] and gr["eager_ops"] == 0 for gr in grs), grs
+    for a, b in zip(res["neuron"], res["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert (res["neuron"][2][::5] == 0).all()
+
+
 # ---- dynamic shapes --------------------------------------------------------------------------------------------
 
 class _SeqModel(nn.Module):

@@ -231,15 +231,14 @@ def test_compiled_clip_and_adamw_write_parameters_in_place(capturable):
         assert float(sk["step"]) == float(sc["step"]) == 3
 
 
-def test_compiled_training_step_runs_fewer_kernels_than_eager():
+def test_compiled_training_step_runs_a_third_of_the_eager_kernels():
     """The GPT test model's whole training step (forward, backward, clip_grad_norm_, AdamW with its
     defaults): the model and the clip + AdamW update compiled (two torch.compile regions) against
     eager.  Kernels: every eager launch is one; a compiled program counts its fused kernels and
-    library calls (compile_stats "kernels", the CPU-side eager ops of AdamW's CPU `step`s excluded:
-    they launch nothing on the device).  Issue 4 asks for at most a third of eager's kernels; since eager
-    gained multi-tensor foreach kernels (401 -> 131 kernels per step) the compiled step's 70 kernels
-    are 0.53 of eager (docs/compiler.md: where they come from).  Asserted here: what holds today, so a
-    regression fails; the 1/3 target is open."""
+    library calls (compile_stats "kernels": a dependency group run as one parallel dispatch, a GEMM with
+    its prologue/epilogue, is one), the CPU-side eager ops of AdamW's CPU `step`s excluded (they launch
+    nothing on the device).  Issue 4: at most a third of eager's kernels (43 of 131 per step,
+    docs/compiler.md "Measured")."""
     from torchneuron.compile import frontend
     from train_gpt import GPT
 
@@ -277,5 +276,5 @@ def test_compiled_training_step_runs_fewer_kernels_than_eager():
             assert len(progs) == 4 and all(hasattr(p, "plan") for p in progs), [p.name for p in progs]
             assert not any(k.startswith("aten::") and k not in ("aten::fill_", "aten::linalg_vector_norm") for k in c), c
     torch.testing.assert_close(torch.tensor(losses[True]), torch.tensor(losses[False]), rtol=1e-5, atol=1e-6)
-    assert kernels[True] * 10 <= kernels[False] * 6, (kernels, launches)
+    assert kernels[True] * 3 <= kernels[False], (kernels, launches)
     assert launches[True] * 10 <= launches[False], (kernels, launches)

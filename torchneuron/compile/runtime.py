@@ -24,7 +24,8 @@ _RT_FUNCS = [
     ("layernorm_bwd", "nk_layernorm_bwd_run"), ("embedding", "nk_embedding_run"),
     ("embedding_bwd", "nk_embedding_bwd_run"), ("nll", "nk_nll_run"), ("nll_bwd", "nk_nll_bwd_run"),
     ("attention", "nk_attention_run"), ("attention_bwd", "nk_attention_bwd_run"), ("reduce", "nk_reduce_run"),
-    ("copy", "nk_copy_run"),
+    ("copy", "nk_copy_run"), ("kernel_msg", "nrt_kernel_fail_message"),
+    ("num_threads", "nrt_num_threads"),
 ]
 
 
@@ -45,7 +46,7 @@ class _Runtime:
         lib.nrt_queue_launch.restype = ctypes.c_int
         lib.nrt_last_error.restype = ctypes.c_char_p
         self.lib = lib
-        self.table = _NcRt(abi=1, **{n: ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value for n, sym in _RT_FUNCS})
+        self.table = _NcRt(abi=2, **{n: ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value for n, sym in _RT_FUNCS})
         self._queues = {}
 
     def queue(self, dev):

@@ -637,6 +637,24 @@ def decompose(S, emit, node, outs):
         dims = list(range(k)) if dims is None or (isinstance(dims, (list, tuple)) and not dims) else sorted(
             {d % max(1, k) for d in ([dims] if isinstance(dims, int) else dims)})
         return _var_mean(S, emit, node, xv, dims, corr, keep, outs)
+    if name == "aten.linalg_vector_norm.default":
+        # ord 2 over every dim (clip_grad_norm_'s total norm of the per-tensor norms): sqrt(sum(x*x)),
+        # one row reduction instead of an eager launch
+        xv = S.values.get(S.fx_value.get(a[0])) if isinstance(S.fx_value.get(a[0]), int) else None
+        ordv = a[1] if len(a) > 1 else kw.get("ord", 2)
+        dims = a[2] if len(a) > 2 else kw.get("dim")
+        keep = a[3] if len(a) > 3 else kw.get("keepdim", False)
+        if (xv is None or xv.rank == 0 or xv.dtype not in (torch.float32, torch.float64) or ordv != 2 or keep
+                or kw.get("dtype") is not None or (dims is not None and len(dims)) or xv.device.type != "neuron"
+                or outs[0] is None):
+            return None
+        dt = _DTYPES[xv.dtype]
+        sq = _synth(S, xv, xv.sizes)
+        emit("P", "mul", [sq.id], [f"v{xv.id}", f"v{xv.id}"], [dt], fx=node)
+        sm = _synth(S, xv, [])
+        emit("R", "sum", [sm.id], [f"v{sq.id}"], [dt, 0, xv.rank] + list(range(xv.rank)), fx=node)
+        emit("P", "sqrt", [outs[0]], [f"v{sm.id}"], [dt], fx=node)
+        return "P"
     return None
 
 
@@ -769,6 +787,25 @@ def _var_mean(S, emit, node, xv, dims, corr, keep, outs):
 
 # ---- library calls ---------------------------------------------------------------------------------------
 
+def _arange_rows(idx):
+    """n if the FX node idx is a 1-D int64 arange(0, n) (or arange(n)) with a static n, else None"""
+    if not isinstance(idx, torch.fx.Node) or idx.op != "call_function":
+        return None
+    t, a, kw = str(idx.target), idx.args, idx.kwargs
+    if t == "aten.arange.default":
+        start, end, step = 0, a[0], 1
+    elif t in ("aten.arange.start", "aten.arange.start_step"):
+        start, end = a[0], a[1]
+        step = a[2] if len(a) > 2 else kw.get("step", 1)
+    else:
+        return None
+    m = idx.meta.get("val")
+    if (start != 0 or step != 1 or not isinstance(end, int) or isinstance(end, bool) or end < 0 or m is None
+            or m.dim() != 1 or m.dtype != torch.int64):
+        return None
+    return end
+
+
 def library(S, emit, operand, node, outs):
     """Emit an L node for a kernel-library op (or an mm + add pair for addmm); None if the op's
     arguments are outside what the library does (the caller makes it eager)."""
@@ -879,6 +916,16 @@ def library(S, emit, operand, node, outs):
             w, idx = a[0], a[1]
             if S.values[S.fx_value[idx]].dtype not in (torch.int64, torch.int32):
                 return None
+            wv, n = S.values[S.fx_value[w]], _arange_rows(idx)
+            if (n is not None and outs[0] is not None and wv.rank == 2 and wv.sizes[0].is_Integer
+                    and n <= int(wv.sizes[0]) and not any(u.op == "output" for u in node.users)):
+                # embedding(w, arange(n)) (a position embedding) is rows 0..n-1 of w: the output becomes
+                # that view of w (no kernel; its readers, e.g. the add of the token embedding, read w)
+                sl = Value.make(outs[0], wv.dtype, wv.device, [n, wv.sizes[1]], strides=wv.strides, root=wv.root)
+                sl.off = wv.off
+                S.values[outs[0]] = sl
+                emit("V", "view", [sl.id], [vid(w)], [0])
+                return "V"
             emit("L", name, outs, [vid(w), vid(idx)], fx=node)
         elif name == "embedding_bwd":
             grad, idx, nw, pad, scale = a
@@ -894,6 +941,36 @@ def library(S, emit, operand, node, outs):
             g, x, t, w, red, ign, tw = a
             if S.values[S.fx_value[t]].dtype != torch.int64 or S.values[S.fx_value[x]].dtype not in floats:
                 return None
+            xv, tv0 = S.values[S.fx_value[x]], S.values[S.fx_value[t]]
+            if (w is None and int(red) in (1, 2) and xv.rank == 2 and xv.dtype in (torch.float32, torch.float64)
+                    and xv.sizes[1].is_Integer and not 0 <= int(ign) < int(xv.sizes[1]) and outs[0] is not None
+                    and S.values[outs[0]].dtype == xv.dtype and S.values[S.fx_value[g]].rank == 0):
+                # pointwise: grad_in[r, c] = (c == target[r]) ? -grad / total_weight (mean) : 0.  An
+                # ignore_index outside [0, C) never matches a column.  It fuses into its consumer (the
+                # log_softmax backward row kernel) instead of a library call writing [N, C].
+                dt, C = _DTYPES[xv.dtype], int(xv.sizes[1])
+                shape = xv.sizes
+                fl = _synth(S, tv0, shape)
+                emit("P", "arange", [fl.id], ["i0", "i1"], ["i64"], fx=node)
+                col = _synth(S, tv0, shape)
+                emit("P", "remainder", [col.id], [f"v{fl.id}", f"i{C}"], ["i64"], fx=node)
+                tcol = Value.make(S.new_id(), tv0.dtype, tv0.device, [xv.sizes[0], 1], root=tv0.root)
+                tcol.off = tv0.off
+                tcol.strides = [tv0.strides[0], sympy.Integer(1)]
+                S.values[tcol.id] = tcol
+                emit("V", "view", [tcol.id], [vid(t)], [1])
+                hit = Value.make(S.new_id(), torch.bool, xv.device, shape)
+                S.values[hit.id] = hit
+                emit("P", "eq", [hit.id], [f"v{col.id}", f"v{tcol.id}"], ["i64"], fx=node)
+                val = _synth(S, xv, shape)
+                if int(red) == 1:
+                    emit("P", "div", [val.id], [vid(g), vid(tw)], [dt], fx=node)
+                else:
+                    emit("P", "mul", [val.id], [vid(g), "f1.0"], [dt], fx=node)
+                neg = _synth(S, xv, shape)
+                emit("P", "neg", [neg.id], [f"v{val.id}"], [dt], fx=node)
+                emit("P", "where", [outs[0]], [f"v{hit.id}", f"v{neg.id}", "f0.0"], [dt], fx=node)
+                return "P"
             emit("L", name, outs, [vid(g), vid(x), vid(t), vid(w), vid(tw)], [int(red), int(ign)], fx=node)
         elif name == "attention":
             q, k, v = a[0], a[1], a[2]
