@@ -12,16 +12,14 @@ static inline __mmask16 tail_mask(int64_t n)
 	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
 
+/* The 32 lanes of a and b summed in f64 (pairwise in vectors: no long serial chain). */
 static inline double fold(__m512 a, __m512 b)
 {
-	float t[32] __attribute__((aligned(64)));
-	double s = 0;
+	__m512d lo = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(_mm512_castps512_ps256(b)));
+	__m512d hi = _mm512_add_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))),
+				   _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b), 1))));
 
-	_mm512_store_ps(t, a);
-	_mm512_store_ps(t + 16, b);
-	for (int l = 0; l < 32; l++)
-		s += t[l];
-	return s;
+	return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 }
 
 static double ln_sum(const float *x, int64_t n)

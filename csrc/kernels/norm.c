@@ -616,7 +616,7 @@ static void rms_row_f64(const nk_rmsnorm_args_t *a, int64_t r)
 
 	for (int64_t j = 0; j < a->cols; j++)
 		q += x[j] * x[j];
-	rstd = 1.0 / sqrt((a->cols ? q / (double)a->cols : 0) + a->eps);
+	rstd = 1.0 / sqrt(q / (double)a->cols + a->eps);
 	((double *)a->rstd)[r] = rstd;
 	for (int64_t j = 0; j < a->cols; j++)
 		y[j] = w ? x[j] * rstd * w[j] : x[j] * rstd;
@@ -633,7 +633,7 @@ static void rms_row_f32(const nk_rmsnorm_args_t *a, const nk_lnops_t *L, const f
 	if (a->dtype == NK_F32) {
 		const float *x = (const float *)a->x + base;
 
-		rstd = 1.0 / sqrt((C ? L->sqdev(x, C, 0.0f) / (double)C : 0) + a->eps);
+		rstd = 1.0 / sqrt((C ? L->sqdev(x, C, 0.0f) : 0.0) / (double)C + a->eps); /* NaN for C = 0, as aten */
 		L->scale_w((float *)a->y + base, x, C, (float)rstd, a->w, stream);
 		((float *)a->rstd)[r] = (float)rstd;
 		return;
@@ -644,7 +644,7 @@ static void rms_row_f32(const nk_rmsnorm_args_t *a, const nk_lnops_t *L, const f
 		nk_block_load_f32(xb, (const char *)a->x + (base + c) * 2, 2, a->dtype, n);
 		q += L->sqdev(xb, n, 0.0f);
 	}
-	rstd = 1.0 / sqrt((C ? q / (double)C : 0) + a->eps);
+	rstd = 1.0 / sqrt(q / (double)C + a->eps);
 	((float *)a->rstd)[r] = (float)rstd;
 	for (int64_t c = 0; c < C; c += RCH) {
 		int64_t n = min64(RCH, C - c);
@@ -709,7 +709,7 @@ int nk_rmsnorm_ref(void *args)
 
 			q += x * x;
 		}
-		rstd = 1.0 / sqrt((a->cols ? q / (double)a->cols : 0) + a->eps);
+		rstd = 1.0 / sqrt(q / (double)a->cols + a->eps);
 		nk_fp_stored(a->rstd, rstd_dtype(a->dtype), r, rstd);
 		for (int64_t j = 0; j < a->cols; j++) {
 			double x = nk_fp_loadd(a->x, a->dtype, r * a->cols + j), w = pload(a->w, a->dtype, j, 1.0);
