@@ -171,21 +171,22 @@ static double lanes_dot(const float *x, const float *y, int64_t n)
 /* x = ((x - shift)*scale + bias) [* w] [+ b], PyTorch's order of operations: f32 rows center first
  * (shift = mean, bias = 0: (x - mean)*rstd, no cancellation when |mean| >> std), bf16/f16 rows use
  * x*rstd + (-rstd*mean) (shift = 0), both as aten's CPU layer_norm kernels. */
-static void affine(float *restrict x, int64_t n, float shift, float scale, float bias, const float *restrict w,
-		   const float *restrict b)
+static void affine(float *y, const float *x, int64_t n, float shift, float scale, float bias, const float *restrict w,
+		   const float *restrict b, int stream)
 {
+	(void)stream;
 	if (w && b)
 		for (int64_t j = 0; j < n; j++)
-			x[j] = ((x[j] - shift) * scale + bias) * w[j] + b[j];
+			y[j] = ((x[j] - shift) * scale + bias) * w[j] + b[j];
 	else if (w)
 		for (int64_t j = 0; j < n; j++)
-			x[j] = ((x[j] - shift) * scale + bias) * w[j];
+			y[j] = ((x[j] - shift) * scale + bias) * w[j];
 	else if (b)
 		for (int64_t j = 0; j < n; j++)
-			x[j] = (x[j] - shift) * scale + bias + b[j];
+			y[j] = (x[j] - shift) * scale + bias + b[j];
 	else
 		for (int64_t j = 0; j < n; j++)
-			x[j] = (x[j] - shift) * scale + bias;
+			y[j] = (x[j] - shift) * scale + bias;
 }
 
 /* The (shift, scale, bias) of affine() for a row of `dtype` with moments mean, rstd. */
@@ -231,17 +232,23 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 	const nk_lnops_t *L = lnops();
 	int64_t base = r * a->cols, C = a->cols;
 
-	if (C <= CH) {
+	if (a->dtype == NK_F32) { /* in place from x to y, any length */
+		const float *xp = (const float *)a->x + base;
+
+		mean = L->sum(xp, C) / (double)C;
+		var = L->sqdev(xp, C, (float)mean) / (double)C;
+		rstd = 1.0 / sqrt(var + a->eps);
+		affine_consts(a->dtype, mean, rstd, &sh, &sc, &bi);
+		L->affine((float *)a->y + base, xp, C, sh, sc, bi, a->w, a->b,
+			  a->rows * C * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512()); /* fenced in ln_rows */
+	} else if (C <= CH) {
 		load_f32(x, a->x, a->dtype, base, C);
 		mean = L->sum(x, C) / (double)C;
 		var = L->sqdev(x, C, (float)mean) / (double)C;
 		rstd = 1.0 / sqrt(var + a->eps);
 		affine_consts(a->dtype, mean, rstd, &sh, &sc, &bi);
-		L->affine(x, C, sh, sc, bi, prm->pw, prm->pb);
-		if (a->dtype == NK_F32 && a->rows * C * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512())
-			nk_stream_copy_f32_avx512((float *)a->y + base, x, C); /* fenced in ln_rows */
-		else
-			store_f32(a->y, a->dtype, base, x, C);
+		L->affine(x, x, C, sh, sc, bi, prm->pw, prm->pb, 0);
+		store_f32(a->y, a->dtype, base, x, C);
 	} else {
 		double s = 0;
 
@@ -270,7 +277,7 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 				load_f32(w, a->w, a->dtype, c, n);
 			if (a->b)
 				load_f32(b, a->b, a->dtype, c, n);
-			L->affine(x, n, sh, sc, bi, a->w ? w : NULL, a->b ? b : NULL);
+			L->affine(x, x, n, sh, sc, bi, a->w ? w : NULL, a->b ? b : NULL, 0);
 			store_f32(a->y, a->dtype, base + c, x, n);
 		}
 	}
@@ -363,6 +370,88 @@ static void ln_partials(float *restrict sw, float *restrict sb, const float *res
 			sb[j] += dy[j];
 }
 
+static void ln_bwd_sums(const float *restrict dy, const float *restrict x, const float *restrict w, int64_t n,
+			float mean, float rstd, double *sg, double *sgx, float *restrict sw, float *restrict sb)
+{
+	float pg[16] = { 0 }, pgx[16] = { 0 };
+	double s1 = 0, s2 = 0;
+	int64_t j = 0;
+
+	for (; j + 16 <= n; j += 16)
+		for (int l = 0; l < 16; l++) {
+			float xh = (x[j + l] - mean) * rstd, g = w ? dy[j + l] * w[j + l] : dy[j + l];
+
+			pg[l] += g;
+			pgx[l] += g * xh;
+		}
+	for (; j < n; j++) {
+		float xh = (x[j] - mean) * rstd, g = w ? dy[j] * w[j] : dy[j];
+
+		s1 += g;
+		s2 += g * xh;
+	}
+	for (int l = 0; l < 16; l++)
+		s1 += pg[l], s2 += pgx[l];
+	*sg += s1;
+	*sgx += s2;
+	if (sw)
+		for (j = 0; j < n; j++)
+			sw[j] += dy[j] * ((x[j] - mean) * rstd);
+	if (sb)
+		for (j = 0; j < n; j++)
+			sb[j] += dy[j];
+}
+
+static void ln_bwd_dx(float *restrict dx, const float *restrict dy, const float *restrict x, const float *restrict w,
+		      int64_t n, float mean, float rstd, float mg, float mgx, int stream)
+{
+	(void)stream;
+	for (int64_t j = 0; j < n; j++) {
+		float xh = (x[j] - mean) * rstd, g = w ? dy[j] * w[j] : dy[j];
+
+		dx[j] = rstd * (g - mg - xh * mgx);
+	}
+}
+
+static void scale_w(float *restrict y, const float *restrict x, int64_t n, float s, const float *restrict w, int stream)
+{
+	(void)stream;
+	if (w)
+		for (int64_t j = 0; j < n; j++)
+			y[j] = x[j] * s * w[j];
+	else
+		for (int64_t j = 0; j < n; j++)
+			y[j] = x[j] * s;
+}
+
+static double dot3(const float *restrict dy, const float *restrict w, const float *restrict x, int64_t n)
+{
+	float p[16] = { 0 };
+	double s = 0;
+	int64_t j = 0;
+
+	for (; j + 16 <= n; j += 16)
+		for (int l = 0; l < 16; l++)
+			p[l] += (w ? dy[j + l] * w[j + l] : dy[j + l]) * x[j + l];
+	for (; j < n; j++)
+		s += (w ? dy[j] * w[j] : dy[j]) * x[j];
+	for (int l = 0; l < 16; l++)
+		s += p[l];
+	return s;
+}
+
+static void rms_dx(float *restrict dx, const float *restrict dy, const float *restrict x, const float *restrict w,
+		   int64_t n, float rstd, float c, float *restrict sw, int stream)
+{
+	(void)stream;
+	if (dx)
+		for (int64_t j = 0; j < n; j++)
+			dx[j] = rstd * ((w ? dy[j] * w[j] : dy[j]) - x[j] * c);
+	if (sw)
+		for (int64_t j = 0; j < n; j++)
+			sw[j] += dy[j] * (x[j] * rstd);
+}
+
 /* The row primitives: these portable ones, or the AVX-512 ones of layernorm_avx512.c. */
 static const nk_lnops_t lnops_ref = {
 	.sum = lanes_sum,
@@ -372,59 +461,76 @@ static const nk_lnops_t lnops_ref = {
 	.g_xhat = ln_g_xhat,
 	.dx_from = ln_dx_from,
 	.partials = ln_partials,
+	.ln_bwd_sums = ln_bwd_sums,
+	.ln_bwd_dx = ln_bwd_dx,
+	.scale_w = scale_w,
+	.dot3 = dot3,
+	.rms_dx = rms_dx,
 };
 
-static const nk_lnops_t *lnops(void)
+const nk_lnops_t *nk_lnops(void)
 {
 	return nk_cpu_avx512() ? &nk_lnops_avx512 : &lnops_ref;
 }
 
-/* dx of row r (if a->dx) and, when sw/sb are given, the row's dw/db terms added to them. */
+static const nk_lnops_t *lnops(void)
+{
+	return nk_lnops();
+}
+
+/* Non-temporal dx stores for a large f32 output (fenced at the end of each task). */
+static int ln_bwd_stream(const nk_layernorm_bwd_args_t *a)
+{
+	return a->dtype == NK_F32 && a->rows * a->cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512();
+}
+
+/* dx of row r (if a->dx) and, when sw/sb are given, the row's dw/db terms added to them.  Two passes
+ * over the row: sums (and dw/db terms), then dx.  f32 rows are used in place (any length); bf16/f16
+ * rows are converted in chunks of CH (rows up to CH once). */
 static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, const ln_params_t *prm, int64_t r, float *sw,
 			  float *sb)
 {
-	float dy[CH], x[CH], w[CH];
-	float mean = nk_fp_loadf(a->mean, a->dtype, r), rstd = nk_fp_loadf(a->rstd, a->dtype, r);
+	float dyb[CH], xb[CH], wb[CH], dxb[CH];
+	float mean = nk_fp_loadf(a->mean, a->dtype, r), rstd = nk_fp_loadf(a->rstd, a->dtype, r), mg = 0, mgx = 0;
 	const nk_lnops_t *L = lnops();
 	double sg = 0, sgx = 0;
 	int64_t base = r * a->cols, C = a->cols;
+	bool f32 = a->dtype == NK_F32, once = f32 || C <= CH;
+	int stream = ln_bwd_stream(a);
 
-	if (C <= CH) {
-		load_f32(dy, a->dy, a->dtype, base, C);
-		load_f32(x, a->x, a->dtype, base, C);
-		L->g_xhat(NULL, x, NULL, C, mean, rstd);
-		L->partials(sw, sb, dy, x, C);
-		if (!a->dx)
-			return;
-		L->g_xhat(dy, x, prm->pw, C, 0, 1);
-		sg = L->sum(dy, C);
-		sgx = L->dot(dy, x, C);
-		L->dx_from(dy, x, C, rstd, (float)(sg / (double)C), (float)(sgx / (double)C));
-		store_f32(a->dx, a->dtype, base, dy, C);
-		return;
-	}
-	for (int pass = a->dx ? 0 : 1; pass < 2; pass++)
-		for (int64_t c = 0; c < C; c += CH) {
-			int64_t n = min64(CH, C - c);
+	for (int pass = 0; pass < (a->dx ? 2 : 1); pass++) {
+		for (int64_t c = 0; c < C; c += f32 ? C : CH) {
+			int64_t n = f32 ? C : min64(CH, C - c);
+			const float *dy = dyb, *x = xb, *w = NULL;
 
-			load_f32(dy, a->dy, a->dtype, base + c, n);
-			load_f32(x, a->x, a->dtype, base + c, n);
-			L->g_xhat(NULL, x, NULL, n, mean, rstd);
-			if (pass == 1)
-				L->partials(sw ? sw + c : NULL, sb ? sb + c : NULL, dy, x, n);
-			if (!a->dx)
-				continue;
-			if (a->w)
-				load_f32(w, a->w, a->dtype, c, n);
-			L->g_xhat(dy, x, a->w ? w : NULL, n, 0, 1);
+			if (f32) {
+				dy = (const float *)a->dy + base;
+				x = (const float *)a->x + base;
+				w = a->w;
+			} else if (!once || pass == 0) {
+				load_f32(dyb, a->dy, a->dtype, base + c, n);
+				load_f32(xb, a->x, a->dtype, base + c, n);
+				if (a->w && C > CH)
+					load_f32(wb, a->w, a->dtype, c, n);
+				w = a->w ? (C > CH ? wb : prm->pw) : NULL;
+			} else {
+				w = a->w ? prm->pw : NULL;
+			}
 			if (pass == 0) {
-				sg += L->sum(dy, n);
-				sgx += L->dot(dy, x, n);
+				L->ln_bwd_sums(dy, x, a->dx ? w : NULL, n, mean, rstd, &sg, &sgx, sw ? sw + c : NULL,
+					       sb ? sb + c : NULL);
 				continue;
 			}
-			L->dx_from(dy, x, n, rstd, (float)(sg / (double)C), (float)(sgx / (double)C));
-			store_f32(a->dx, a->dtype, base + c, dy, n);
+			if (f32) {
+				L->ln_bwd_dx((float *)a->dx + base, dy, x, w, n, mean, rstd, mg, mgx, stream);
+			} else {
+				L->ln_bwd_dx(dxb, dy, x, w, n, mean, rstd, mg, mgx, 0);
+				store_f32(a->dx, a->dtype, base + c, dxb, n);
+			}
 		}
+		mg = (float)(sg / (double)C);
+		mgx = (float)(sgx / (double)C);
+	}
 }
 
 static void ln_dx_row_f64(const nk_layernorm_bwd_args_t *a, int64_t r)
@@ -463,6 +569,8 @@ static void ln_dx_rows(void *ctx, int64_t r0, int64_t r1)
 		else
 			ln_dx_row_f32(a, &prm, r, NULL, NULL);
 	}
+	if (a->dx && ln_bwd_stream(a))
+		nk_stream_fence();
 }
 
 /* ---- backward: dw, db by column blocks ---------------------------------------------------------- */
@@ -549,6 +657,8 @@ static void ln_fused_tasks(void *ctx, int64_t t0, int64_t t1)
 		for (int64_t r = t * f->chunk_rows; r < r1; r++)
 			ln_dx_row_f32(a, &prm, r, a->dw ? sw : NULL, a->db ? sb : NULL);
 	}
+	if (a->dx && ln_bwd_stream(a))
+		nk_stream_fence();
 }
 
 static int ln_bwd_fused(const nk_layernorm_bwd_args_t *a)

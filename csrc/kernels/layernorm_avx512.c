@@ -3,6 +3,7 @@
  * portable versions in layernorm.c; sums run in two 16-lane f32 accumulators whose 32 lanes are folded
  * in f64 (the portable code folds 16 lanes), tails use masked loads and stores. */
 #include <immintrin.h>
+#include <stdint.h>
 
 #include "nk_lnops_impl.h"
 
@@ -11,16 +12,14 @@ static inline __mmask16 tail_mask(int64_t n)
 	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
 
+/* The 32 lanes of a and b summed in f64 (pairwise in vectors: no long serial chain). */
 static inline double fold(__m512 a, __m512 b)
 {
-	float t[32] __attribute__((aligned(64)));
-	double s = 0;
+	__m512d lo = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)), _mm512_cvtps_pd(_mm512_castps512_ps256(b)));
+	__m512d hi = _mm512_add_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))),
+				   _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b), 1))));
 
-	_mm512_store_ps(t, a);
-	_mm512_store_ps(t + 16, b);
-	for (int l = 0; l < 32; l++)
-		s += t[l];
-	return s;
+	return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 }
 
 static double ln_sum(const float *x, int64_t n)
@@ -74,9 +73,14 @@ static double ln_dot(const float *x, const float *y, int64_t n)
 	return fold(s0, s1);
 }
 
-static void ln_affine(float *x, int64_t n, float shift, float scale, float bias, const float *w, const float *b)
+static inline void put(float *p, __m512 v, __mmask16 k, int nt);
+static inline int nt_ok(const float *p, int stream);
+
+static void ln_affine(float *y, const float *x, int64_t n, float shift, float scale, float bias, const float *w,
+		      const float *b, int stream)
 {
 	const __m512 vsh = _mm512_set1_ps(shift), vsc = _mm512_set1_ps(scale), vbi = _mm512_set1_ps(bias);
+	int nt = nt_ok(y, stream);
 
 	for (int64_t j = 0; j < n; j += 16) {
 		__mmask16 k = tail_mask(n - j);
@@ -86,7 +90,7 @@ static void ln_affine(float *x, int64_t n, float shift, float scale, float bias,
 			v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, w + j));
 		if (b)
 			v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
-		_mm512_mask_storeu_ps(x + j, k, v);
+		put(y + j, v, k, nt);
 	}
 }
 
@@ -133,6 +137,143 @@ static void ln_partials(float *sw, float *sb, const float *dy, const float *xhat
 	}
 }
 
+/* Store v (lanes k) at p; whole vectors non-temporal when nt (p then 64-byte aligned). */
+static inline void put(float *p, __m512 v, __mmask16 k, int nt)
+{
+	if (nt && k == 0xffff)
+		_mm512_stream_ps(p, v);
+	else
+		_mm512_mask_storeu_ps(p, k, v);
+}
+
+static inline int nt_ok(const float *p, int stream)
+{
+	return stream && ((uintptr_t)p & 63) == 0;
+}
+
+static void ln_bwd_sums(const float *dy, const float *x, const float *w, int64_t n, float mean, float rstd,
+			double *sg, double *sgx, float *sw, float *sb)
+{
+	const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+	int64_t j = 0;
+
+	for (; j + 32 <= n; j += 32) {
+		__m512 d0 = _mm512_loadu_ps(dy + j), d1 = _mm512_loadu_ps(dy + j + 16);
+		__m512 h0 = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), vm), vr);
+		__m512 h1 = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j + 16), vm), vr);
+		__m512 g0 = w ? _mm512_mul_ps(d0, _mm512_loadu_ps(w + j)) : d0;
+		__m512 g1 = w ? _mm512_mul_ps(d1, _mm512_loadu_ps(w + j + 16)) : d1;
+
+		a0 = _mm512_add_ps(a0, g0);
+		a1 = _mm512_add_ps(a1, g1);
+		b0 = _mm512_fmadd_ps(g0, h0, b0);
+		b1 = _mm512_fmadd_ps(g1, h1, b1);
+		if (sw) {
+			_mm512_storeu_ps(sw + j, _mm512_fmadd_ps(d0, h0, _mm512_loadu_ps(sw + j)));
+			_mm512_storeu_ps(sw + j + 16, _mm512_fmadd_ps(d1, h1, _mm512_loadu_ps(sw + j + 16)));
+		}
+		if (sb) {
+			_mm512_storeu_ps(sb + j, _mm512_add_ps(d0, _mm512_loadu_ps(sb + j)));
+			_mm512_storeu_ps(sb + j + 16, _mm512_add_ps(d1, _mm512_loadu_ps(sb + j + 16)));
+		}
+	}
+	for (; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+		__m512 d = _mm512_maskz_loadu_ps(k, dy + j);
+		__m512 h = _mm512_maskz_mul_ps(k, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm), vr);
+		__m512 g = w ? _mm512_mul_ps(d, _mm512_maskz_loadu_ps(k, w + j)) : d;
+
+		a0 = _mm512_add_ps(a0, g);
+		b0 = _mm512_fmadd_ps(g, h, b0);
+		if (sw)
+			_mm512_mask_storeu_ps(sw + j, k, _mm512_fmadd_ps(d, h, _mm512_maskz_loadu_ps(k, sw + j)));
+		if (sb)
+			_mm512_mask_storeu_ps(sb + j, k, _mm512_add_ps(d, _mm512_maskz_loadu_ps(k, sb + j)));
+	}
+	*sg += fold(a0, a1);
+	*sgx += fold(b0, b1);
+}
+
+static void ln_bwd_dx(float *dx, const float *dy, const float *x, const float *w, int64_t n, float mean, float rstd,
+		      float mg, float mgx, int stream)
+{
+	const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd), vmg = _mm512_set1_ps(mg),
+		     vmgx = _mm512_set1_ps(mgx);
+	int nt = nt_ok(dx, stream);
+
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+		__m512 d = _mm512_maskz_loadu_ps(k, dy + j);
+		__m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm), vr);
+		__m512 g = w ? _mm512_mul_ps(d, _mm512_maskz_loadu_ps(k, w + j)) : d;
+		__m512 t = _mm512_fnmadd_ps(h, vmgx, _mm512_sub_ps(g, vmg));
+
+		put(dx + j, _mm512_mul_ps(vr, t), k, nt);
+	}
+}
+
+static void scale_w(float *y, const float *x, int64_t n, float s, const float *w, int stream)
+{
+	const __m512 vs = _mm512_set1_ps(s);
+	int nt = nt_ok(y, stream);
+
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+		__m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), vs);
+
+		if (w)
+			v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, w + j));
+		put(y + j, v, k, nt);
+	}
+}
+
+static double dot3(const float *dy, const float *w, const float *x, int64_t n)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0;
+	int64_t j = 0;
+
+	for (; j + 32 <= n; j += 32) {
+		__m512 g0 = _mm512_loadu_ps(dy + j), g1 = _mm512_loadu_ps(dy + j + 16);
+
+		if (w) {
+			g0 = _mm512_mul_ps(g0, _mm512_loadu_ps(w + j));
+			g1 = _mm512_mul_ps(g1, _mm512_loadu_ps(w + j + 16));
+		}
+		s0 = _mm512_fmadd_ps(g0, _mm512_loadu_ps(x + j), s0);
+		s1 = _mm512_fmadd_ps(g1, _mm512_loadu_ps(x + j + 16), s1);
+	}
+	for (; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+		__m512 g = _mm512_maskz_loadu_ps(k, dy + j);
+
+		if (w)
+			g = _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, w + j));
+		s0 = _mm512_fmadd_ps(g, _mm512_maskz_loadu_ps(k, x + j), s0);
+	}
+	return fold(s0, s1);
+}
+
+static void rms_dx(float *dx, const float *dy, const float *x, const float *w, int64_t n, float rstd, float c,
+		   float *sw, int stream)
+{
+	const __m512 vr = _mm512_set1_ps(rstd), vc = _mm512_set1_ps(c);
+	int nt = dx && nt_ok(dx, stream);
+
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 k = tail_mask(n - j);
+		__m512 d = _mm512_maskz_loadu_ps(k, dy + j), xv = _mm512_maskz_loadu_ps(k, x + j);
+
+		if (dx) {
+			__m512 g = w ? _mm512_mul_ps(d, _mm512_maskz_loadu_ps(k, w + j)) : d;
+
+			put(dx + j, _mm512_mul_ps(vr, _mm512_fnmadd_ps(xv, vc, g)), k, nt);
+		}
+		if (sw)
+			_mm512_mask_storeu_ps(sw + j, k, _mm512_fmadd_ps(d, _mm512_mul_ps(xv, vr), _mm512_maskz_loadu_ps(k, sw + j)));
+	}
+}
+
 const nk_lnops_t nk_lnops_avx512 = {
 	.sum = ln_sum,
 	.sqdev = ln_sqdev,
@@ -141,4 +282,9 @@ const nk_lnops_t nk_lnops_avx512 = {
 	.g_xhat = ln_g_xhat,
 	.dx_from = ln_dx_from,
 	.partials = ln_partials,
+	.ln_bwd_sums = ln_bwd_sums,
+	.ln_bwd_dx = ln_bwd_dx,
+	.scale_w = scale_w,
+	.dot3 = dot3,
+	.rms_dx = rms_dx,
 };

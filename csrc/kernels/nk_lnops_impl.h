@@ -13,16 +13,37 @@ typedef struct {
 	double (*sqdev)(const float *x, int64_t n, float m);
 	/* sum of x*y */
 	double (*dot)(const float *x, const float *y, int64_t n);
-	/* x = ((x - shift)*scale + bias) [* w] [+ b] in place (w, b may be NULL) */
-	void (*affine)(float *x, int64_t n, float shift, float scale, float bias, const float *w, const float *b);
+	/* y = ((x - shift)*scale + bias) [* w] [+ b] (w, b may be NULL; y may be x; stream: non-temporal
+	 * stores, the caller fences) */
+	void (*affine)(float *y, const float *x, int64_t n, float shift, float scale, float bias, const float *w,
+		       const float *b, int stream);
 	/* dy := dy*w (when dy and w), x := (x - mean)*rstd (unless mean == 0 and rstd == 1) */
 	void (*g_xhat)(float *dy, float *x, const float *w, int64_t n, float mean, float rstd);
 	/* g = rstd*(g - mg - xhat*mgx) */
 	void (*dx_from)(float *g, const float *xhat, int64_t n, float rstd, float mg, float mgx);
 	/* sw += dy*xhat, sb += dy (either may be NULL) */
 	void (*partials)(float *sw, float *sb, const float *dy, const float *xhat, int64_t n);
+	/* Fused layer-norm backward, first pass over a row: with xhat = (x - mean)*rstd and g = dy*w (w may
+	 * be NULL): *sg += sum g, *sgx += sum g*xhat (f32 lanes folded in f64); sw += dy*xhat, sb += dy
+	 * (either may be NULL). */
+	void (*ln_bwd_sums)(const float *dy, const float *x, const float *w, int64_t n, float mean, float rstd,
+			    double *sg, double *sgx, float *sw, float *sb);
+	/* Second pass: dx = rstd*(g - mg - xhat*mgx) from dy, x (stream: non-temporal stores, the caller
+	 * fences). */
+	void (*ln_bwd_dx)(float *dx, const float *dy, const float *x, const float *w, int64_t n, float mean, float rstd,
+			  float mg, float mgx, int stream);
+	/* y = x*s [* w] (rms norm forward; stream as above) */
+	void (*scale_w)(float *y, const float *x, int64_t n, float s, const float *w, int stream);
+	/* sum of dy*w*x (w may be NULL) */
+	double (*dot3)(const float *dy, const float *w, const float *x, int64_t n);
+	/* rms norm backward: dx = rstd*(dy*w - x*c) (dx may be NULL), sw += dy*(x*rstd) (sw may be NULL) */
+	void (*rms_dx)(float *dx, const float *dy, const float *x, const float *w, int64_t n, float rstd, float c,
+		       float *sw, int stream);
 } nk_lnops_t;
 
 extern const nk_lnops_t nk_lnops_avx512; /* only when nk_cpu_avx512() */
+/* The table for this CPU (the portable one when NEURON_KERNELS=ref or without AVX-512); used by
+ * layernorm.c and by rms norm in norm.c. */
+const nk_lnops_t *nk_lnops(void);
 
 #endif /* NK_LNOPS_IMPL_H */

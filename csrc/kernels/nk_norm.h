@@ -171,6 +171,12 @@ typedef struct {
 } nk_amp_update_args_t;
 int nk_amp_update_run(void *args);
 
+/* act_avx512.c (call only when nk_cpu_avx512()): o = op(x[, y]) on dense f32 buffers for gelu (ia: 0 erf,
+ * 1 tanh), gelu_backward (x = grad, y = input), silu, silu_backward; false (nothing written) for other
+ * ops.  stream: the 64-byte-aligned part of o with non-temporal stores (the caller fences).  Used by
+ * nk_pointwise_f32_avx512. */
+bool nk_act_f32_avx512(int op, int64_t ia, float *o, const float *x, const float *y, int64_t n, bool stream);
+
 #ifdef __cplusplus
 }
 #endif

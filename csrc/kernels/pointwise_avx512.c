@@ -152,6 +152,9 @@ bool nk_pointwise_f32_avx512(int op, float a, float b, int64_t ia, float *o, con
 {
 	(void)b;
 	(void)z;
+	/* [h-norm] gelu / silu and their backward: dedicated two-vector loops in act_avx512.c */
+	if (nk_act_f32_avx512(op, ia, o, x, y, n, stream))
+		return true;
 	if (!v_supported(op))
 		return false;
 	const __m512 va = _mm512_set1_ps(a), zero = _mm512_setzero_ps();

@@ -138,9 +138,45 @@ float nk_row_exp_sum_ref(float *x, int64_t n, float sub)
 	return lanes_sum(x, n);
 }
 
+void nk_softmax_row_ref(const float *x, float *y, float *tmp, int64_t n, int log, int stream)
+{
+	float mx = nk_row_max_ref(x, n), lse, inv;
+
+	(void)stream;
+	for (int64_t j = 0; j < n; j++)
+		tmp[j] = x[j];
+	if (log) {
+		lse = logf(nk_row_exp_sum_ref(tmp, n, mx));
+		for (int64_t j = 0; j < n; j++)
+			y[j] = (x[j] - mx) - lse;
+		return;
+	}
+	inv = 1.0f / nk_row_exp_sum_ref(tmp, n, mx);
+	for (int64_t j = 0; j < n; j++)
+		y[j] = tmp[j] * inv;
+}
+
+void nk_softmax_bwd_row_ref(const float *dy, const float *y, float *dx, int64_t n, int log, int stream)
+{
+	(void)stream;
+	if (log) {
+		float dot = lanes_sum(dy, n);
+
+		for (int64_t j = 0; j < n; j++)
+			dx[j] = dy[j] - nk_fp_expf(y[j]) * dot;
+		return;
+	}
+	float dot = lanes_dot(dy, y, n);
+
+	for (int64_t j = 0; j < n; j++)
+		dx[j] = y[j] * (dy[j] - dot);
+}
+
 const nk_rowops_t nk_rowops_ref = {
 	.max = nk_row_max_ref,
 	.exp_sum = nk_row_exp_sum_ref,
+	.softmax_row = nk_softmax_row_ref,
+	.softmax_bwd_row = nk_softmax_bwd_row_ref,
 };
 
 const nk_rowops_t *nk_rowops(void)
@@ -157,6 +193,11 @@ static void softmax_row_f32(const nk_softmax_args_t *a, const nk_rowops_t *ops, 
 	float buf[CH], mx = -INFINITY, sum = 0, lse, inv;
 	int64_t base = r * a->cols;
 
+	if (a->dtype == NK_F32 && a->cols <= CH) { /* in place from x to y, one call */
+		ops->softmax_row((const float *)a->x + base, (float *)a->y + base, buf, a->cols, a->log,
+				 stream_out(a->dtype, a->rows, a->cols));
+		return;
+	}
 	if (a->cols <= CH) {
 		load_f32(buf, a->x, a->dtype, base, a->cols);
 		mx = ops->max(buf, a->cols);
@@ -257,6 +298,11 @@ static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, const nk_rowops_
 	float dy[CH], y[CH], dot = 0;
 	int64_t base = r * a->cols;
 
+	if (a->dtype == NK_F32) { /* straight from dy, y to dx, any length */
+		ops->softmax_bwd_row((const float *)a->dy + base, (const float *)a->y + base, (float *)a->dx + base,
+				     a->cols, a->log, stream_out(a->dtype, a->rows, a->cols));
+		return;
+	}
 	if (a->cols <= CH) { /* one chunk: dy and y are read once */
 		int64_t n = a->cols;
 

@@ -402,7 +402,7 @@ static void rms_shape(const char *op, const at::Tensor &x, at::IntArrayRef ns, c
 		    w.sizes(), " and normalized_shape = ", ns);
 	check_float(op, x, "input");
 	cols = c10::multiply_integers(ns);
-	rows = cols ? x.numel() / cols : 0;
+	rows = c10::multiply_integers(x.sizes().slice(0, x.dim() - k)); // also when cols == 0 (rstd is then NaN, as aten)
 }
 
 static std::tuple<at::Tensor, at::Tensor> rms_norm_f(const at::Tensor &x, at::IntArrayRef ns, const std::optional<at::Tensor> &w_opt, std::optional<double> eps)

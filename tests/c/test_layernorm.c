@@ -8,7 +8,7 @@
 #include "nk_test.h"
 #include "nrt.h"
 
-static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 33 }, { 4, 100 }, { 2, 513 }, { 200, 64 }, { 7, 1100 } };
+static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 33 }, { 4, 100 }, { 2, 513 }, { 200, 64 }, { 7, 1100 }, { 3, 2100 }, { 130, 1030 } };
 static const int dtypes[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
 
 static double fwd_atol(int dtype)
@@ -96,6 +96,7 @@ static double loss(const double *x, const double *w, const double *b, const doub
 static void test_layernorm_streamed(void)
 {
 	check_case(NK_F32, 4097, 1024, true);
+	check_case(NK_F32, 4097, 1025, false);
 }
 
 static void test_layernorm_bwd_numerical(void)

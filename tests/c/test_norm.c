@@ -192,11 +192,17 @@ static void test_groupnorm_vs_ref(void)
 
 static void test_rmsnorm_vs_ref(void)
 {
-	static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 513 }, { 64, 33 }, { 0, 5 } };
+	/* odd sizes, rows longer than a converted chunk (2048), several dw chunks (64 rows), a 16 MiB f32
+	 * output (non-temporal stores; 1025 columns: rows alternate aligned / unaligned), zero-size */
+	static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 513 }, { 64, 33 }, { 0, 5 }, { 5, 0 },
+					     { 3, 2100 }, { 300, 130 }, { 4097, 1025 } };
 
 	for (int d = 0; d < 4; d++)
 		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
 			int dt = dtypes[d], rdt = dt == NK_F64 ? NK_F64 : NK_F32;
+
+			if (shapes[s][0] * shapes[s][1] > 1000000 && dt != NK_F32)
+				continue;
 			int64_t R = shapes[s][0], Cc = shapes[s][1], n = R * Cc;
 			void *x = nkt_alloc(dt, n), *w = nkt_alloc(dt, Cc), *y0 = nkt_alloc(dt, n), *y1 = nkt_alloc(dt, n);
 			void *r0 = nkt_alloc(rdt, R), *r1 = nkt_alloc(rdt, R), *dy = nkt_alloc(dt, n), *dx0 = nkt_alloc(dt, n),
@@ -213,6 +219,26 @@ static void test_rmsnorm_vs_ref(void)
 			e = nkt_err(y1, y0, dt, n, atol_of(dt), rtol_of(dt)) + nkt_err(r1, r0, rdt, R, 1e-6, 1e-6);
 			CHECK(e <= 1, "rms y %s %lldx%lld: err %g", nkt_dtype_name(dt), (long long)R, (long long)Cc, e);
 			nk_rmsnorm_bwd_args_t b = { .dtype = dt, .rows = R, .cols = Cc, .dy = dy, .x = x, .rstd = r0, .w = w, .dx = dx0, .dw = dw0 };
+			/* without weight, and dw only */
+			f.w = NULL, f.y = y0, f.rstd = r0;
+			CHECK(nk_rmsnorm_ref(&f) == 0, "rms ref nw");
+			f.y = y1, f.rstd = r1;
+			CHECK(nk_rmsnorm_run(&f) == 0, "rms run nw");
+			e = nkt_err(y1, y0, dt, n, atol_of(dt), rtol_of(dt)) + nkt_err(r1, r0, rdt, R, 1e-6, 1e-6);
+			CHECK(e <= 1, "rms y (no weight) %s %lldx%lld: err %g", nkt_dtype_name(dt), (long long)R, (long long)Cc, e);
+			b.w = NULL;
+			CHECK(nk_rmsnorm_bwd_ref(&b) == 0, "rms bwd ref nw");
+			b.dx = dx1;
+			CHECK(nk_rmsnorm_bwd_run(&b) == 0, "rms bwd run nw");
+			e = nkt_err(dx1, dx0, dt, n, atol_of(dt), rtol_of(dt));
+			CHECK(e <= 1, "rms dx (no weight) %s %lldx%lld: err %g", nkt_dtype_name(dt), (long long)R, (long long)Cc, e);
+			b.w = w, b.dx = NULL, b.dw = dw1;
+			CHECK(nk_rmsnorm_bwd_run(&b) == 0, "rms bwd run dw only");
+			b.dx = dx0, b.dw = dw0;
+			CHECK(nk_rmsnorm_bwd_ref(&b) == 0, "rms bwd ref dw only");
+			e = nkt_err(dw1, dw0, dt, Cc, atol_of(dt) * (1 + R / 64), rtol_of(dt));
+			CHECK(e <= 1, "rms dw only %s %lldx%lld: err %g", nkt_dtype_name(dt), (long long)R, (long long)Cc, e);
+			/* the full backward with weight */
 			CHECK(nk_rmsnorm_bwd_ref(&b) == 0, "rms bwd ref");
 			b.dx = dx1, b.dw = dw1;
 			CHECK(nk_rmsnorm_bwd_run(&b) == 0, "rms bwd run");
@@ -421,6 +447,113 @@ static void test_errors(void)
 	CHECK(nk_batchnorm_run(&m) != 0, "f64 input with f32 parameters is refused");
 }
 
+/* ---- act_avx512.c: the dedicated gelu / silu loops against the formulas in double ----------------- */
+
+bool nk_cpu_avx512(void);
+
+static double ulp_f(double v)
+{
+	float f = (float)fabs(v);
+
+	return f < 1.17549435e-38f ? 1.4e-45 : (double)(nextafterf(f, INFINITY) - f);
+}
+
+/* The op in double: gelu with PyTorch's A-S erf (the formula its f32 kernel evaluates), the others
+ * exact. */
+static double act_double(int op, int64_t ia, double g, double x)
+{
+	double beta = M_SQRT2 * M_2_SQRTPI * 0.5, k = 0.044715;
+
+	if (op == NK_OP_GELU && ia)
+		return 0.5 * x * (1 + tanh(beta * (x + k * x * x * x)));
+	if (op == NK_OP_GELU) {
+		double z = x * M_SQRT1_2, t = 1 / (1 + 0.3275911 * fabs(z));
+		double r = (((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592;
+		double erf_as = copysign(1 - t * r * exp(-z * z), z);
+
+		return x * 0.5 * (1 + erf_as);
+	}
+	if (op == NK_OP_GELU_BACKWARD && ia) {
+		double t = tanh(beta * (x + k * x * x * x));
+
+		return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * beta * (1 + 3 * k * x * x));
+	}
+	if (op == NK_OP_GELU_BACKWARD) {
+		double z = x * M_SQRT1_2, t = 1 / (1 + 0.3275911 * fabs(z));
+		double r = (((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592;
+		double cdf = 0.5 * (1 + copysign(1 - t * r * exp(-z * z), z));
+
+		return g * (cdf + x * M_2_SQRTPI * M_SQRT1_2 * 0.5 * exp(-0.5 * x * x));
+	}
+	if (op == NK_OP_SILU)
+		return x / (1 + exp(-x));
+	double s = 1 / (1 + exp(-x)); /* NK_OP_SILU_BACKWARD */
+
+	return g * s * (1 + x * (1 - s));
+}
+
+static void test_act_avx512(void)
+{
+	static const int ops[][2] = { { NK_OP_GELU, 0 }, { NK_OP_GELU, 1 }, { NK_OP_GELU_BACKWARD, 0 },
+				      { NK_OP_GELU_BACKWARD, 1 }, { NK_OP_SILU, 0 }, { NK_OP_SILU_BACKWARD, 0 } };
+	static const int64_t sizes[] = { 0, 1, 15, 16, 17, 31, 33, 100, 1027 };
+	static const float special[] = { 0.0f, -0.0f, 1e-30f, -1e-30f, 1e-6f, -1e-6f, 3.0f, -3.0f, 9.0f, -9.0f, 30.0f, -30.0f,
+					 200.0f, -200.0f };
+	enum { N = 1027 + 16 };
+	float x[N], g[N], o[N + 16];
+
+	if (!nk_cpu_avx512())
+		return;
+	CHECK(!nk_act_f32_avx512(NK_OP_ADD, 0, o, x, g, 4, false), "act: other ops are not taken");
+	for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+		for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+			for (int stream = 0; stream < 2; stream++)
+				for (int off = 0; off < 2; off++) { /* off: an unaligned output */
+					int op = ops[k][0], ia = ops[k][1], bin = op == NK_OP_GELU_BACKWARD || op == NK_OP_SILU_BACKWARD;
+					int64_t n = sizes[s];
+					double worst = 0;
+
+					for (int64_t i = 0; i < n; i++) {
+						x[i] = i < (int64_t)(sizeof special / sizeof special[0]) ? special[i]
+							: (float)(((double)rand() / RAND_MAX) * 16 - 8);
+						g[i] = (float)(((double)rand() / RAND_MAX) * 2 - 1);
+					}
+					o[off + n] = 12345.0f;
+					/* gelu_backward / silu_backward take (grad, input) */
+					CHECK(nk_act_f32_avx512(op, ia, o + off, bin ? g : x, bin ? x : NULL, n, stream), "act op %d", op);
+					if (stream)
+						nk_stream_fence();
+					CHECK(o[off + n] == 12345.0f, "act op %d n=%lld: wrote past the end", op, (long long)n);
+					for (int64_t i = 0; i < n; i++) {
+						double ref = act_double(op, ia, g[i], x[i]), got = o[off + i];
+						/* a few ulp of the result, plus the f32 rounding of the terms PyTorch's own f32
+						 * formula sums (1 + erf, 1 + tanh: ulp(1) relative to 0.5|x|, times |g|) */
+						double tol = 4 * ulp_f(ref) + 2.4e-7 * fabs(x[i]) * (bin ? fabs(g[i]) + 1e-30 : 1) + 1e-37;
+
+						/* tanh backward: 1 - tanh^2 cancels near |tanh| = 1 in f32 (PyTorch's formula
+						 * as well), scaled by 0.5*x*beta*(1 + 3 kappa x^2) */
+						if (op == NK_OP_GELU_BACKWARD && ia)
+							tol += fabs(g[i]) * 4.8e-7 * fabs(0.5 * x[i] * 0.7978845608 * (1 + 0.134145 * x[i] * x[i]));
+						double e = fabs(got - ref) / tol;
+
+						if (!(e <= worst))
+							worst = e;
+					}
+					CHECK(worst <= 1, "act op %d ia %d n=%lld stream=%d: error %g of tolerance", op, ia, (long long)n, stream,
+					      worst);
+				}
+	/* NaN passes, infinities as the formulas */
+	float xs[4] = { NAN, INFINITY, -INFINITY, 0 }, os[4];
+
+	nk_act_f32_avx512(NK_OP_GELU, 0, os, xs, NULL, 4, false);
+	/* (PyTorch's CPU kernel gives NaN for both infinities: -inf * 0 in its formula, and inf at +inf is
+	 * the limit; the A-S formula here gives inf) */
+	CHECK(isnan(os[0]) && os[1] == INFINITY && isnan(os[2]) && os[3] == 0, "gelu(nan, inf, -inf, 0) = %g %g %g %g", os[0],
+	      os[1], os[2], os[3]);
+	nk_act_f32_avx512(NK_OP_SILU, 0, os, xs, NULL, 4, false);
+	CHECK(isnan(os[0]) && os[1] == INFINITY, "silu(nan, inf) = %g %g", os[0], os[1]);
+}
+
 int main(void)
 {
 	nkt_seed(11);
@@ -429,6 +562,7 @@ int main(void)
 	RUN(test_groupnorm_vs_ref);
 	RUN(test_rmsnorm_vs_ref);
 	RUN(test_act_vs_ref);
+	RUN(test_act_avx512);
 	RUN(test_rrelu);
 	RUN(test_margin_losses);
 	RUN(test_amp);

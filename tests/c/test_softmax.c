@@ -78,6 +78,7 @@ static void test_softmax_vs_ref(void)
 static void test_softmax_streamed(void)
 {
 	check_case(NK_F32, 4097, 1024, false);
+	check_case(NK_F32, 4097, 1025, true); /* rows alternate between aligned (streamed) and not */
 }
 
 static void test_softmax_special_rows(void)

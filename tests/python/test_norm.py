@@ -225,6 +225,45 @@ def test_rms_norm(device, neuron_ops, dtype):
     _no_fallback(neuron_ops)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(300, 130), (3, 2100), (2, 0), (0, 7)])
+def test_rms_norm_shapes(device, neuron_ops, dtype, shape):
+    """Rows over several dw chunks (64 rows), rows longer than a converted chunk (2048), zero-size, no
+    weight; fwd+bwd through autograd, i.e. _fused_rms_norm and _fused_rms_norm_backward natively."""
+    torch.manual_seed(3)
+    C = shape[-1]
+    x, w = torch.randn(*shape, dtype=dtype), torch.rand(C, dtype=dtype) + 0.5
+    for weight in (True, False):
+        (xc, wc), (xn, wn) = _leaves(x, w if weight else None, dev=device)
+        yc, yn = F.rms_norm(xc, (C,), wc, 1e-5), F.rms_norm(xn, (C,), wn, 1e-5)
+        _close(yn, yc, dtype)
+        g = torch.randn_like(yc)
+        yc.backward(g), yn.backward(g.to(device))
+        _grads_close([xc, wc], [xn, wn], dtype, 10 if dtype == torch.float32 else 2)
+    _no_fallback(neuron_ops)
+
+
+@pytest.mark.parametrize("op", ["gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("n", [1, 17, 1027, 70001])
+def test_activation_f32_close_to_cpu(device, neuron_ops, op, n):
+    """The dedicated AVX-512 gelu / silu loops (act_avx512.c) against PyTorch CPU: forward and backward,
+    odd sizes (masked tails), a strided input, values far into both tails."""
+    torch.manual_seed(5)
+    x = torch.cat([torch.randn(n) * 4, torch.tensor([0.0, -0.0, 12.0, -12.0, 60.0, -60.0, 1e-20])])
+    fn = {"gelu": lambda t: F.gelu(t), "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu}[op]
+    xc, xn = x.clone().requires_grad_(), x.to(device).requires_grad_()
+    yc, yn = fn(xc), fn(xn)
+    # 1 + erf(x/sqrt2) is rounded in f32 by both (ulp(1) * 0.5|x| apart at most a few times)
+    torch.testing.assert_close(yn.cpu(), yc, rtol=2e-6, atol=5e-6)
+    g = torch.randn_like(yc)
+    yc.backward(g), yn.backward(g.to(device))
+    torch.testing.assert_close(xn.grad.cpu(), xc.grad, rtol=2e-6, atol=1e-5)
+    # strided input (every other element of a wider tensor)
+    xs = torch.randn(2 * n + 1)[::2]
+    torch.testing.assert_close(fn(xs.to(device)).cpu(), fn(xs), rtol=2e-6, atol=5e-6)
+    _no_fallback(neuron_ops)
+
+
 def test_local_response_norm_forward(device):
     x = torch.randn(2, 6, 5, 5)
     _close(F.local_response_norm(x.to(device), 3), F.local_response_norm(x, 3), torch.float32)
