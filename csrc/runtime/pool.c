@@ -1,11 +1,21 @@
 /* pool.c - the kernel thread pool behind nrt_parallel_for.
  *
  * nthreads - 1 pthreads plus the calling thread share each job.  A job is [0, n) cut into chunks of at
- * least `grain`; threads claim chunks with an atomic counter.  Idle workers spin for NRT_SPIN_NS and then
- * park on a condition variable; a caller only signals when somebody is parked.  One job runs at a time:
- * a second concurrent caller (another queue worker) and any call made from inside a pool task run
- * inline on their own thread, so nesting cannot deadlock.  The pool starts on first use and its threads
- * live until the process exits.
+ * least `grain`; threads claim chunks with an atomic counter.  One job runs at a time: a second
+ * concurrent caller (another queue worker) and any call made from inside a pool task run inline on
+ * their own thread, so nesting cannot deadlock.  The pool starts on first use and its threads live
+ * until the process exits.
+ *
+ * The hand-off takes no lock while workers are awake.  `state` packs the job generation and an open
+ * bit (gen << 1 | open).  The caller writes the job fields, then publishes state = new gen | open; a
+ * worker that sees a new open generation registers in `active` and re-reads state: if it is unchanged
+ * the job (and its fields) cannot be closed under it, because the caller closes a job by clearing the
+ * open bit and then waits for active == 0 (both sides store, then load the other's word, sequentially
+ * consistent, so one of them sees the other).  Idle workers spin for NRT_SPIN_NS and then park on
+ * work_cv (counted in nparked; the caller only takes the lock to signal when somebody is parked); the
+ * caller waiting for the last workers spins as long and then parks on done_cv (flagged in
+ * caller_waits, which a leaving worker checks).  A spinning worker therefore joins a job within
+ * nanoseconds, with no syscall on either side.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -17,21 +27,22 @@
 #define NRT_POOL_CHUNKS_PER_THREAD 4
 
 struct nrt_pool {
-	pthread_mutex_t lock;      /* protects the job fields, gen, job_open, active, nparked */
+	pthread_mutex_t lock;      /* parking only: work_cv and done_cv */
 	pthread_cond_t work_cv;    /* workers park here */
 	pthread_cond_t done_cv;    /* the caller waits here for active == 0 */
 	pthread_mutex_t call_lock; /* held by the one caller whose job is running */
 	int nthreads;              /* including the caller */
 
-	/* current job */
+	/* current job: written by the caller while the job is closed and nobody is active */
 	nrt_parallel_fn fn;
 	void *ctx;
 	int64_t n, chunk, nchunks;
-	atomic_int_fast64_t next;  /* next unclaimed chunk */
-	atomic_uint gen;           /* bumped for every job */
-	bool job_open;             /* workers may join */
-	atomic_int active;         /* workers inside the current job (changed under lock) */
-	int nparked;               /* workers waiting on work_cv */
+
+	_Alignas(64) atomic_uint_fast64_t state; /* gen << 1 | open */
+	_Alignas(64) atomic_int_fast64_t next;   /* next unclaimed chunk */
+	_Alignas(64) atomic_int active;          /* workers registered in the current job */
+	atomic_int nparked;                      /* workers waiting on work_cv */
+	atomic_int caller_waits;                 /* the caller waits on done_cv */
 };
 
 static struct nrt_pool pool = {
@@ -73,58 +84,56 @@ static void pool_run_chunks(nrt_parallel_fn fn, void *ctx, int64_t n, int64_t ch
 	}
 }
 
-/* Spins briefly for a new generation; true if one appeared. */
-static bool pool_spin_for_work(unsigned seen)
+/* An open job of a generation other than seen's. */
+static inline bool pool_new_job(uint64_t st, uint64_t seen)
+{
+	return (st & 1) && st != seen;
+}
+
+/* Spins briefly for a new open job; returns the state seen last. */
+static uint64_t pool_spin_for_work(uint64_t seen)
 {
 	int64_t deadline = nrt_mono_ns() + NRT_SPIN_NS;
+	uint64_t st;
 
 	do {
 		for (int i = 0; i < 64; i++) {
-			if (atomic_load_explicit(&pool.gen, memory_order_acquire) != seen)
-				return true;
+			st = atomic_load_explicit(&pool.state, memory_order_acquire);
+			if (pool_new_job(st, seen))
+				return st;
 			nrt_cpu_relax();
 		}
 	} while (nrt_mono_ns() < deadline);
-	return false;
+	return st;
 }
 
 static void *pool_worker(void *arg)
 {
-	unsigned seen = 0;
+	uint64_t seen = 0; /* state of the last job this worker looked at */
 
 	(void)arg;
 	in_pool_task = true;
 	for (;;) {
-		nrt_parallel_fn fn;
-		void *ctx;
-		int64_t n, chunk, nchunks;
+		uint64_t st = pool_spin_for_work(seen);
 
-		pool_spin_for_work(seen);
-		pthread_mutex_lock(&pool.lock);
-		while (atomic_load_explicit(&pool.gen, memory_order_relaxed) == seen) {
-			pool.nparked++;
-			pthread_cond_wait(&pool.work_cv, &pool.lock);
-			pool.nparked--;
-		}
-		seen = atomic_load_explicit(&pool.gen, memory_order_relaxed);
-		if (!pool.job_open) {
+		if (!pool_new_job(st, seen)) {
+			pthread_mutex_lock(&pool.lock);
+			atomic_fetch_add(&pool.nparked, 1); /* seq_cst: before the state load below */
+			while (!pool_new_job(st = atomic_load(&pool.state), seen))
+				pthread_cond_wait(&pool.work_cv, &pool.lock);
+			atomic_fetch_sub(&pool.nparked, 1);
 			pthread_mutex_unlock(&pool.lock);
-			continue;
 		}
-		atomic_fetch_add(&pool.active, 1);
-		fn = pool.fn;
-		ctx = pool.ctx;
-		n = pool.n;
-		chunk = pool.chunk;
-		nchunks = pool.nchunks;
-		pthread_mutex_unlock(&pool.lock);
-
-		pool_run_chunks(fn, ctx, n, chunk, nchunks);
-
-		pthread_mutex_lock(&pool.lock);
-		if (atomic_fetch_sub(&pool.active, 1) == 1)
+		seen = st;
+		atomic_fetch_add(&pool.active, 1); /* seq_cst: before the state re-check */
+		if (atomic_load(&pool.state) == st)
+			/* registered while the job was open: its fields stay until active drops */
+			pool_run_chunks(pool.fn, pool.ctx, pool.n, pool.chunk, pool.nchunks);
+		if (atomic_fetch_sub(&pool.active, 1) == 1 && atomic_load(&pool.caller_waits)) {
+			pthread_mutex_lock(&pool.lock);
 			pthread_cond_signal(&pool.done_cv);
-		pthread_mutex_unlock(&pool.lock);
+			pthread_mutex_unlock(&pool.lock);
+		}
 	}
 	return NULL;
 }
@@ -171,8 +180,8 @@ static void run_inline(int64_t n, nrt_parallel_fn fn, void *ctx)
 
 void nrt_parallel_for(int64_t n, int64_t grain, nrt_parallel_fn fn, void *ctx)
 {
-	int64_t chunk, nchunks, target;
-	int64_t spin_deadline;
+	int64_t chunk, nchunks, target, spin_deadline;
+	uint64_t st;
 
 	if (n <= 0 || !fn)
 		return;
@@ -189,35 +198,41 @@ void nrt_parallel_for(int64_t n, int64_t grain, nrt_parallel_fn fn, void *ctx)
 		chunk = grain;
 	nchunks = (n + chunk - 1) / chunk;
 
-	pthread_mutex_lock(&pool.lock);
+	/* closed and nobody active (the previous call waited for that): the fields are ours */
 	pool.fn = fn;
 	pool.ctx = ctx;
 	pool.n = n;
 	pool.chunk = chunk;
 	pool.nchunks = nchunks;
 	atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
-	pool.job_open = true;
-	atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
-	/* wake only as many parked workers as there are chunks beyond the caller's first one */
-	for (int64_t w = nchunks - 1 < pool.nparked ? nchunks - 1 : pool.nparked; w > 0; w--)
-		pthread_cond_signal(&pool.work_cv);
-	pthread_mutex_unlock(&pool.lock);
+	st = (atomic_load_explicit(&pool.state, memory_order_relaxed) | 1) + 2; /* next gen, open */
+	atomic_store(&pool.state, st); /* seq_cst: publishes the fields; before the nparked load */
+	if (nchunks > 1 && atomic_load(&pool.nparked) > 0) {
+		/* wake only as many parked workers as there are chunks beyond the caller's first one */
+		pthread_mutex_lock(&pool.lock);
+		for (int64_t w = nchunks - 1 < atomic_load(&pool.nparked) ? nchunks - 1 : atomic_load(&pool.nparked);
+		     w > 0; w--)
+			pthread_cond_signal(&pool.work_cv);
+		pthread_mutex_unlock(&pool.lock);
+	}
 
 	in_pool_task = true;
 	pool_run_chunks(fn, ctx, n, chunk, nchunks);
 	in_pool_task = false;
 
-	/* All chunks are claimed; wait for the workers still running theirs, spinning briefly first. */
-	pthread_mutex_lock(&pool.lock);
-	pool.job_open = false; /* late wakers find nothing to claim and must not enter */
-	pthread_mutex_unlock(&pool.lock);
+	/* All chunks are claimed: close the job (late workers back off) and wait for the ones inside. */
+	atomic_store(&pool.state, st & ~(uint64_t)1); /* seq_cst: before the active loads */
 	spin_deadline = nrt_mono_ns() + NRT_SPIN_NS;
 	while (atomic_load(&pool.active) > 0 && nrt_mono_ns() < spin_deadline)
 		for (int i = 0; i < 64; i++)
 			nrt_cpu_relax();
-	pthread_mutex_lock(&pool.lock);
-	while (atomic_load(&pool.active) > 0)
-		pthread_cond_wait(&pool.done_cv, &pool.lock);
-	pthread_mutex_unlock(&pool.lock);
+	if (atomic_load(&pool.active) > 0) {
+		pthread_mutex_lock(&pool.lock);
+		atomic_store(&pool.caller_waits, 1); /* seq_cst: before the active load */
+		while (atomic_load(&pool.active) > 0)
+			pthread_cond_wait(&pool.done_cv, &pool.lock);
+		atomic_store(&pool.caller_waits, 0);
+		pthread_mutex_unlock(&pool.lock);
+	}
 	pthread_mutex_unlock(&pool.call_lock);
 }
