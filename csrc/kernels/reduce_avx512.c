@@ -4,7 +4,9 @@
  * reduce.c calls these only when nk_cpu_avx512().  Tails use masked loads.
  *
  * Sums use four independent accumulators of 8 doubles, so their order differs from the sequential
- * reference by rounding only (both accumulate in double).  Extrema and arg-extrema are exact.
+ * reference by rounding only (both accumulate in double); the plain f32 sum first adds blocks of 8
+ * elements per lane as a pairwise tree in float (3 roundings deep), then widens.  Extrema and
+ * arg-extrema are exact.
  */
 #include <immintrin.h>
 
