@@ -1,7 +1,10 @@
 /* pool.c - the kernel thread pool behind nrt_parallel_for.
  *
  * nthreads - 1 pthreads plus the calling thread share each job.  A job is [0, n) cut into chunks of at
- * least `grain`; threads claim chunks with an atomic counter.  One job runs at a time: a second
+ * least `grain`.  Thread t (the caller is 0) owns the t-th block of chunks and claims its own chunks
+ * first, in order, then steals what is left in the others' blocks: the same thread gets the same part
+ * of a tensor op after op, so repeated L2-sized work finds its data in that core's L2 (as with
+ * OpenMP's static schedule), and a late or preempted worker's share still gets done.  One job runs at a time: a second
  * concurrent caller (another queue worker) and any call made from inside a pool task run inline on
  * their own thread, so nesting cannot deadlock.  The pool starts on first use and its threads live
  * until the process exits.
@@ -39,11 +42,17 @@ struct nrt_pool {
 	int64_t n, chunk, nchunks;
 
 	_Alignas(64) atomic_uint_fast64_t state; /* gen << 1 | open */
-	_Alignas(64) atomic_int_fast64_t next;   /* next unclaimed chunk */
 	_Alignas(64) atomic_int active;          /* workers registered in the current job */
 	atomic_int nparked;                      /* workers waiting on work_cv */
 	atomic_int caller_waits;                 /* the caller waits on done_cv */
 };
+
+/* Chunk claims of the block owned by one thread: next unclaimed chunk, and the block's end. */
+struct nrt_pool_block {
+	_Alignas(64) atomic_int_fast64_t next;
+	int64_t end;
+};
+static struct nrt_pool_block pool_blocks[NRT_POOL_MAX_THREADS];
 
 static struct nrt_pool pool = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -70,18 +79,30 @@ int nrt_parse_num_threads(const char *s, int *count)
 	return NRT_OK;
 }
 
-static void pool_run_chunks(nrt_parallel_fn fn, void *ctx, int64_t n, int64_t chunk, int64_t nchunks)
+static void pool_run_block(struct nrt_pool_block *blk, nrt_parallel_fn fn, void *ctx, int64_t n, int64_t chunk)
 {
 	for (;;) {
-		int64_t c = atomic_fetch_add_explicit(&pool.next, 1, memory_order_relaxed);
+		int64_t c = atomic_load_explicit(&blk->next, memory_order_relaxed);
 		int64_t begin, end;
 
-		if (c >= nchunks)
+		if (c >= blk->end)
+			return;
+		c = atomic_fetch_add_explicit(&blk->next, 1, memory_order_relaxed);
+		if (c >= blk->end)
 			return;
 		begin = c * chunk;
 		end = n - begin > chunk ? begin + chunk : n;
 		fn(ctx, begin, end);
 	}
+}
+
+/* Thread self's own block, then everybody else's (starting with the next thread's). */
+static void pool_run_chunks(int self, nrt_parallel_fn fn, void *ctx, int64_t n, int64_t chunk)
+{
+	int nt = pool.nthreads;
+
+	for (int i = 0; i < nt; i++)
+		pool_run_block(&pool_blocks[(self + i) % nt], fn, ctx, n, chunk);
 }
 
 /* An open job of a generation other than seen's. */
@@ -110,8 +131,8 @@ static uint64_t pool_spin_for_work(uint64_t seen)
 static void *pool_worker(void *arg)
 {
 	uint64_t seen = 0; /* state of the last job this worker looked at */
+	int self = (int)(intptr_t)arg;
 
-	(void)arg;
 	in_pool_task = true;
 	for (;;) {
 		uint64_t st = pool_spin_for_work(seen);
@@ -128,7 +149,7 @@ static void *pool_worker(void *arg)
 		atomic_fetch_add(&pool.active, 1); /* seq_cst: before the state re-check */
 		if (atomic_load(&pool.state) == st)
 			/* registered while the job was open: its fields stay until active drops */
-			pool_run_chunks(pool.fn, pool.ctx, pool.n, pool.chunk, pool.nchunks);
+			pool_run_chunks(self, pool.fn, pool.ctx, pool.n, pool.chunk);
 		if (atomic_fetch_sub(&pool.active, 1) == 1 && atomic_load(&pool.caller_waits)) {
 			pthread_mutex_lock(&pool.lock);
 			pthread_cond_signal(&pool.done_cv);
@@ -156,7 +177,7 @@ static void pool_start(void)
 	for (int i = 1; i < want; i++) {
 		pthread_t t;
 
-		if (pthread_create(&t, &attr, pool_worker, NULL))
+		if (pthread_create(&t, &attr, pool_worker, (void *)(intptr_t)i))
 			break; /* run with the threads we got */
 		pool.nthreads++;
 	}
@@ -204,7 +225,11 @@ void nrt_parallel_for(int64_t n, int64_t grain, nrt_parallel_fn fn, void *ctx)
 	pool.n = n;
 	pool.chunk = chunk;
 	pool.nchunks = nchunks;
-	atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
+	for (int t = 0; t < pool.nthreads; t++) {
+		/* block t: chunks [t * nchunks / nthreads, (t + 1) * nchunks / nthreads) */
+		atomic_store_explicit(&pool_blocks[t].next, t * nchunks / pool.nthreads, memory_order_relaxed);
+		pool_blocks[t].end = (t + 1) * nchunks / pool.nthreads;
+	}
 	st = (atomic_load_explicit(&pool.state, memory_order_relaxed) | 1) + 2; /* next gen, open */
 	atomic_store(&pool.state, st); /* seq_cst: publishes the fields; before the nparked load */
 	if (nchunks > 1 && atomic_load(&pool.nparked) > 0) {
@@ -217,7 +242,7 @@ void nrt_parallel_for(int64_t n, int64_t grain, nrt_parallel_fn fn, void *ctx)
 	}
 
 	in_pool_task = true;
-	pool_run_chunks(fn, ctx, n, chunk, nchunks);
+	pool_run_chunks(0, fn, ctx, n, chunk);
 	in_pool_task = false;
 
 	/* All chunks are claimed: close the job (late workers back off) and wait for the ones inside. */
