@@ -568,7 +568,7 @@ static void pw_row(void *ctx, char *const *data, const int64_t *st, int64_t n, i
 	static const int cdt[3] = {NK_F32, NK_F64, NK_I64};
 	bool out_direct = c->out_dt == cdt[c->kind] && st[0] == esz[c->kind];
 	(void)lin;
-	if (out_direct && (c->kind == PW_F32 || c->kind == PW_F64)) {
+	if (out_direct && !c->stream && (c->kind == PW_F32 || c->kind == PW_F64)) {
 		/* every operand dense and of the compute type: one call over the whole row */
 		bool direct = true;
 		for (int i = 0; i < 3 && direct; i++) {
@@ -585,8 +585,6 @@ static void pw_row(void *ctx, char *const *data, const int64_t *st, int64_t n, i
 			else
 				pw_block_f64(c, (double *)data[0], (const double *)in[0], (const double *)in[1],
 					     (const double *)in[2], n);
-			if (c->stream)
-				nk_stream_fence();
 			return;
 		}
 	}

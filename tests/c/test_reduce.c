@@ -138,11 +138,12 @@ static double red1(int op, int din, int dout, const void *in, int64_t R, double 
 	return (op == NK_RED_ARGMAX || op == NK_RED_ARGMIN) ? (double)*(int64_t *)out : nk_load_f64(out, dout);
 }
 
-/* The unrolled dense f32 loops (sum: 256-element blocks, extrema: 64-element steps) around their
- * block edges: sums against the reference, extrema exact, one NaN anywhere (main loop or tail) wins. */
+/* The unrolled dense f32 loops (sum: 256-element blocks, extrema: 64-element steps) and, for inputs
+ * of 16 MiB and more, the DRAM loops, around their block edges: sums against the reference, extrema exact, one NaN anywhere (main loop or tail) wins. */
 static void test_dense_f32_edges(void)
 {
-	static const int64_t lens[] = {1, 15, 16, 17, 63, 64, 65, 127, 255, 256, 257, 511, 1000, 4097, 100003};
+	static const int64_t lens[] = {1, 15, 16, 17, 63, 64, 65, 127, 255, 256, 257, 511, 1000, 4097, 100003,
+				       (16 << 20) / 4 + 7 /* the DRAM loops */};
 	for (size_t t = 0; t < sizeof lens / sizeof lens[0]; t++) {
 		int64_t n = lens[t];
 		float *x = malloc((size_t)n * sizeof *x);
