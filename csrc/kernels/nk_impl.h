@@ -169,6 +169,10 @@ double nk_rd_sum_bf16_avx512(const uint16_t *x, int64_t n);
 double nk_rd_sum_f64_avx512(const double *x, int64_t n);
 double nk_rd_sumsq_f32_avx512(const float *x, int64_t n, double shift); /* sum (x - shift)^2 */
 float nk_rd_extremum_f32_avx512(const float *x, int64_t n, bool is_max); /* NaN-propagating, n > 0 */
+/* The same for DRAM-resident inputs (reduce.c picks them for big tensors): one-vector-per-step loops,
+ * which stream from DRAM faster on Zen 4 than the unrolled cache-speed loops above. */
+double nk_rd_sum_f32_dram_avx512(const float *x, int64_t n);
+float nk_rd_extremum_f32_dram_avx512(const float *x, int64_t n, bool is_max);
 int64_t nk_rd_argext_f32_avx512(const float *x, int64_t n, bool is_max, float *val); /* first; NaN wins */
 void nk_rd_colsum_avx512(double *acc, const void *row, bool bf16, int64_t w); /* acc[i] += row[i] */
 

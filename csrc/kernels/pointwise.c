@@ -568,6 +568,26 @@ static void pw_row(void *ctx, char *const *data, const int64_t *st, int64_t n, i
 	static const int cdt[3] = {NK_F32, NK_F64, NK_I64};
 	bool out_direct = c->out_dt == cdt[c->kind] && st[0] == esz[c->kind];
 	(void)lin;
+	if (out_direct && !c->stream && (c->kind == PW_F32 || c->kind == PW_F64)) {
+		/* every operand dense and of the compute type: one call over the whole row */
+		bool direct = true;
+		for (int i = 0; i < 3 && direct; i++) {
+			int k = c->src[i];
+			direct = k == 0 || (c->dt[k] == cdt[c->kind] && st[k] == esz[c->kind]);
+		}
+		if (direct) {
+			const char *in[3];
+			for (int i = 0; i < 3; i++)
+				in[i] = c->src[i] ? data[c->src[i]] : NULL;
+			if (c->kind == PW_F32)
+				pw_block_f32(c, (float *)data[0], (const float *)in[0], (const float *)in[1],
+					     (const float *)in[2], n);
+			else
+				pw_block_f64(c, (double *)data[0], (const double *)in[0], (const double *)in[1],
+					     (const double *)in[2], n);
+			return;
+		}
+	}
 	for (int64_t i0 = 0; i0 < n; i0 += PW_BLK) {
 		int64_t m = n - i0 < PW_BLK ? n - i0 : PW_BLK;
 		const void *in[3];

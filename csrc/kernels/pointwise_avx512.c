@@ -19,7 +19,7 @@ static inline __mmask16 tail_mask(int64_t n)
 	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
 
-static inline __m512 v_exp(__m512 x)
+static inline __attribute__((always_inline)) __m512 v_exp(__m512 x)
 {
 	const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(89.0f);
 	x = _mm512_min_ps(hi, _mm512_max_ps(lo, x)); /* NaN passes through (second operand) */
@@ -37,7 +37,7 @@ static inline __m512 v_exp(__m512 x)
 	return _mm512_scalef_ps(p, n);
 }
 
-static inline __m512 v_tanh(__m512 x)
+static inline __attribute__((always_inline)) __m512 v_tanh(__m512 x)
 {
 	const __m512 one = _mm512_set1_ps(1.0f);
 	__m512 ax = _mm512_abs_ps(x);
@@ -56,7 +56,7 @@ static inline __m512 v_tanh(__m512 x)
 }
 
 /* PyTorch's Vectorized<float>::erf (Abramowitz-Stegun 7.1.26). */
-static inline __m512 v_erf_as(__m512 x)
+static inline __attribute__((always_inline)) __m512 v_erf_as(__m512 x)
 {
 	const __m512 one = _mm512_set1_ps(1.0f), neg0 = _mm512_set1_ps(-0.0f);
 	__m512 sign = _mm512_and_ps(neg0, x);
@@ -71,13 +71,13 @@ static inline __m512 v_erf_as(__m512 x)
 	return _mm512_xor_ps(sign, y);
 }
 
-static inline __m512 v_sigmoid(__m512 x)
+static inline __attribute__((always_inline)) __m512 v_sigmoid(__m512 x)
 {
 	const __m512 one = _mm512_set1_ps(1.0f);
 	return _mm512_div_ps(one, _mm512_add_ps(one, v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
 }
 
-static inline __m512 v_gelu(__m512 x, int64_t approx)
+static inline __attribute__((always_inline)) __m512 v_gelu(__m512 x, int64_t approx)
 {
 	const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
 	if (approx) {
@@ -90,7 +90,7 @@ static inline __m512 v_gelu(__m512 x, int64_t approx)
 	return _mm512_mul_ps(_mm512_mul_ps(x, half), _mm512_add_ps(one, e));
 }
 
-static inline __m512 v_gelu_backward(__m512 dy, __m512 x, int64_t approx)
+static inline __attribute__((always_inline)) __m512 v_gelu_backward(__m512 dy, __m512 x, int64_t approx)
 {
 	const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
 	if (approx) {
@@ -110,13 +110,16 @@ static inline __m512 v_gelu_backward(__m512 dy, __m512 x, int64_t approx)
 	return _mm512_mul_ps(dy, _mm512_fmadd_ps(x, pdf, cdf));
 }
 
-/* One 16-lane step of op; x, y, z hold the inputs (unused ones are zero). */
-static inline __m512 v_op(int op, __m512 x, __m512 y, __m512 a, int64_t ia)
+/* One 16-lane step of op; x, y hold the inputs (unused ones are zero).  Always inlined into loops
+ * specialised for one constant op (pw_loop), so the switch folds away. */
+static inline __attribute__((always_inline)) __m512 v_op(int op, __m512 x, __m512 y, __m512 a, int64_t ia)
 {
 	const __m512 one = _mm512_set1_ps(1.0f);
 	switch (op) {
 	case NK_OP_ADD: return _mm512_add_ps(x, _mm512_mul_ps(a, y));
 	case NK_OP_SUB: return _mm512_sub_ps(x, _mm512_mul_ps(a, y));
+	case -NK_OP_ADD: return _mm512_add_ps(x, y); /* alpha == 1: x + 1 * y is exactly x + y */
+	case -NK_OP_SUB: return _mm512_sub_ps(x, y);
 	case NK_OP_MUL: return _mm512_mul_ps(x, y);
 	case NK_OP_DIV: return _mm512_div_ps(x, y);
 	case NK_OP_EXP: return v_exp(x);
@@ -135,15 +138,54 @@ static inline __m512 v_op(int op, __m512 x, __m512 y, __m512 a, int64_t ia)
 	}
 }
 
-static bool v_supported(int op)
+/* o[i] = op(x[i], y[i]) for a constant op (binary: y != NULL).  Streamed stores (stream) after the
+ * first 64-byte boundary of o; the main loop does 4 vectors per iteration; masked tails. */
+static inline __attribute__((always_inline)) void pw_loop(int op, bool binary, __m512 va, int64_t ia, float *o,
+							   const float *x, const float *y, int64_t n, bool stream)
 {
-	switch (op) {
-	case NK_OP_ADD: case NK_OP_SUB: case NK_OP_MUL: case NK_OP_DIV: case NK_OP_EXP: case NK_OP_TANH:
-	case NK_OP_SIGMOID: case NK_OP_SILU: case NK_OP_GELU: case NK_OP_GELU_BACKWARD:
-	case NK_OP_SILU_BACKWARD:
-		return true;
-	default:
-		return false;
+	int64_t i = 0;
+	if (stream && ((uintptr_t)o & 3) == 0) {
+		int64_t head = (int64_t)((64 - ((uintptr_t)o & 63)) & 63) / 4;
+		if (head > n)
+			head = n;
+		if (head) {
+			__mmask16 m = tail_mask(head);
+			__m512 vx = _mm512_maskz_loadu_ps(m, x);
+			__m512 vy = binary ? _mm512_maskz_loadu_ps(m, y) : _mm512_setzero_ps();
+			_mm512_mask_storeu_ps(o, m, v_op(op, vx, vy, va, ia));
+		}
+		for (i = head; i + 16 <= n; i += 16) {
+			__m512 vx = _mm512_loadu_ps(x + i);
+			__m512 vy = binary ? _mm512_loadu_ps(y + i) : _mm512_setzero_ps();
+			_mm512_stream_ps(o + i, v_op(op, vx, vy, va, ia));
+		}
+	} else {
+		for (; i + 64 <= n; i += 64) {
+			__m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+			__m512 x2 = _mm512_loadu_ps(x + i + 32), x3 = _mm512_loadu_ps(x + i + 48);
+			__m512 y0 = _mm512_setzero_ps(), y1 = y0, y2 = y0, y3 = y0;
+			if (binary) {
+				y0 = _mm512_loadu_ps(y + i);
+				y1 = _mm512_loadu_ps(y + i + 16);
+				y2 = _mm512_loadu_ps(y + i + 32);
+				y3 = _mm512_loadu_ps(y + i + 48);
+			}
+			_mm512_storeu_ps(o + i, v_op(op, x0, y0, va, ia));
+			_mm512_storeu_ps(o + i + 16, v_op(op, x1, y1, va, ia));
+			_mm512_storeu_ps(o + i + 32, v_op(op, x2, y2, va, ia));
+			_mm512_storeu_ps(o + i + 48, v_op(op, x3, y3, va, ia));
+		}
+		for (; i + 16 <= n; i += 16) {
+			__m512 vx = _mm512_loadu_ps(x + i);
+			__m512 vy = binary ? _mm512_loadu_ps(y + i) : _mm512_setzero_ps();
+			_mm512_storeu_ps(o + i, v_op(op, vx, vy, va, ia));
+		}
+	}
+	if (i < n) {
+		__mmask16 m = tail_mask(n - i);
+		__m512 vx = _mm512_maskz_loadu_ps(m, x + i);
+		__m512 vy = binary ? _mm512_maskz_loadu_ps(m, y + i) : _mm512_setzero_ps();
+		_mm512_mask_storeu_ps(o + i, m, v_op(op, vx, vy, va, ia));
 	}
 }
 
@@ -155,34 +197,24 @@ bool nk_pointwise_f32_avx512(int op, float a, float b, int64_t ia, float *o, con
 	/* [h-norm] gelu / silu and their backward: dedicated two-vector loops in act_avx512.c */
 	if (nk_act_f32_avx512(op, ia, o, x, y, n, stream))
 		return true;
-	if (!v_supported(op))
-		return false;
-	const __m512 va = _mm512_set1_ps(a), zero = _mm512_setzero_ps();
-	int64_t i = 0;
-	if (stream && ((uintptr_t)o & 3) == 0) {
-		/* masked stores up to the first 64-byte boundary of o, then whole streamed vectors */
-		int64_t head = (int64_t)((64 - ((uintptr_t)o & 63)) & 63) / 4;
-		if (head > n)
-			head = n;
-		if (head) {
-			__mmask16 m = tail_mask(head);
-			__m512 vx = _mm512_maskz_loadu_ps(m, x);
-			__m512 vy = y ? _mm512_maskz_loadu_ps(m, y) : zero;
-			_mm512_mask_storeu_ps(o, m, v_op(op, vx, vy, va, ia));
-		}
-		for (i = head; i + 16 <= n; i += 16) {
-			__m512 vx = _mm512_loadu_ps(x + i);
-			__m512 vy = y ? _mm512_loadu_ps(y + i) : zero;
-			_mm512_stream_ps(o + i, v_op(op, vx, vy, va, ia));
-		}
+	const __m512 va = _mm512_set1_ps(a);
+#define PW_CASE(OP, BIN, IA) pw_loop(OP, BIN, va, IA, o, x, y, n, stream); return true
+	switch (op) {
+	case NK_OP_ADD: if (a == 1.0f) { PW_CASE(-NK_OP_ADD, true, 0); } PW_CASE(NK_OP_ADD, true, 0);
+	case NK_OP_SUB: if (a == 1.0f) { PW_CASE(-NK_OP_SUB, true, 0); } PW_CASE(NK_OP_SUB, true, 0);
+	case NK_OP_MUL: PW_CASE(NK_OP_MUL, true, 0);
+	case NK_OP_DIV: PW_CASE(NK_OP_DIV, true, 0);
+	case NK_OP_EXP: PW_CASE(NK_OP_EXP, false, 0);
+	case NK_OP_TANH: PW_CASE(NK_OP_TANH, false, 0);
+	case NK_OP_SIGMOID: PW_CASE(NK_OP_SIGMOID, false, 0);
+	case NK_OP_SILU: PW_CASE(NK_OP_SILU, false, 0);
+	/* gelu's ia: nonzero = tanh approximation */
+	case NK_OP_GELU: if (ia) { PW_CASE(NK_OP_GELU, false, 1); } PW_CASE(NK_OP_GELU, false, 0);
+	case NK_OP_GELU_BACKWARD: if (ia) { PW_CASE(NK_OP_GELU_BACKWARD, true, 1); } PW_CASE(NK_OP_GELU_BACKWARD, true, 0);
+	case NK_OP_SILU_BACKWARD: PW_CASE(NK_OP_SILU_BACKWARD, true, 0);
+	default: return false;
 	}
-	for (; i < n; i += 16) {
-		__mmask16 m = tail_mask(n - i);
-		__m512 vx = _mm512_maskz_loadu_ps(m, x + i);
-		__m512 vy = y ? _mm512_maskz_loadu_ps(m, y + i) : zero;
-		_mm512_mask_storeu_ps(o + i, m, v_op(op, vx, vy, va, ia));
-	}
-	return true;
+#undef PW_CASE
 }
 
 void nk_stream_fence(void)

@@ -33,6 +33,7 @@ NK_VECTORIZE_FILE
 #define RD_W 128        /* columns per tile */
 #define RD_PARTS 512    /* partial states kept for chunked R (outputs * chunks) */
 #define RD_CHUNK 8192   /* minimum rows per R chunk */
+#define RD_DRAM_MIN ((int64_t)16 << 20) /* inputs this large (bytes) are read from DRAM, not cache */
 
 enum { RK_F, RK_I }; /* accumulate in double / int64 */
 
@@ -43,6 +44,7 @@ typedef struct {
 	int64_t esz;
 	double p;        /* norm order */
 	bool avx512;     /* dense f32/bf16 helpers of reduce_avx512.c may be used */
+	bool dram;       /* input of RD_DRAM_MIN bytes or more: the DRAM-streaming f32 loops */
 } rd_ctx_t;
 
 /* Partial state of one output (a column of a tile, or one chunk's share of an output). */
@@ -302,6 +304,7 @@ static int rd_prepare(rd_ctx_t *c, const nk_reduce_args_t *a)
 	c->kind = rd_kind(a->op, a->dtype_in);
 	c->esz = (int64_t)nk_dtype_size(a->dtype_in);
 	c->avx512 = nk_cpu_avx512();
+	c->dram = a->O * a->R * a->I * c->esz >= RD_DRAM_MIN;
 	if (a->O * a->I == 0)
 		return 0;
 	bool no_identity = (a->op >= NK_RED_AMAX && a->op <= NK_RED_ARGMIN) ||
@@ -392,7 +395,7 @@ static bool rd_row_avx512(const rd_ctx_t *c, rd_acc_t *s, const char *x, int64_t
 		return false;
 	bool f32 = dt == NK_F32;
 	if (op == NK_RED_SUM || op == NK_RED_MEAN) {
-		if (f32) s->d = nk_rd_sum_f32_avx512((const float *)p, n);
+		if (f32) s->d = c->dram ? nk_rd_sum_f32_dram_avx512((const float *)p, n) : nk_rd_sum_f32_avx512((const float *)p, n);
 		else if (dt == NK_BF16) s->d = nk_rd_sum_bf16_avx512((const uint16_t *)p, n);
 		else if (dt == NK_F64) s->d = nk_rd_sum_f64_avx512((const double *)p, n);
 		else return false;
@@ -412,7 +415,8 @@ static bool rd_row_avx512(const rd_ctx_t *c, rd_acc_t *s, const char *x, int64_t
 		s->iv = n;
 		return true;
 	case NK_RED_AMAX: case NK_RED_AMIN:
-		s->d = nk_rd_extremum_f32_avx512((const float *)p, n, op == NK_RED_AMAX);
+		s->d = c->dram ? nk_rd_extremum_f32_dram_avx512((const float *)p, n, op == NK_RED_AMAX)
+			       : nk_rd_extremum_f32_avx512((const float *)p, n, op == NK_RED_AMAX);
 		return true;
 	case NK_RED_MAX: case NK_RED_MIN: case NK_RED_ARGMAX: case NK_RED_ARGMIN: {
 		float v;

@@ -74,7 +74,7 @@ int nrt_queue_launch(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, size_t 
  * instead of being handed to the worker: ordering, sticky errors, events and tracing are the same as
  * for a queued record (a kernel failure is still reported at the next synchronizing call, never here),
  * it only saves the wake-up and hand-off that dominate a small op.  Queues with pending work always
- * queue the record.  Threshold: NEURON_INLINE_BYTES (bytes, 0 disables), default 32 KiB. */
+ * queue the record.  Threshold: NEURON_INLINE_BYTES (bytes, 0 disables), default 8 MiB. */
 int nrt_queue_launch_cost(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, size_t args_size, const char *name,
 			  size_t cost_bytes);
 void nrt_set_inline_bytes(size_t bytes);

@@ -36,8 +36,12 @@ static inline void nrt_cpu_relax(void)
 /* How long idle workers spin before parking (the machine may have only 2 cores). */
 #define NRT_SPIN_NS 30000
 
-/* Default inline-execution threshold of nrt_queue_launch_cost (bytes of work). */
-#define NRT_INLINE_BYTES_DEFAULT ((size_t)32 << 10)
+/* Default inline-execution threshold of nrt_queue_launch_cost (bytes of work).  Up to L3-sized work
+ * (a [256, 1024] f32 add is 3 MiB) the launching thread runs the kernel itself, joining the pool like
+ * an OpenMP master thread: on a few cores, handing it to the queue worker only adds a third runnable
+ * thread and a wake-up per op, and the launcher has nothing to overlap with anyway.  Bigger kernels
+ * (ms of DRAM traffic) stay asynchronous. */
+#define NRT_INLINE_BYTES_DEFAULT ((size_t)8 << 20)
 
 /* ---- error.c ---------------------------------------------------------------------------------- */
 /* Formats the thread's last-error message and returns status (so callers write

@@ -1,11 +1,27 @@
 /* pool.c - the kernel thread pool behind nrt_parallel_for.
  *
  * nthreads - 1 pthreads plus the calling thread share each job.  A job is [0, n) cut into chunks of at
- * least `grain`; threads claim chunks with an atomic counter.  Idle workers spin for NRT_SPIN_NS and then
- * park on a condition variable; a caller only signals when somebody is parked.  One job runs at a time:
- * a second concurrent caller (another queue worker) and any call made from inside a pool task run
- * inline on their own thread, so nesting cannot deadlock.  The pool starts on first use and its threads
- * live until the process exits.
+ * least `grain`.  Thread t (the caller is 0) owns the t-th block of chunks and claims its own chunks
+ * first, in order, then steals what is left in the others' blocks: the same thread gets the same part
+ * of a tensor op after op, so repeated L2-sized work finds its data in that core's L2 (as with
+ * OpenMP's static schedule), and a late or preempted worker's share still gets done.  One job runs at a time: a second
+ * concurrent caller (another queue worker) and any call made from inside a pool task run inline on
+ * their own thread, so nesting cannot deadlock.  The pool starts on first use and its threads live
+ * until the process exits.
+ *
+ * The hand-off takes no lock while workers are awake.  `state` packs the job generation and an open
+ * bit (gen << 1 | open).  The caller writes the job fields, then publishes state = new gen | open; a
+ * worker that sees a new open generation registers in `active` and re-reads state: if it is unchanged
+ * the job (and its fields) cannot be closed under it, because the caller closes a job by clearing the
+ * open bit and then waits for active == 0 (both sides store, then load the other's word, sequentially
+ * consistent, so one of them sees the other).  Idle workers spin for NRT_SPIN_NS and then park on
+ * work_cv (counted in nparked; the caller only takes the lock to signal when somebody is parked); the
+ * caller waiting for the last workers spins as long and then parks on done_cv (flagged in
+ * caller_waits, which a leaving worker checks).  A spinning worker therefore joins a job within
+ * nanoseconds, with no syscall on either side.  Parked workers are only woken for long jobs: the
+ * caller signals them once it has worked on the job for NRT_POOL_WAKE_NS with chunks still left, so
+ * a run of short jobs after a pause costs no wake-ups (the caller does them alone, as it would while
+ * a woken worker is still being scheduled).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,24 +31,35 @@
 
 #define NRT_POOL_MAX_THREADS 256
 #define NRT_POOL_CHUNKS_PER_THREAD 4
+/* A parked worker is woken only once the caller has spent this long on a job: waking costs a futex
+ * call and, on a loaded VM, often a preemption of the caller (measured 60 us a wake on average),
+ * more than a short job saves. */
+#define NRT_POOL_WAKE_NS 40000
 
 struct nrt_pool {
-	pthread_mutex_t lock;      /* protects the job fields, gen, job_open, active, nparked */
+	pthread_mutex_t lock;      /* parking only: work_cv and done_cv */
 	pthread_cond_t work_cv;    /* workers park here */
 	pthread_cond_t done_cv;    /* the caller waits here for active == 0 */
 	pthread_mutex_t call_lock; /* held by the one caller whose job is running */
 	int nthreads;              /* including the caller */
 
-	/* current job */
+	/* current job: written by the caller while the job is closed and nobody is active */
 	nrt_parallel_fn fn;
 	void *ctx;
 	int64_t n, chunk, nchunks;
-	atomic_int_fast64_t next;  /* next unclaimed chunk */
-	atomic_uint gen;           /* bumped for every job */
-	bool job_open;             /* workers may join */
-	atomic_int active;         /* workers inside the current job (changed under lock) */
-	int nparked;               /* workers waiting on work_cv */
+
+	_Alignas(64) atomic_uint_fast64_t state; /* gen << 1 | open */
+	_Alignas(64) atomic_int active;          /* workers registered in the current job */
+	atomic_int nparked;                      /* workers waiting on work_cv */
+	atomic_int caller_waits;                 /* the caller waits on done_cv */
 };
+
+/* Chunk claims of the block owned by one thread: next unclaimed chunk, and the block's end. */
+struct nrt_pool_block {
+	_Alignas(64) atomic_int_fast64_t next;
+	int64_t end;
+};
+static struct nrt_pool_block pool_blocks[NRT_POOL_MAX_THREADS];
 
 static struct nrt_pool pool = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -59,72 +86,138 @@ int nrt_parse_num_threads(const char *s, int *count)
 	return NRT_OK;
 }
 
-static void pool_run_chunks(nrt_parallel_fn fn, void *ctx, int64_t n, int64_t chunk, int64_t nchunks)
+/* Claims and runs chunks of blk; the caller (wake != NULL) calls wake(now) after each of its chunks
+ * while that returns false (it wakes parked workers once the job has run long enough). */
+static void pool_run_block(struct nrt_pool_block *blk, nrt_parallel_fn fn, void *ctx, int64_t n, int64_t chunk,
+			   bool (*wake)(void))
 {
 	for (;;) {
-		int64_t c = atomic_fetch_add_explicit(&pool.next, 1, memory_order_relaxed);
+		int64_t c = atomic_load_explicit(&blk->next, memory_order_relaxed);
 		int64_t begin, end;
 
-		if (c >= nchunks)
+		if (c >= blk->end)
+			return;
+		c = atomic_fetch_add_explicit(&blk->next, 1, memory_order_relaxed);
+		if (c >= blk->end)
 			return;
 		begin = c * chunk;
 		end = n - begin > chunk ? begin + chunk : n;
 		fn(ctx, begin, end);
+		if (wake && wake())
+			wake = NULL;
 	}
 }
 
-/* Spins briefly for a new generation; true if one appeared. */
-static bool pool_spin_for_work(unsigned seen)
+/* Thread self's own block, then everybody else's (starting with the next thread's). */
+static void pool_run_chunks(int self, nrt_parallel_fn fn, void *ctx, int64_t n, int64_t chunk, bool (*wake)(void))
 {
-	int64_t deadline = nrt_mono_ns() + NRT_SPIN_NS;
+	int nt = pool.nthreads;
 
-	do {
+	for (int i = 0; i < nt; i++)
+		pool_run_block(&pool_blocks[(self + i) % nt], fn, ctx, n, chunk, wake);
+}
+
+/* The caller's job start (only the caller holding call_lock touches it). */
+static int64_t job_start_ns;
+
+/* Wakes parked workers (as many as chunks are left, at most) once the job has run NRT_POOL_WAKE_NS;
+ * true when done with waking for this job. */
+static bool pool_wake_parked(void)
+{
+	int64_t left = 0;
+	int np;
+
+	if (nrt_mono_ns() - job_start_ns < NRT_POOL_WAKE_NS)
+		return false;
+	np = atomic_load(&pool.nparked);
+	for (int t = 0; t < pool.nthreads; t++) {
+		int64_t r = pool_blocks[t].end - atomic_load_explicit(&pool_blocks[t].next, memory_order_relaxed);
+
+		left += r > 0 ? r : 0;
+	}
+	if (np > 0 && left > 0) {
+		pthread_mutex_lock(&pool.lock);
+		for (int64_t w = left < np ? left : np; w > 0; w--)
+			pthread_cond_signal(&pool.work_cv);
+		pthread_mutex_unlock(&pool.lock);
+	}
+	return true;
+}
+
+/* An open job of a generation other than seen's. */
+static inline bool pool_new_job(uint64_t st, uint64_t seen)
+{
+	return (st & 1) && st != seen;
+}
+
+/* Rounds of 64 pause-and-check steps that make NRT_SPIN_NS of spinning (calibrated at pool start).
+ * The spin is bounded by this count rather than by the clock, so a worker preempted while spinning
+ * (a loaded machine) still gets its short spin once it runs again instead of parking at once. */
+static int64_t spin_rounds = 16;
+
+static void pool_calibrate_spin(void)
+{
+	int64_t best = INT64_MAX;
+
+	for (int t = 0; t < 5; t++) {
+		int64_t t0 = nrt_mono_ns();
+
+		for (int i = 0; i < 64 * 8; i++)
+			nrt_cpu_relax();
+		if (nrt_mono_ns() - t0 < best)
+			best = nrt_mono_ns() - t0;
+	}
+	best = best < 8 ? 1 : best / 8; /* ns per round */
+	spin_rounds = NRT_SPIN_NS / best;
+	if (spin_rounds < 4)
+		spin_rounds = 4;
+	if (spin_rounds > 100000)
+		spin_rounds = 100000;
+}
+
+/* Spins briefly for a new open job; returns the state seen last. */
+static uint64_t pool_spin_for_work(uint64_t seen)
+{
+	uint64_t st = atomic_load_explicit(&pool.state, memory_order_acquire);
+
+	for (int64_t r = 0; r < spin_rounds; r++) {
 		for (int i = 0; i < 64; i++) {
-			if (atomic_load_explicit(&pool.gen, memory_order_acquire) != seen)
-				return true;
+			st = atomic_load_explicit(&pool.state, memory_order_acquire);
+			if (pool_new_job(st, seen))
+				return st;
 			nrt_cpu_relax();
 		}
-	} while (nrt_mono_ns() < deadline);
-	return false;
+	}
+	return st;
 }
 
 static void *pool_worker(void *arg)
 {
-	unsigned seen = 0;
+	uint64_t seen = 0; /* state of the last job this worker looked at */
+	int self = (int)(intptr_t)arg;
 
-	(void)arg;
 	in_pool_task = true;
 	for (;;) {
-		nrt_parallel_fn fn;
-		void *ctx;
-		int64_t n, chunk, nchunks;
+		uint64_t st = pool_spin_for_work(seen);
 
-		pool_spin_for_work(seen);
-		pthread_mutex_lock(&pool.lock);
-		while (atomic_load_explicit(&pool.gen, memory_order_relaxed) == seen) {
-			pool.nparked++;
-			pthread_cond_wait(&pool.work_cv, &pool.lock);
-			pool.nparked--;
-		}
-		seen = atomic_load_explicit(&pool.gen, memory_order_relaxed);
-		if (!pool.job_open) {
+		if (!pool_new_job(st, seen)) {
+			pthread_mutex_lock(&pool.lock);
+			atomic_fetch_add(&pool.nparked, 1); /* seq_cst: before the state load below */
+			while (!pool_new_job(st = atomic_load(&pool.state), seen))
+				pthread_cond_wait(&pool.work_cv, &pool.lock);
+			atomic_fetch_sub(&pool.nparked, 1);
 			pthread_mutex_unlock(&pool.lock);
-			continue;
 		}
-		atomic_fetch_add(&pool.active, 1);
-		fn = pool.fn;
-		ctx = pool.ctx;
-		n = pool.n;
-		chunk = pool.chunk;
-		nchunks = pool.nchunks;
-		pthread_mutex_unlock(&pool.lock);
-
-		pool_run_chunks(fn, ctx, n, chunk, nchunks);
-
-		pthread_mutex_lock(&pool.lock);
-		if (atomic_fetch_sub(&pool.active, 1) == 1)
+		seen = st;
+		atomic_fetch_add(&pool.active, 1); /* seq_cst: before the state re-check */
+		if (atomic_load(&pool.state) == st)
+			/* registered while the job was open: its fields stay until active drops */
+			pool_run_chunks(self, pool.fn, pool.ctx, pool.n, pool.chunk, NULL);
+		if (atomic_fetch_sub(&pool.active, 1) == 1 && atomic_load(&pool.caller_waits)) {
+			pthread_mutex_lock(&pool.lock);
 			pthread_cond_signal(&pool.done_cv);
-		pthread_mutex_unlock(&pool.lock);
+			pthread_mutex_unlock(&pool.lock);
+		}
 	}
 	return NULL;
 }
@@ -141,13 +234,14 @@ static void pool_start(void)
 		/* garbage in NEURON_NUM_THREADS is reported by nrt_init; here we fall back */
 		want = cpus < 1 ? 1 : cpus > NRT_POOL_MAX_THREADS ? NRT_POOL_MAX_THREADS : (int)cpus;
 	}
+	pool_calibrate_spin();
 	if (pthread_attr_init(&attr))
 		return;
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	for (int i = 1; i < want; i++) {
 		pthread_t t;
 
-		if (pthread_create(&t, &attr, pool_worker, NULL))
+		if (pthread_create(&t, &attr, pool_worker, (void *)(intptr_t)i))
 			break; /* run with the threads we got */
 		pool.nthreads++;
 	}
@@ -171,8 +265,8 @@ static void run_inline(int64_t n, nrt_parallel_fn fn, void *ctx)
 
 void nrt_parallel_for(int64_t n, int64_t grain, nrt_parallel_fn fn, void *ctx)
 {
-	int64_t chunk, nchunks, target;
-	int64_t spin_deadline;
+	int64_t chunk, nchunks, target, spin_deadline;
+	uint64_t st;
 
 	if (n <= 0 || !fn)
 		return;
@@ -189,35 +283,38 @@ void nrt_parallel_for(int64_t n, int64_t grain, nrt_parallel_fn fn, void *ctx)
 		chunk = grain;
 	nchunks = (n + chunk - 1) / chunk;
 
-	pthread_mutex_lock(&pool.lock);
+	/* closed and nobody active (the previous call waited for that): the fields are ours */
 	pool.fn = fn;
 	pool.ctx = ctx;
 	pool.n = n;
 	pool.chunk = chunk;
 	pool.nchunks = nchunks;
-	atomic_store_explicit(&pool.next, 0, memory_order_relaxed);
-	pool.job_open = true;
-	atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
-	/* wake only as many parked workers as there are chunks beyond the caller's first one */
-	for (int64_t w = nchunks - 1 < pool.nparked ? nchunks - 1 : pool.nparked; w > 0; w--)
-		pthread_cond_signal(&pool.work_cv);
-	pthread_mutex_unlock(&pool.lock);
+	for (int t = 0; t < pool.nthreads; t++) {
+		/* block t: chunks [t * nchunks / nthreads, (t + 1) * nchunks / nthreads) */
+		atomic_store_explicit(&pool_blocks[t].next, t * nchunks / pool.nthreads, memory_order_relaxed);
+		pool_blocks[t].end = (t + 1) * nchunks / pool.nthreads;
+	}
+	st = (atomic_load_explicit(&pool.state, memory_order_relaxed) | 1) + 2; /* next gen, open */
+	job_start_ns = nrt_mono_ns();
+	atomic_store(&pool.state, st); /* seq_cst: publishes the fields; before the nparked loads */
 
 	in_pool_task = true;
-	pool_run_chunks(fn, ctx, n, chunk, nchunks);
+	pool_run_chunks(0, fn, ctx, n, chunk, nchunks > 1 ? pool_wake_parked : NULL);
 	in_pool_task = false;
 
-	/* All chunks are claimed; wait for the workers still running theirs, spinning briefly first. */
-	pthread_mutex_lock(&pool.lock);
-	pool.job_open = false; /* late wakers find nothing to claim and must not enter */
-	pthread_mutex_unlock(&pool.lock);
+	/* All chunks are claimed: close the job (late workers back off) and wait for the ones inside. */
+	atomic_store(&pool.state, st & ~(uint64_t)1); /* seq_cst: before the active loads */
 	spin_deadline = nrt_mono_ns() + NRT_SPIN_NS;
 	while (atomic_load(&pool.active) > 0 && nrt_mono_ns() < spin_deadline)
 		for (int i = 0; i < 64; i++)
 			nrt_cpu_relax();
-	pthread_mutex_lock(&pool.lock);
-	while (atomic_load(&pool.active) > 0)
-		pthread_cond_wait(&pool.done_cv, &pool.lock);
-	pthread_mutex_unlock(&pool.lock);
+	if (atomic_load(&pool.active) > 0) {
+		pthread_mutex_lock(&pool.lock);
+		atomic_store(&pool.caller_waits, 1); /* seq_cst: before the active load */
+		while (atomic_load(&pool.active) > 0)
+			pthread_cond_wait(&pool.done_cv, &pool.lock);
+		atomic_store(&pool.caller_waits, 0);
+		pthread_mutex_unlock(&pool.lock);
+	}
 	pthread_mutex_unlock(&pool.call_lock);
 }

@@ -207,6 +207,59 @@ static void test_all_ops_vs_ref(void)
 	CHECK(supported > 500, "only %d op/dtype pairs supported", supported);
 }
 
+/* The op-specialised AVX-512 loops (4 vectors a step, then single vectors, then a masked tail) over
+ * dense f32 at every length around their edges, alpha 1 (plain add/sub) and not: same values as the
+ * reference (the exact ops bit for bit). */
+static void test_dense_f32_lengths(void)
+{
+	static const int ops[] = {NK_OP_ADD, NK_OP_SUB, NK_OP_MUL, NK_OP_DIV, NK_OP_EXP, NK_OP_GELU, NK_OP_SILU,
+				  NK_OP_GELU_BACKWARD};
+	enum { MAXN = 200 };
+	float x[MAXN + 1], y[MAXN + 1], o1[MAXN + 1], o2[MAXN + 1];
+	int bad = 0;
+	for (int i = 0; i <= MAXN; i++) {
+		x[i] = (float)(rnd() % 2000) / 250.0f - 4.0f;
+		y[i] = (float)(rnd() % 2000) / 500.0f + 0.25f;
+	}
+	for (size_t k = 0; k < sizeof ops / sizeof ops[0] && !bad; k++)
+		for (int n = 0; n <= MAXN && !bad; n++)
+			for (int v = 0; v < 2 && !bad; v++) {
+				int op = ops[k];
+				bool exact = op == NK_OP_ADD || op == NK_OP_SUB || op == NK_OP_MUL || op == NK_OP_DIV;
+				bool unary = op == NK_OP_EXP || op == NK_OP_GELU || op == NK_OP_SILU;
+				nk_pointwise_args_t A = {0};
+				A.it.ndim = 1;
+				A.it.nops = unary ? 2 : 3;
+				A.it.shape[0] = n;
+				A.it.data[0] = (char *)o1;
+				A.it.data[1] = (char *)(x + v); /* v: misaligned by one element */
+				A.it.data[2] = (char *)y;
+				for (int j = 0; j < 3; j++) {
+					A.it.strides[j][0] = 4;
+					A.it.dtype[j] = NK_F32;
+				}
+				A.op = op;
+				A.a = v ? 0.75 : 1.0;
+				A.ia = v;
+				o1[n] = o2[n] = 12345.0f;
+				CHECK(nk_pointwise_run(&A) == 0, "run");
+				A.it.data[0] = (char *)o2;
+				CHECK(nk_pointwise_ref(&A) == 0, "ref");
+				for (int i = 0; i < n && !bad; i++) {
+					bool ok = exact ? o1[i] == o2[i]
+							: fabsf(o1[i] - o2[i]) <= 1e-5f * (1 + fabsf(o2[i]));
+					if (!ok) {
+						bad = 1;
+						CHECK(0, "op %d n %d v %d: [%d] %.9g vs ref %.9g", op, n, v, i, o1[i], o2[i]);
+					}
+				}
+				if (o1[n] != 12345.0f) {
+					bad = 1;
+					CHECK(0, "op %d n %d: wrote past the end", op, n);
+				}
+			}
+}
+
 /* Large enough to split over the pool, for the hot ops. */
 static void test_parallel_vs_ref(void)
 {
@@ -576,6 +629,7 @@ int main(int argc, char **argv)
 	RUN(test_errors);
 	RUN(test_fill_clamp_single_bound);
 	RUN(test_all_ops_vs_ref);
+	RUN(test_dense_f32_lengths);
 	RUN(test_parallel_vs_ref);
 	RUN(test_streamed_outputs);
 	RUN(test_copy);

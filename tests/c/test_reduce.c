@@ -138,6 +138,43 @@ static double red1(int op, int din, int dout, const void *in, int64_t R, double 
 	return (op == NK_RED_ARGMAX || op == NK_RED_ARGMIN) ? (double)*(int64_t *)out : nk_load_f64(out, dout);
 }
 
+/* The unrolled dense f32 loops (sum: 256-element blocks, extrema: 64-element steps) and, for inputs
+ * of 16 MiB and more, the DRAM loops, around their block edges: sums against the reference, extrema exact, one NaN anywhere (main loop or tail) wins. */
+static void test_dense_f32_edges(void)
+{
+	static const int64_t lens[] = {1, 15, 16, 17, 63, 64, 65, 127, 255, 256, 257, 511, 1000, 4097, 100003,
+				       (16 << 20) / 4 + 7 /* the DRAM loops */};
+	for (size_t t = 0; t < sizeof lens / sizeof lens[0]; t++) {
+		int64_t n = lens[t];
+		float *x = malloc((size_t)n * sizeof *x);
+		double want = 0;
+		float mx = -INFINITY, mn = INFINITY;
+		for (int64_t i = 0; i < n; i++) {
+			x[i] = (float)(rnd() / 4294967296.0 * 6 - 3);
+			want += x[i];
+			mx = x[i] > mx ? x[i] : mx;
+			mn = x[i] < mn ? x[i] : mn;
+		}
+		double got = red1(NK_RED_SUM, NK_F32, NK_F64, x, n, 0, NULL);
+		CHECK(fabs(got - want) <= 1e-6 * (1 + sqrt((double)n)), "sum n %lld: %.9g vs %.9g", (long long)n, got, want);
+		CHECK(red1(NK_RED_AMAX, NK_F32, NK_F32, x, n, 0, NULL) == mx, "amax n %lld", (long long)n);
+		CHECK(red1(NK_RED_AMIN, NK_F32, NK_F32, x, n, 0, NULL) == mn, "amin n %lld", (long long)n);
+		int64_t pos[] = {0, n / 2, n - 1, n > 64 ? 63 : 0, n > 64 ? n - 65 : 0};
+		for (size_t k = 0; k < sizeof pos / sizeof pos[0]; k++) {
+			float keep = x[pos[k]];
+			x[pos[k]] = NAN;
+			CHECK(isnan(red1(NK_RED_AMAX, NK_F32, NK_F32, x, n, 0, NULL)), "amax NaN at %lld of %lld",
+			      (long long)pos[k], (long long)n);
+			CHECK(isnan(red1(NK_RED_AMIN, NK_F32, NK_F32, x, n, 0, NULL)), "amin NaN at %lld", (long long)pos[k]);
+			CHECK(isnan(red1(NK_RED_SUM, NK_F32, NK_F32, x, n, 0, NULL)), "sum NaN at %lld", (long long)pos[k]);
+			x[pos[k]] = INFINITY;
+			CHECK(red1(NK_RED_AMAX, NK_F32, NK_F32, x, n, 0, NULL) == INFINITY, "amax inf");
+			x[pos[k]] = keep;
+		}
+		free(x);
+	}
+}
+
 static void test_known_values(void)
 {
 	float v[] = {1, 2, 4, 8};
@@ -273,6 +310,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	self_exe = argv[0];
 	RUN(test_known_values);
+	RUN(test_dense_f32_edges);
 	RUN(test_accuracy);
 	RUN(test_empty);
 	RUN(test_vs_ref);

@@ -192,13 +192,13 @@ static void test_env_init_errors(void)
 	CHECK(nrt_device_count() == 1, "count %d", nrt_device_count());
 	CHECK(nrt_device_memory_limit(0, &lim) == NRT_OK && lim > 0, "default limit %zu", lim);
 	CHECK(!nrt_launch_blocking(), "blocking off by default");
-	CHECK(nrt_inline_bytes() == 32768, "inline threshold %zu", nrt_inline_bytes());
+	CHECK(nrt_inline_bytes() == ((size_t)8 << 20), "inline threshold %zu", nrt_inline_bytes());
 	setenv("NEURON_INLINE_BYTES", "0", 1);
 	CHECK(nrt_reinit_for_testing() == NRT_OK && nrt_inline_bytes() == 0, "0 disables: %zu", nrt_inline_bytes());
 	setenv("NEURON_INLINE_BYTES", "4KiB", 1);
 	CHECK(nrt_reinit_for_testing() == NRT_OK && nrt_inline_bytes() == 4096, "4KiB: %zu", nrt_inline_bytes());
 	unsetenv("NEURON_INLINE_BYTES");
-	CHECK(nrt_reinit_for_testing() == NRT_OK && nrt_inline_bytes() == 32768, "default again");
+	CHECK(nrt_reinit_for_testing() == NRT_OK && nrt_inline_bytes() == ((size_t)8 << 20), "default again");
 }
 
 static void test_status_strings(void)
@@ -314,7 +314,7 @@ static void test_inline_launch(void)
 	uint64_t before;
 	int ms = 40, idx = 3, rc;
 
-	CHECK(saved == 32768, "default threshold %zu", saved);
+	CHECK(saved == ((size_t)8 << 20), "default threshold %zu", saved);
 	CHECK(nrt_queue_synchronize(q) == NRT_OK, "%s", nrt_last_error());
 
 	/* idle queue, small kernel: inline, done before the launch returns */
@@ -619,6 +619,51 @@ static void test_thread_pool(void)
 	free(v);
 }
 
+/* Many short jobs back to back (workers join while spinning, late joiners must back off from a closed
+ * job) and jobs after pauses longer than the spin (workers park and are woken): every index is covered
+ * exactly once per job. */
+struct mark_ctx {
+	atomic_int *hits;
+	int64_t n;
+};
+
+static void mark_fn(void *p, int64_t b, int64_t e)
+{
+	struct mark_ctx *c = p;
+
+	for (int64_t i = b; i < e; i++)
+		atomic_fetch_add_explicit(&c->hits[i], 1, memory_order_relaxed);
+}
+
+static void test_pool_stress(void)
+{
+	enum { N = 4096 };
+	static atomic_int hits[N];
+	struct mark_ctx c = { hits, N };
+	int bad = 0;
+
+	for (int job = 0; job < 3000; job++) {
+		int64_t n = 1 + (job * 7919) % N;
+
+		for (int64_t i = 0; i < n; i++)
+			atomic_store_explicit(&hits[i], 0, memory_order_relaxed);
+		c.n = n;
+		nrt_parallel_for(n, 1 + job % 64, mark_fn, &c);
+		for (int64_t i = 0; i < n && !bad; i++)
+			if (atomic_load(&hits[i]) != 1) {
+				bad = 1;
+				CHECK(0, "job %d (n %lld): index %lld hit %d times", job, (long long)n, (long long)i,
+				      atomic_load(&hits[i]));
+			}
+		if (job % 500 == 499) { /* longer than the workers' spin: they park */
+			struct timespec ts = { 0, 2000000 };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	CHECK(!bad, "all jobs covered exactly once");
+}
+
 /* ---- copies, trace, host memory ------------------------------------------------------------------ */
 static void test_memcpy_and_host(void)
 {
@@ -708,6 +753,7 @@ int main(void)
 	RUN(test_wait_event_across_queues);
 	RUN(test_concurrent_launches);
 	RUN(test_thread_pool);
+	RUN(test_pool_stress);
 	RUN(test_memcpy_and_host);
 	RUN(test_trace);
 	return ctest_finish();
