@@ -48,48 +48,54 @@ static void store_tile_strided(const float *t, float *c, int64_t rs_c, int64_t c
 		}
 }
 
-#define DECL(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
-#define PREFETCH_C(i)                                                      \
-	if (i < m) {                                                       \
+/* The kernel bodies, instantiated per row count R (1..MR) and half width H (n <= 16: one zmm column of
+ * B and C): an edge tile computes only its own rows and columns (M = 128 leaves a 2-row panel, which
+ * the full 14 x 32 tile would compute at the cost of 14 rows).  Rows past R and the second zmm column
+ * under H compile away. */
+#define DECL_R(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
+#define STORE_R(i)                                                                 \
+	if (i < R && i < m)                                                        \
+		store_row(c + i * rs_c, c##i##_0, c##i##_1, va, vb, beta, m0, m1);
+#define SPILL_R(i)                                          \
+	if (i < R) {                                        \
+		_mm512_store_ps(t + i * NR, c##i##_0);      \
+		_mm512_store_ps(t + i * NR + 16, c##i##_1); \
+	}
+#define PREFETCH_R(i)                                                      \
+	if (i < R && i < m) {                                              \
 		_mm_prefetch((const char *)(c + i * rs_c), _MM_HINT_T0);      \
 		_mm_prefetch((const char *)(c + i * rs_c + 31), _MM_HINT_T0); \
 	}
-#define STORE(i) \
-	if (i < m)   \
-		store_row(c + i * rs_c, c##i##_0, c##i##_1, va, vb, beta, m0, m1);
-#define SPILL(i)                                   \
-	_mm512_store_ps(t + i * NR, c##i##_0);      \
-	_mm512_store_ps(t + i * NR + 16, c##i##_1);
-
-/* Writes the 28 accumulators to C (contract of nk_sgemm_ukr_t). */
-#define STORE_TILE()                                                                  \
+#define STORE_TILE_R()                                                                \
 	do {                                                                          \
 		if (cs_c == 1) {                                                      \
 			__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta); \
-			__mmask16 m0 = mask_n(n), m1 = mask_n(n - 16);                \
-			ROWS(STORE)                                                   \
+			__mmask16 m0 = mask_n(n), m1 = H ? 0 : mask_n(n - 16);        \
+			ROWS(STORE_R)                                                 \
 		} else {                                                              \
 			float t[MR * NR] __attribute__((aligned(64)));                \
-			ROWS(SPILL)                                                   \
+			ROWS(SPILL_R)                                                 \
 			store_tile_strided(t, c, rs_c, cs_c, alpha, beta, m, n);      \
 		}                                                                     \
 	} while (0)
 
-void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
-			   float alpha, float beta, int m, int n)
+static inline __attribute__((always_inline)) void sgemm_body(const int R, const bool H, int64_t k, const float *a,
+							     const float *b, float *c, int64_t rs_c, int64_t cs_c,
+							     float alpha, float beta, int m, int n)
 {
-	ROWS(DECL)
+	ROWS(DECL_R)
 	if (cs_c == 1) {
-		ROWS(PREFETCH_C)
+		ROWS(PREFETCH_R)
 	}
-#define FMA_ROW(i)                                               \
-	{                                                        \
-		__m512 ai = _mm512_set1_ps(a[i]);                \
-		c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);    \
-		c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);    \
+#define FMA_ROW(i)                                                       \
+	if (i < R) {                                                     \
+		__m512 ai = _mm512_set1_ps(a[i]);                        \
+		c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);            \
+		if (!H)                                                  \
+			c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);    \
 	}
 	for (int64_t p = 0; p < k; p++) {
-		__m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+		__m512 b0 = _mm512_load_ps(b), b1 = H ? b0 : _mm512_load_ps(b + 16);
 
 		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
 		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
@@ -98,24 +104,28 @@ void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, 
 		b += NR;
 	}
 #undef FMA_ROW
-	STORE_TILE();
+	STORE_TILE_R();
 }
 
-void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
-			    int64_t cs_c, float alpha, float beta, int m, int n)
+static inline __attribute__((always_inline)) void sbgemm_body(const int R, const bool H, int64_t kp,
+							      const uint32_t *a, const uint32_t *b, float *c,
+							      int64_t rs_c, int64_t cs_c, float alpha, float beta,
+							      int m, int n)
 {
-	ROWS(DECL)
+	ROWS(DECL_R)
 	if (cs_c == 1) {
-		ROWS(PREFETCH_C)
+		ROWS(PREFETCH_R)
 	}
-#define DP_ROW(i)                                                                      \
-	{                                                                              \
-		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);                  \
-		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                         \
-		c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                         \
+#define DP_ROW(i)                                                              \
+	if (i < R) {                                                           \
+		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);          \
+		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                 \
+		if (!H)                                                        \
+			c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);         \
 	}
 	for (int64_t p = 0; p < kp; p++) {
-		__m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+		__m512bh b0 = (__m512bh)_mm512_load_si512(b);
+		__m512bh b1 = H ? b0 : (__m512bh)_mm512_load_si512(b + 16);
 
 		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
 		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
@@ -124,7 +134,49 @@ void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, fl
 		b += NR;
 	}
 #undef DP_ROW
-	STORE_TILE();
+	STORE_TILE_R();
+}
+
+#define SG_CASE(r)                                                                                  \
+	case r:                                                                                     \
+		if (n > 16)                                                                         \
+			sgemm_body(r, false, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);            \
+		else                                                                                \
+			sgemm_body(r, true, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);             \
+		return;
+#define SB_CASE(r)                                                                                  \
+	case r:                                                                                     \
+		if (n > 16)                                                                         \
+			sbgemm_body(r, false, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);          \
+		else                                                                                \
+			sbgemm_body(r, true, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);           \
+		return;
+#define ALL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+
+void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
+			   float alpha, float beta, int m, int n)
+{
+	switch (m) {
+	ALL_CASES(SG_CASE)
+	default:
+		if (n > 16)
+			sgemm_body(MR, false, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+		else
+			sgemm_body(MR, true, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+	}
+}
+
+void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
+			    int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	switch (m) {
+	ALL_CASES(SB_CASE)
+	default:
+		if (n > 16)
+			sbgemm_body(MR, false, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+		else
+			sbgemm_body(MR, true, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+	}
 }
 
 /* ---- f64: 14 x 16 ----------------------------------------------------------------------------- */
