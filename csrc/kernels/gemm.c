@@ -672,10 +672,14 @@ static void shared_pack(void *ctx, int64_t t0, int64_t t1)
 	const gemm_plan_t *pl = sh->pl;
 	const nk_gemm_args_t *g = pl->g;
 
-	for (int64_t t = t0; t < t1; t++) {
+	for (int64_t t = t0, t2; t < t1; t = t2) {
 		int64_t s = t / sh->panels_n, q = t % sh->panels_n;
 		int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
-		int64_t j = sh->jc + q * NR, n = min64(NR, sh->jc + sh->nc - j);
+		int64_t j = sh->jc + q * NR, n;
+
+		/* the consecutive panels of this slice in one call */
+		t2 = min64(t1, (s + 1) * sh->panels_n);
+		n = min64((t2 - t) * NR, sh->jc + sh->nc - j);
 		const void *src = at(g->B, sh->b * g->bs_b + pc * g->rs_b + j * g->cs_b, pl->es);
 		float *dst = sh->bp + s * shared_slice_words(sh) + q * (pl->pairs ? (kc + 1) / 2 : kc) * NR;
 

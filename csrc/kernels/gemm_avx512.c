@@ -258,6 +258,11 @@ static inline __m512 load16(const void *src, int dtype, int64_t off, __mmask16 m
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+static inline const void *at_elem(const void *src, int dtype, int64_t off)
+{
+	return (const char *)src + off * (dtype == NK_F32 ? 4 : 2);
+}
+
 /* In-register transpose of a 16 x 16 f32 block: r[c] becomes column c (unpack, unpack, 2 lane shuffles). */
 static inline void transpose16(__m512 r[16])
 {
@@ -344,19 +349,36 @@ void nk_gemm_pack_b_avx512(const void *src, int dtype, int64_t rs, int64_t cs, i
 		nk_gemm_pack_b_ref(src, dtype, rs, cs, k, n, dst);
 		return;
 	}
+	if (cs == 1) {
+		/* row-major B: up to 4 panels per sweep down the rows (128 contiguous columns per row, so
+		 * several lines per row are in flight; rows are far apart), prefetching 16 rows ahead */
+		for (int64_t q0 = 0; q0 * NR < n; q0 += 4) {
+			int nq = (int)((n - q0 * NR + NR - 1) / NR < 4 ? (n - q0 * NR + NR - 1) / NR : 4);
+			int64_t w = n - q0 * NR < 4 * NR ? n - q0 * NR : 4 * NR;
+			__mmask16 mk[8];
+
+			for (int h = 0; h < 8; h++)
+				mk[h] = mask_n((int)(w - 16 * h));
+			for (int64_t p = 0; p < k; p++) {
+				if (p + 16 < k)
+					for (int l = 0; l < nq * 2; l++)
+						_mm_prefetch((const char *)at_elem(src, dtype, (p + 16) * rs + q0 * NR) + 64 * l,
+							     _MM_HINT_T0);
+				for (int qq = 0; qq < nq; qq++) {
+					float *d = dst + (q0 + qq) * k * NR + p * NR;
+					int64_t o = p * rs + (q0 + qq) * NR;
+
+					_mm512_store_ps(d, load16(src, dtype, o, mk[2 * qq]));
+					_mm512_store_ps(d + 16, load16(src, dtype, o + 16, mk[2 * qq + 1]));
+				}
+			}
+		}
+		return;
+	}
 	for (int64_t q = 0; q * NR < n; q++) {
 		float *d = dst + q * k * NR;
 		int nr = n - q * NR < NR ? (int)(n - q * NR) : NR;
 
-		if (cs == 1) {
-			__mmask16 m0 = mask_n(nr), m1 = mask_n(nr - 16);
-
-			for (int64_t p = 0; p < k; p++) {
-				_mm512_store_ps(d + p * NR, load16(src, dtype, p * rs + q * NR, m0));
-				_mm512_store_ps(d + p * NR + 16, load16(src, dtype, p * rs + q * NR + 16, m1));
-			}
-			continue;
-		}
 		/* rs == 1: column j of the panel is contiguous in the source; two groups of 16 columns */
 		for (int grp = 0; grp < 2; grp++) {
 			int64_t es = (int64_t)nk_fp_elem_size(dtype);
@@ -422,22 +444,39 @@ void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_
 		nk_gemm_pack_b_pairs_ref(src, rs, cs, k, n, dst);
 		return;
 	}
+	if (cs == 1) {
+		/* row-major B: up to 4 panels per sweep down the row pairs (as nk_gemm_pack_b_avx512) */
+		for (int64_t q0 = 0; q0 * NR < n; q0 += 4) {
+			int nq = (int)((n - q0 * NR + NR - 1) / NR < 4 ? (n - q0 * NR + NR - 1) / NR : 4);
+			int64_t w = n - q0 * NR < 4 * NR ? n - q0 * NR : 4 * NR;
+			__mmask16 mk[8];
+
+			for (int h = 0; h < 8; h++)
+				mk[h] = mask_n((int)(w - 16 * h));
+			for (int64_t pp = 0; pp < kp; pp++) {
+				const uint16_t *r0 = s + 2 * pp * rs + q0 * NR;
+				const uint16_t *r1 = 2 * pp + 1 < k ? r0 + rs : NULL;
+
+				if (2 * pp + 17 < k)
+					for (int l = 0; l < nq; l++) {
+						_mm_prefetch((const char *)(r0 + 16 * rs) + 64 * l, _MM_HINT_T0);
+						_mm_prefetch((const char *)(r0 + 17 * rs) + 64 * l, _MM_HINT_T0);
+					}
+				for (int qq = 0; qq < nq; qq++) {
+					uint32_t *d = dst + (q0 + qq) * kp * NR + pp * NR;
+					const uint16_t *a = r0 + qq * NR, *b = r1 ? r1 + qq * NR : NULL;
+
+					_mm512_store_si512(d, pairs16(a, b, mk[2 * qq]));
+					_mm512_store_si512(d + 16, pairs16(a + 16, b ? b + 16 : NULL, mk[2 * qq + 1]));
+				}
+			}
+		}
+		return;
+	}
 	for (int64_t q = 0; q * NR < n; q++) {
 		uint32_t *d = dst + q * kp * NR;
 		int nr = n - q * NR < NR ? (int)(n - q * NR) : NR;
 
-		if (cs == 1) {
-			__mmask16 m0 = mask_n(nr), m1 = mask_n(nr - 16);
-
-			for (int64_t pp = 0; pp < kp; pp++) {
-				const uint16_t *r0 = s + 2 * pp * rs + q * NR;
-				const uint16_t *r1 = 2 * pp + 1 < k ? r0 + rs : NULL;
-
-				_mm512_store_si512(d + pp * NR, pairs16(r0, r1, m0));
-				_mm512_store_si512(d + pp * NR + 16, pairs16(r0 + 16, r1 ? r1 + 16 : NULL, m1));
-			}
-			continue;
-		}
 		transpose_pairs(s + q * NR * cs, cs, nr, k, d, NR, 0xffff);
 		transpose_pairs(s + (q * NR + 16) * cs, cs, nr - 16, k, d + 16, NR, 0xffff);
 	}
