@@ -179,6 +179,22 @@ void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float
 	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
 }
 
+void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc, int64_t ld_acc,
+			       uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
+{
+	float t[MR * NR];
+
+	nk_sbgemm_ref_14x32(kp, a, b, t, NR, 1, 1.0f, 0.0f, MR, NR);
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			float v = alpha * (t[i * NR + j] + (acc ? acc[i * ld_acc + j] : 0.0f));
+
+			if (beta != 0)
+				v += beta * nk_bf16_to_f32(c[i * rs_c + j]);
+			c[i * rs_c + j] = nk_f32_to_bf16(v);
+		}
+}
+
 void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
 			double alpha, double beta, int m, int n)
 {
@@ -316,6 +332,7 @@ const nk_gemm_isa_t nk_gemm_isa_ref = {
 	.name = "portable",
 	.sgemm = nk_sgemm_ref_14x32,
 	.sbgemm = NULL,
+	.sbgemm_bf16c = NULL,
 	.dgemm = nk_dgemm_ref_14x16,
 	.pack_a = nk_gemm_pack_a_ref,
 	.pack_b = nk_gemm_pack_b_ref,
@@ -333,7 +350,7 @@ nk_gemm_isa_t nk_gemm_isa_select(void)
 	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
 		isa = nk_gemm_isa_avx512;
 		if (!__builtin_cpu_supports("avx512bf16"))
-			isa.sbgemm = NULL, isa.dot_bf16 = NULL;
+			isa.sbgemm = NULL, isa.sbgemm_bf16c = NULL, isa.dot_bf16 = NULL;
 	}
 #endif
 	return isa;
@@ -725,6 +742,9 @@ static void shared_compute(void *ctx, int64_t t0, int64_t t1)
 	int64_t nslices = cdiv(sh->kc_all, sh->kcmax), slice = shared_slice_words(sh);
 	float *ap = nk_ws_get(NK_WS_GEMM_A, WS_A_BYTES), *acc = NULL;
 	int64_t ldacc = sh->cols_per_task * NR;
+	/* bf16 C with unit column stride: the last k-slice's micro-kernel adds the f32 partials and
+	 * stores bf16 itself */
+	bool direct = pl->pairs && pl->isa->sbgemm_bf16c && g->cs_c == 1;
 
 	if (sh->acc)
 		acc = nk_ws_get(NK_WS_GEMM_C, (size_t)MR * ldacc * sizeof(float));
@@ -763,11 +783,17 @@ static void shared_compute(void *ctx, int64_t t0, int64_t t1)
 				pl->isa->pack_a_pairs(at(A, pc * g->cs_a, pl->es), g->rs_a, g->cs_a, mr, kc, (uint32_t *)ap);
 				for (int64_t q = q0; q < q1; q++) {
 					int64_t jr = (q - q0) * NR;
+					int nr = (int)min64(NR, ncols - jr);
+					const uint32_t *bq = (const uint32_t *)bs + q * kp * NR;
 
 					prefetch_a_step(&pf);
-					pl->isa->sbgemm(kp, (const uint32_t *)ap, (const uint32_t *)bs + q * kp * NR,
-							acc + jr, ldacc, 1, 1.0f, first ? 0.0f : 1.0f, mr,
-							(int)min64(NR, ncols - jr));
+					if (direct && s == nslices - 1)
+						pl->isa->sbgemm_bf16c(kp, (const uint32_t *)ap, bq, first ? NULL : acc + jr,
+								      ldacc, (uint16_t *)Cb + jr, g->rs_c, pl->alpha,
+								      pl->beta, mr, nr);
+					else
+						pl->isa->sbgemm(kp, (const uint32_t *)ap, bq, acc + jr, ldacc, 1, 1.0f,
+								first ? 0.0f : 1.0f, mr, nr);
 				}
 			} else {
 				pl->isa->pack_a(at(A, pc * g->cs_a, pl->es), g->dtype, g->rs_a, g->cs_a, mr, kc, ap);
@@ -785,7 +811,7 @@ static void shared_compute(void *ctx, int64_t t0, int64_t t1)
 				}
 			}
 		}
-		if (sh->acc)
+		if (sh->acc && !direct)
 			shared_acc_store(pl, acc, ldacc, Cb, mr, ncols);
 	}
 }

@@ -137,6 +137,84 @@ static inline __attribute__((always_inline)) void sbgemm_body(const int R, const
 	STORE_TILE_R();
 }
 
+/* bf16 C row (16 + 16 columns) = bf16(alpha * (x + acc) + beta * C) (acc may be NULL), rounded to
+ * nearest even, NaN -> 0x7fc0 (as nk_f32_to_bf16), masked to the first n columns. */
+static inline __m256i f32_to_bf16x16(__m512 f)
+{
+	__m512i u = _mm512_castps_si512(f);
+	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+
+	r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+	return _mm512_cvtepi32_epi16(r);
+}
+
+static inline __m512 bf16x16_to_f32(__m256i h)
+{
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline void store_row_bf16(uint16_t *c, const float *acc, __m512 x0, __m512 x1, __m512 va, __m512 vb,
+				  float beta, __mmask16 m0, __mmask16 m1)
+{
+	if (acc) {
+		x0 = _mm512_add_ps(x0, _mm512_maskz_loadu_ps(m0, acc));
+		x1 = _mm512_add_ps(x1, _mm512_maskz_loadu_ps(m1, acc + 16));
+	}
+	x0 = _mm512_mul_ps(va, x0);
+	x1 = _mm512_mul_ps(va, x1);
+	if (beta != 0) {
+		x0 = _mm512_fmadd_ps(vb, bf16x16_to_f32(_mm256_maskz_loadu_epi16(m0, c)), x0);
+		x1 = _mm512_fmadd_ps(vb, bf16x16_to_f32(_mm256_maskz_loadu_epi16(m1, c + 16)), x1);
+	}
+	_mm256_mask_storeu_epi16(c, m0, f32_to_bf16x16(x0));
+	_mm256_mask_storeu_epi16(c + 16, m1, f32_to_bf16x16(x1));
+}
+
+#define STORE_BF16_R(i)                                                                              \
+	if (i < R && i < m)                                                                          \
+		store_row_bf16(c + i * rs_c, acc ? acc + i * ld_acc : NULL, c##i##_0, c##i##_1, va, vb, beta, \
+			       m0, m1);
+#define PREFETCH_BF16_R(i)                                                \
+	if (i < R && i < m)                                               \
+		_mm_prefetch((const char *)(c + i * rs_c), _MM_HINT_T0);
+
+static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R, const bool H, int64_t kp,
+								    const uint32_t *a, const uint32_t *b,
+								    const float *acc, int64_t ld_acc, uint16_t *c,
+								    int64_t rs_c, float alpha, float beta, int m,
+								    int n)
+{
+	ROWS(DECL_R)
+	if (beta != 0) {
+		ROWS(PREFETCH_BF16_R)
+	}
+#define DP_ROW(i)                                                              \
+	if (i < R) {                                                           \
+		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);          \
+		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                 \
+		if (!H)                                                        \
+			c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);         \
+	}
+	for (int64_t p = 0; p < kp; p++) {
+		__m512bh b0 = (__m512bh)_mm512_load_si512(b);
+		__m512bh b1 = H ? b0 : (__m512bh)_mm512_load_si512(b + 16);
+
+		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
+		ROWS(DP_ROW)
+		a += MR;
+		b += NR;
+	}
+#undef DP_ROW
+	{
+		__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+		__mmask16 m0 = mask_n(n), m1 = H ? 0 : mask_n(n - 16);
+
+		ROWS(STORE_BF16_R)
+	}
+}
+
 #define SG_CASE(r)                                                                                  \
 	case r:                                                                                     \
 		if (n > 16)                                                                         \
@@ -152,6 +230,27 @@ static inline __attribute__((always_inline)) void sbgemm_body(const int R, const
 			sbgemm_body(r, true, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);           \
 		return;
 #define ALL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+
+#define SBC_CASE(r)                                                                                    \
+	case r:                                                                                        \
+		if (n > 16)                                                                            \
+			sbgemm_bf16c_body(r, false, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n); \
+		else                                                                                   \
+			sbgemm_bf16c_body(r, true, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);  \
+		return;
+
+void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc,
+				  int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
+{
+	switch (m) {
+	ALL_CASES(SBC_CASE)
+	default:
+		if (n > 16)
+			sbgemm_bf16c_body(MR, false, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
+		else
+			sbgemm_bf16c_body(MR, true, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
+	}
+}
 
 void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
 			   float alpha, float beta, int m, int n)
@@ -586,6 +685,7 @@ const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.name = "avx512",
 	.sgemm = nk_sgemm_avx512_14x32,
 	.sbgemm = nk_sbgemm_avx512_14x32,
+	.sbgemm_bf16c = nk_sbgemm_avx512_14x32_bf16c,
 	.dgemm = nk_dgemm_avx512_14x16,
 	.pack_a = nk_gemm_pack_a_avx512,
 	.pack_b = nk_gemm_pack_b_avx512,

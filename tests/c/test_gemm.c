@@ -98,6 +98,59 @@ static void test_sbgemm_ukr(void)
 	check_sbukr_case(33, 13, 31, 1);
 }
 
+/* The bf16-C kernel against its reference: acc partials or none, beta 0 with NaN in C, edge tiles,
+ * padded row stride; elements outside the tile must stay as they were. */
+static void check_sbc_case(int64_t kp, int m, int n, float beta, bool with_acc)
+{
+	uint32_t a[NK_GEMM_MR * 200] __attribute__((aligned(64)));
+	uint32_t b[200 * NK_GEMM_NR] __attribute__((aligned(64)));
+	float acc[NK_GEMM_MR * 40];
+	uint16_t c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40], h[2];
+	int64_t rs = 37, ld = 40;
+
+	for (int64_t i = 0; i < NK_GEMM_MR * kp; i++) {
+		nkt_fill(h, NK_BF16, 2, -1, 1);
+		a[i] = h[0] | (uint32_t)h[1] << 16;
+	}
+	for (int64_t i = 0; i < kp * NK_GEMM_NR; i++) {
+		nkt_fill(h, NK_BF16, 2, -1, 1);
+		b[i] = h[0] | (uint32_t)h[1] << 16;
+	}
+	nkt_fill(acc, NK_F32, NK_GEMM_MR * 40, -4, 4);
+	nkt_fill(c0, NK_BF16, NK_GEMM_MR * 40, -1, 1);
+	if (beta == 0)
+		for (int i = 0; i < NK_GEMM_MR * 40; i++)
+			c0[i] = 0x7fc0;
+	memcpy(c1, c0, sizeof c0);
+	nk_sbgemm_ref_14x32_bf16c(kp, a, b, with_acc ? acc : NULL, ld, c0, rs, -1.5f, beta, m, n);
+	nk_sbgemm_avx512_14x32_bf16c(kp, a, b, with_acc ? acc : NULL, ld, c1, rs, -1.5f, beta, m, n);
+	for (int i = 0; i < NK_GEMM_MR * 37 && i < NK_GEMM_MR * 40; i++) {
+		int r = i / (int)rs, col = i % (int)rs;
+		bool inside = r < m && col < n;
+		float x0 = nk_bf16_to_f32(c0[i]), x1 = nk_bf16_to_f32(c1[i]);
+
+		if (inside)
+			CHECK(fabsf(x1 - x0) <= 1e-4f * (float)(kp + 1) + fabsf(x0) / 128,
+			      "sbgemm bf16c ukr kp=%lld m=%d n=%d beta=%g acc=%d (%d,%d): %g vs %g", (long long)kp, m,
+			      n, beta, with_acc, r, col, x1, x0);
+		else
+			CHECK(c1[i] == c0[i], "sbgemm bf16c ukr wrote outside the tile (%d,%d)", r, col);
+	}
+}
+
+static void test_sbgemm_bf16c_ukr(void)
+{
+	static const int mn[][2] = { { 14, 32 }, { 1, 1 }, { 13, 31 }, { 2, 16 }, { 7, 17 } };
+
+	if (!have_bf16)
+		return;
+	for (size_t q = 0; q < sizeof mn / sizeof mn[0]; q++)
+		for (int v = 0; v < 4; v++) {
+			check_sbc_case(v ? 37 : 0, mn[q][0], mn[q][1], v & 1 ? 0.5f : 0.0f, v & 2);
+			check_sbc_case(128, mn[q][0], mn[q][1], v & 1 ? 1.0f : 0.0f, v & 2);
+		}
+}
+
 static void test_dgemm_ukr(void)
 {
 	static const int mn[][2] = { { 14, 16 }, { 1, 1 }, { 13, 9 }, { 14, 8 }, { 3, 15 } };
@@ -371,6 +424,7 @@ int main(void)
 	nkt_seed(1);
 	RUN(test_sgemm_ukr);
 	RUN(test_sbgemm_ukr);
+	RUN(test_sbgemm_bf16c_ukr);
 	RUN(test_dgemm_ukr);
 	RUN(test_packers);
 	RUN(test_gemm_layouts);
