@@ -163,9 +163,9 @@ static inline void store_row_bf16(uint16_t *c, const float *acc, __m512 x0, __m5
 	}
 	x0 = _mm512_mul_ps(va, x0);
 	x1 = _mm512_mul_ps(va, x1);
-	if (beta != 0) {
-		x0 = _mm512_fmadd_ps(vb, bf16x16_to_f32(_mm256_maskz_loadu_epi16(m0, c)), x0);
-		x1 = _mm512_fmadd_ps(vb, bf16x16_to_f32(_mm256_maskz_loadu_epi16(m1, c + 16)), x1);
+	if (beta != 0) { /* multiply, then add (no fma): the same rounding as the per-task driver */
+		x0 = _mm512_add_ps(x0, _mm512_mul_ps(vb, bf16x16_to_f32(_mm256_maskz_loadu_epi16(m0, c))));
+		x1 = _mm512_add_ps(x1, _mm512_mul_ps(vb, bf16x16_to_f32(_mm256_maskz_loadu_epi16(m1, c + 16))));
 	}
 	_mm256_mask_storeu_epi16(c, m0, f32_to_bf16x16(x0));
 	_mm256_mask_storeu_epi16(c + 16, m1, f32_to_bf16x16(x1));

@@ -245,6 +245,46 @@ static void test_packers(void)
 	}
 }
 
+/* Row-major B wider than the 4-panel sweep of the packers (5 and 6 panels, a ragged last one). */
+static void test_packers_wide(void)
+{
+	static const int dts[] = { NK_F32, NK_BF16, NK_F16 };
+	static const int64_t ns[] = { 150, 161, 192 }, ks[] = { 1, 37, 40 };
+	int64_t ld = 200;
+	float *src = nkt_alloc(NK_F32, 40 * 200);
+	/* packed panels are 64-byte aligned */
+	float *e0 = aligned_alloc(64, (40 * 192 + 64) * sizeof(float));
+	float *e1 = aligned_alloc(64, (40 * 192 + 64) * sizeof(float));
+
+	if (!have_avx512)
+		goto out;
+	for (int d = 0; d < 3; d++) {
+		nkt_fill(src, dts[d], 40 * 200, -2, 2);
+		for (int ni = 0; ni < 3; ni++)
+			for (int ki = 0; ki < 3; ki++) {
+				int64_t n = ns[ni], k = ks[ki];
+				size_t bytes = (size_t)(40 * 192 + 64) * sizeof(float);
+
+				memset(e0, 0x7f, bytes);
+				memset(e1, 0x7f, bytes);
+				nk_gemm_pack_b_ref(src, dts[d], ld, 1, k, n, e0);
+				nk_gemm_pack_b_avx512(src, dts[d], ld, 1, k, n, e1);
+				CHECK(!memcmp(e0, e1, bytes), "pack_b wide %s n=%lld k=%lld", nkt_dtype_name(dts[d]),
+				      (long long)n, (long long)k);
+				if (dts[d] != NK_BF16)
+					continue;
+				memset(e0, 0x7f, bytes);
+				memset(e1, 0x7f, bytes);
+				nk_gemm_pack_b_pairs_ref(src, ld, 1, k, n, (uint32_t *)e0);
+				nk_gemm_pack_b_pairs_avx512(src, ld, 1, k, n, (uint32_t *)e1);
+				CHECK(!memcmp(e0, e1, bytes), "pack_b_pairs wide n=%lld k=%lld", (long long)n,
+				      (long long)k);
+			}
+	}
+out:
+	free(src), free(e0), free(e1);
+}
+
 /* ---- whole GEMM against the reference ------------------------------------------------------- */
 
 typedef struct {
@@ -360,6 +400,39 @@ static void test_gemm_portable_driver(void)
 		}
 }
 
+/* The shared-packing driver (several threads) and the per-task one (nk_gemm_packed_1t, what a
+ * single thread runs) give bitwise equal results: the same k-slices summed in the same order. */
+static void test_gemm_drivers_agree(void)
+{
+	static const int64_t sz[][3] = { { 130, 200, 1100 }, { 40, 700, 300 }, { 300, 65, 517 }, { 128, 768, 768 } };
+	nk_gemm_isa_t isa = nk_gemm_isa_select();
+
+	for (int d = 0; d < 2; d++)
+		for (size_t q = 0; q < sizeof sz / sizeof sz[0]; q++)
+			for (int v = 0; v < 2; v++) {
+				int dt = d ? NK_BF16 : NK_F32;
+				int64_t M = sz[q][0], N = sz[q][1], K = sz[q][2];
+				size_t es = nk_fp_elem_size(dt);
+				void *A = nkt_alloc(dt, M * K), *B = nkt_alloc(dt, K * N);
+				void *C0 = nkt_alloc(dt, M * N), *C1 = nkt_alloc(dt, M * N);
+				nk_gemm_args_t g = { .dtype = dt, .M = M, .N = N, .K = K, .batch = 1, .alpha = 0.75,
+						     .beta = v ? 0.5 : 0, .A = A, .B = B, .rs_a = K, .cs_a = 1,
+						     .rs_b = N, .cs_b = 1, .rs_c = N, .cs_c = 1 };
+
+				nkt_fill(A, dt, M * K, -1, 1);
+				nkt_fill(B, dt, K * N, -1, 1);
+				nkt_fill(C0, dt, M * N, -1, 1);
+				memcpy(C1, C0, (size_t)(M * N) * es);
+				g.C = C0;
+				CHECK(nk_gemm_packed(&g, &isa) == 0, "packed");
+				g.C = C1;
+				CHECK(nk_gemm_packed_1t(&g, &isa) == 0, "packed_1t");
+				CHECK(!memcmp(C0, C1, (size_t)(M * N) * es), "drivers differ: %s %lldx%lldx%lld beta %g",
+				      nkt_dtype_name(dt), (long long)M, (long long)N, (long long)K, g.beta);
+				free(A), free(B), free(C0), free(C1);
+			}
+}
+
 static void test_gemm_k0_and_errors(void)
 {
 	float c[6] = { 1, 2, 3, 4, 5, 6 };
@@ -427,8 +500,10 @@ int main(void)
 	RUN(test_sbgemm_bf16c_ukr);
 	RUN(test_dgemm_ukr);
 	RUN(test_packers);
+	RUN(test_packers_wide);
 	RUN(test_gemm_layouts);
 	RUN(test_gemm_portable_driver);
+	RUN(test_gemm_drivers_agree);
 	RUN(test_gemm_k0_and_errors);
 	if (!NK_TEST_SMALL && !nk_using_reference()) {
 		bench(NK_F32, 512, 5);
