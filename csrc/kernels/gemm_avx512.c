@@ -22,8 +22,8 @@ static inline __mmask16 mask_n(int n)
 }
 
 /* C row (16 + 16 columns) = alpha*acc + beta*C, masked to the first n columns. */
-static inline void store_row(float *c, __m512 x0, __m512 x1, __m512 va, __m512 vb, float beta, __mmask16 m0,
-			     __mmask16 m1)
+static inline __attribute__((always_inline)) void store_row(float *c, __m512 x0, __m512 x1, __m512 va, __m512 vb,
+							     float beta, __mmask16 m0, __mmask16 m1)
 {
 	x0 = _mm512_mul_ps(va, x0);
 	x1 = _mm512_mul_ps(va, x1);
@@ -139,7 +139,7 @@ static inline __attribute__((always_inline)) void sbgemm_body(const int R, const
 
 /* bf16 C row (16 + 16 columns) = bf16(alpha * (x + acc) + beta * C) (acc may be NULL), rounded to
  * nearest even, NaN -> 0x7fc0 (as nk_f32_to_bf16), masked to the first n columns. */
-static inline __m256i f32_to_bf16x16(__m512 f)
+static inline __attribute__((always_inline)) __m256i f32_to_bf16x16(__m512 f)
 {
 	__m512i u = _mm512_castps_si512(f);
 	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
@@ -149,13 +149,14 @@ static inline __m256i f32_to_bf16x16(__m512 f)
 	return _mm512_cvtepi32_epi16(r);
 }
 
-static inline __m512 bf16x16_to_f32(__m256i h)
+static inline __attribute__((always_inline)) __m512 bf16x16_to_f32(__m256i h)
 {
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-static inline void store_row_bf16(uint16_t *c, const float *acc, __m512 x0, __m512 x1, __m512 va, __m512 vb,
-				  float beta, __mmask16 m0, __mmask16 m1)
+static inline __attribute__((always_inline)) void store_row_bf16(uint16_t *c, const float *acc, __m512 x0,
+								  __m512 x1, __m512 va, __m512 vb, float beta,
+								  __mmask16 m0, __mmask16 m1)
 {
 	if (acc) {
 		x0 = _mm512_add_ps(x0, _mm512_maskz_loadu_ps(m0, acc));
