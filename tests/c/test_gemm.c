@@ -361,6 +361,7 @@ static const gcase_t shapes[] = {
 	{ 33, 100, 7, 1 },  { 100, 33, 257, 1 }, { 14, 32, 256, 1 },  { 15, 33, 513, 1 },
 	{ 29, 65, 300, 2 }, { 2, 3, 4, 3 },      { 1, 300, 70, 2 },   { 300, 1, 70, 2 },
 	{ 64, 600, 40, 1 }, { 250, 70, 600, 1 }, { 130, 130, 1030, 1 }, { 1, 129, 1000, 1 },
+	{ 463, 40, 530, 1 }, /* 34 row panels: the shared driver pairs them, the last pair ragged */
 };
 
 static void test_gemm_layouts(void)
@@ -404,7 +405,8 @@ static void test_gemm_portable_driver(void)
  * single thread runs) give bitwise equal results: the same k-slices summed in the same order. */
 static void test_gemm_drivers_agree(void)
 {
-	static const int64_t sz[][3] = { { 130, 200, 1100 }, { 40, 700, 300 }, { 300, 65, 517 }, { 128, 768, 768 } };
+	static const int64_t sz[][3] = { { 130, 200, 1100 }, { 40, 700, 300 }, { 300, 65, 517 }, { 128, 768, 768 },
+					  { 463, 70, 600 } };
 	nk_gemm_isa_t isa = nk_gemm_isa_select();
 
 	for (int d = 0; d < 2; d++)
