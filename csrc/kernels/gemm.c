@@ -6,8 +6,11 @@
  *   - the packed, cache-blocked driver (BLIS-style) for f32/bf16/f16/f64 with the micro-kernels and packers
  *     of the best ISA table (nk_gemm_isa_select: AVX-512 in gemm_avx512.c, else the portable ones here).
  * The micro-kernel contract (packed panels, edge tiles, strides) is written out in docs/kernels.md.
- * Threading: tasks are rectangles of C (and batch entries) run through nrt_parallel_for; no task
- * writes another's C, so results do not depend on the thread count.
+ * Threading (nrt_parallel_for): with several threads and few batch entries, B is packed once per
+ * call by all threads (a pack job), then tasks of one 14-row panel (times a column chunk when there
+ * are few panels) are claimed dynamically (gemm_shared); otherwise tasks are rectangles of C (and
+ * batch entries) that pack their own panels.  No task writes another's C and every element is summed
+ * over the same k-slices in the same order, so results do not depend on the thread count.
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
  * headers so that their inline helpers get the same options and stay inlinable. */
@@ -881,11 +884,12 @@ int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 	int nt = nrt_num_threads();
 	int64_t want = 1, ntasks;
 
-	/* one task per thread for big matrices (each task packs all of its B), two for load balance
-	 * otherwise */
-	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt && g->dtype != NK_F64 &&
-	    !getenv("NK_GEMM_OLD") && gemm_shared(&pl, nt))
+	/* a few batch entries on several threads: B packed once and shared (gemm_shared) */
+	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt && g->dtype != NK_F64 && gemm_shared(&pl, nt))
 		return gemm_failed(&failed);
+	/* per-task packing (f64, many batch entries, K too long for the shared bf16/f16 block): one
+	 * task per thread for big matrices (each task packs all of its B), two for load balance
+	 * otherwise */
 	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt)
 		want = cdiv((fma / g->batch >= GEMM_BIG_FMA ? 1 : 2) * nt, g->batch);
 	gemm_partition(&pl, want);
