@@ -676,6 +676,8 @@ typedef struct {
 	int64_t pc0, kc_all;  /* k range of the super block */
 	int64_t kcmax;        /* k per slice (KC, or KCB for pairs) */
 	int64_t panels_n, panels_m, cols_per_task, col_tasks;
+	int64_t claim;              /* tasks per claim of the compute job */
+	atomic_int_fast64_t next;   /* next unclaimed task of the compute job */
 	float *bp;            /* shared packed B: slice s at bp + s * (kcmax / div) * panels_n * NR */
 	bool acc;             /* C is bf16/f16: accumulate each panel in f32 over all of K */
 } shared_t;
@@ -735,26 +737,47 @@ static void shared_acc_store(const gemm_plan_t *pl, const float *acc, int64_t ld
 		}
 }
 
-/* Phase 2: task t = (column chunk t / panels_m, row panel t % panels_m).  For its MR rows, every
- * k-slice: pack the A panel (into this thread's buffer), sweep the chunk's B panels. */
-static void shared_compute(void *ctx, int64_t t0, int64_t t1)
+static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int64_t t0, int64_t t1);
+
+/* Phase 2 entry, once per thread: claims ranges of `claim` consecutive tasks from the shared counter
+ * until none is left, so the last thread to finish waits for at most one claim (the pool's own
+ * chunks are fixed fractions of the job: with 20 tasks, chunks of 3 left one thread 11 tasks and
+ * the other 9).  Nobody waits for work: a thread that finds the counter exhausted returns. */
+static void shared_compute(void *ctx, int64_t u0, int64_t u1)
 {
-	const shared_t *sh = ctx;
+	shared_t *sh = ctx;
+	int64_t ldacc = sh->cols_per_task * NR, ntasks = sh->panels_m * sh->col_tasks;
+	float *ap = nk_ws_get(NK_WS_GEMM_A, WS_A_BYTES), *acc = NULL;
+
+	if (sh->acc)
+		acc = nk_ws_get(NK_WS_GEMM_C, (size_t)MR * ldacc * sizeof(float));
+	if (!ap || (sh->acc && !acc)) {
+		atomic_store(sh->pl->failed, 1);
+		return;
+	}
+	for (int64_t u = u0; u < u1; u++)
+		for (;;) {
+			int64_t t0 = atomic_fetch_add(&sh->next, sh->claim);
+
+			if (t0 >= ntasks)
+				break;
+			shared_compute_range(sh, ap, acc, t0, min64(ntasks, t0 + sh->claim));
+		}
+}
+
+/* Phase 2, tasks t0..t1-1: task t = (column chunk t / panels_m, row panel t % panels_m).  For its MR
+ * rows, every k-slice: pack the A panel (into this thread's buffer ap), sweep the chunk's B panels
+ * (bf16/f16 C: f32 partials in acc). */
+static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int64_t t0, int64_t t1)
+{
 	const gemm_plan_t *pl = sh->pl;
 	const nk_gemm_args_t *g = pl->g;
 	int64_t nslices = cdiv(sh->kc_all, sh->kcmax), slice = shared_slice_words(sh);
-	float *ap = nk_ws_get(NK_WS_GEMM_A, WS_A_BYTES), *acc = NULL;
 	int64_t ldacc = sh->cols_per_task * NR;
 	/* bf16 C with unit column stride: the last k-slice's micro-kernel adds the f32 partials and
 	 * stores bf16 itself */
 	bool direct = pl->pairs && pl->isa->sbgemm_bf16c && g->cs_c == 1;
 
-	if (sh->acc)
-		acc = nk_ws_get(NK_WS_GEMM_C, (size_t)MR * ldacc * sizeof(float));
-	if (!ap || (sh->acc && !acc)) {
-		atomic_store(pl->failed, 1);
-		return;
-	}
 	for (int64_t t = t0; t < t1; t++) {
 		int64_t ct = t / sh->panels_m, ir = t % sh->panels_m * MR;
 		int64_t q0 = ct * sh->cols_per_task, q1 = min64(sh->panels_n, q0 + sh->cols_per_task);
@@ -870,7 +893,11 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 				sh.kc_all = min64(ksb, g->K - pc0);
 				np = cdiv(sh.kc_all, sh.kcmax) * sh.panels_n;
 				nrt_parallel_for(np, 1, shared_pack, &sh);
-				nrt_parallel_for(sh.panels_m * sh.col_tasks, 1, shared_compute, &sh);
+				/* pairs of tasks per claim (the first prefetches the second's A rows) while
+				 * that leaves at least 4 claims per thread */
+				sh.claim = sh.panels_m * sh.col_tasks >= 8 * (int64_t)nt ? 2 : 1;
+				atomic_store(&sh.next, 0);
+				nrt_parallel_for(nt, 1, shared_compute, &sh);
 			}
 		}
 	return true;
