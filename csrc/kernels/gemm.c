@@ -6,8 +6,11 @@
  *   - the packed, cache-blocked driver (BLIS-style) for f32/bf16/f16/f64 with the micro-kernels and packers
  *     of the best ISA table (nk_gemm_isa_select: AVX-512 in gemm_avx512.c, else the portable ones here).
  * The micro-kernel contract (packed panels, edge tiles, strides) is written out in docs/kernels.md.
- * Threading: tasks are rectangles of C (and batch entries) run through nrt_parallel_for; no task
- * writes another's C, so results do not depend on the thread count.
+ * Threading (nrt_parallel_for): with several threads and few batch entries, B is packed once per
+ * call by all threads (a pack job), then tasks of one 14-row panel (times a column chunk when there
+ * are few panels) are claimed dynamically (gemm_shared); otherwise tasks are rectangles of C (and
+ * batch entries) that pack their own panels.  No task writes another's C and every element is summed
+ * over the same k-slices in the same order, so results do not depend on the thread count.
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
  * headers so that their inline helpers get the same options and stay inlinable. */
@@ -179,6 +182,22 @@ void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float
 	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
 }
 
+void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc, int64_t ld_acc,
+			       uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
+{
+	float t[MR * NR];
+
+	nk_sbgemm_ref_14x32(kp, a, b, t, NR, 1, 1.0f, 0.0f, MR, NR);
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			float v = alpha * (t[i * NR + j] + (acc ? acc[i * ld_acc + j] : 0.0f));
+
+			if (beta != 0)
+				v += beta * nk_bf16_to_f32(c[i * rs_c + j]);
+			c[i * rs_c + j] = nk_f32_to_bf16(v);
+		}
+}
+
 void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
 			double alpha, double beta, int m, int n)
 {
@@ -316,6 +335,7 @@ const nk_gemm_isa_t nk_gemm_isa_ref = {
 	.name = "portable",
 	.sgemm = nk_sgemm_ref_14x32,
 	.sbgemm = NULL,
+	.sbgemm_bf16c = NULL,
 	.dgemm = nk_dgemm_ref_14x16,
 	.pack_a = nk_gemm_pack_a_ref,
 	.pack_b = nk_gemm_pack_b_ref,
@@ -333,7 +353,7 @@ nk_gemm_isa_t nk_gemm_isa_select(void)
 	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
 		isa = nk_gemm_isa_avx512;
 		if (!__builtin_cpu_supports("avx512bf16"))
-			isa.sbgemm = NULL, isa.dot_bf16 = NULL;
+			isa.sbgemm = NULL, isa.sbgemm_bf16c = NULL, isa.dot_bf16 = NULL;
 	}
 #endif
 	return isa;
@@ -642,6 +662,247 @@ static int gemm_failed(atomic_int *failed)
 	return -1;
 }
 
+/* ---- shared packing: B packed once per call by all threads, then row panels over the pool ---------- */
+
+/* Budget of the shared packed B (the calling thread's NK_WS_GEMM_B): a super block of columns
+ * jc..jc+nc and k-slices pc..; f32 blocks are KC x NC per slice, bf16/f16 C keeps all of K in one
+ * super block so that each C panel is accumulated over all of K in f32 and rounded once. */
+#define SHARED_B_BYTES ((size_t)8 << 20)
+
+typedef struct {
+	const gemm_plan_t *pl;
+	int64_t b;            /* batch entry */
+	int64_t jc, nc;       /* columns of the super block */
+	int64_t pc0, kc_all;  /* k range of the super block */
+	int64_t kcmax;        /* k per slice (KC, or KCB for pairs) */
+	int64_t panels_n, panels_m, cols_per_task, col_tasks;
+	int64_t claim;              /* tasks per claim of the compute job */
+	atomic_int_fast64_t next;   /* next unclaimed task of the compute job */
+	float *bp;            /* shared packed B: slice s at bp + s * (kcmax / div) * panels_n * NR */
+	bool acc;             /* C is bf16/f16: accumulate each panel in f32 over all of K */
+} shared_t;
+
+static int64_t shared_slice_words(const shared_t *sh)
+{
+	return (sh->pl->pairs ? sh->kcmax / 2 : sh->kcmax) * sh->panels_n * NR;
+}
+
+/* Phase 1: packs panel (slice s, column panel q) of the super block; one task per panel. */
+static void shared_pack(void *ctx, int64_t t0, int64_t t1)
+{
+	const shared_t *sh = ctx;
+	const gemm_plan_t *pl = sh->pl;
+	const nk_gemm_args_t *g = pl->g;
+
+	for (int64_t t = t0, t2; t < t1; t = t2) {
+		int64_t s = t / sh->panels_n, q = t % sh->panels_n;
+		int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
+		int64_t j = sh->jc + q * NR, n;
+
+		/* the consecutive panels of this slice in one call */
+		t2 = min64(t1, (s + 1) * sh->panels_n);
+		n = min64((t2 - t) * NR, sh->jc + sh->nc - j);
+		const void *src = at(g->B, sh->b * g->bs_b + pc * g->rs_b + j * g->cs_b, pl->es);
+		float *dst = sh->bp + s * shared_slice_words(sh) + q * (pl->pairs ? (kc + 1) / 2 : kc) * NR;
+
+		if (pl->pairs)
+			pl->isa->pack_b_pairs(src, g->rs_b, g->cs_b, kc, n, (uint32_t *)dst);
+		else
+			pl->isa->pack_b(src, g->dtype, g->rs_b, g->cs_b, kc, n, dst);
+	}
+}
+
+/* C (bf16/f16) rows i.. = alpha * acc + beta * C for an m x n block of acc (leading dimension ld). */
+static void shared_acc_store(const gemm_plan_t *pl, const float *acc, int64_t ld, char *C, int m, int64_t n)
+{
+	const nk_gemm_args_t *g = pl->g;
+	int64_t es = (int64_t)pl->es;
+	float row[512];
+
+	for (int i = 0; i < m; i++)
+		for (int64_t j0 = 0; j0 < n; j0 += 512) {
+			int64_t w = min64(512, n - j0);
+			char *c = C + (i * g->rs_c + j0 * g->cs_c) * es;
+			const float *a = acc + i * ld + j0;
+
+			if (pl->beta != 0) {
+				nk_block_load_f32(row, c, g->cs_c * es, g->dtype, w);
+				for (int64_t j = 0; j < w; j++)
+					row[j] = pl->alpha * a[j] + pl->beta * row[j];
+			} else {
+				for (int64_t j = 0; j < w; j++)
+					row[j] = pl->alpha * a[j];
+			}
+			nk_block_store_f32(c, g->cs_c * es, g->dtype, row, w);
+		}
+}
+
+static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int64_t t0, int64_t t1);
+
+/* Phase 2 entry, once per thread: claims ranges of `claim` consecutive tasks from the shared counter
+ * until none is left, so the last thread to finish waits for at most one claim (the pool's own
+ * chunks are fixed fractions of the job: with 20 tasks, chunks of 3 left one thread 11 tasks and
+ * the other 9).  Nobody waits for work: a thread that finds the counter exhausted returns. */
+static void shared_compute(void *ctx, int64_t u0, int64_t u1)
+{
+	shared_t *sh = ctx;
+	int64_t ldacc = sh->cols_per_task * NR, ntasks = sh->panels_m * sh->col_tasks;
+	float *ap = nk_ws_get(NK_WS_GEMM_A, WS_A_BYTES), *acc = NULL;
+
+	if (sh->acc)
+		acc = nk_ws_get(NK_WS_GEMM_C, (size_t)MR * ldacc * sizeof(float));
+	if (!ap || (sh->acc && !acc)) {
+		atomic_store(sh->pl->failed, 1);
+		return;
+	}
+	for (int64_t u = u0; u < u1; u++)
+		for (;;) {
+			int64_t t0 = atomic_fetch_add(&sh->next, sh->claim);
+
+			if (t0 >= ntasks)
+				break;
+			shared_compute_range(sh, ap, acc, t0, min64(ntasks, t0 + sh->claim));
+		}
+}
+
+/* Phase 2, tasks t0..t1-1: task t = (column chunk t / panels_m, row panel t % panels_m).  For its MR
+ * rows, every k-slice: pack the A panel (into this thread's buffer ap), sweep the chunk's B panels
+ * (bf16/f16 C: f32 partials in acc). */
+static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int64_t t0, int64_t t1)
+{
+	const gemm_plan_t *pl = sh->pl;
+	const nk_gemm_args_t *g = pl->g;
+	int64_t nslices = cdiv(sh->kc_all, sh->kcmax), slice = shared_slice_words(sh);
+	int64_t ldacc = sh->cols_per_task * NR;
+	/* bf16 C with unit column stride: the last k-slice's micro-kernel adds the f32 partials and
+	 * stores bf16 itself */
+	bool direct = pl->pairs && pl->isa->sbgemm_bf16c && g->cs_c == 1;
+
+	for (int64_t t = t0; t < t1; t++) {
+		int64_t ct = t / sh->panels_m, ir = t % sh->panels_m * MR;
+		int64_t q0 = ct * sh->cols_per_task, q1 = min64(sh->panels_n, q0 + sh->cols_per_task);
+		int64_t j0 = sh->jc + q0 * NR, ncols = min64(sh->jc + sh->nc, sh->jc + q1 * NR) - j0;
+		int mr = (int)min64(MR, g->M - ir);
+		const void *A = at(g->A, sh->b * g->bs_a + ir * g->rs_a, pl->es);
+		float *C = (float *)g->C + sh->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c;
+		char *Cb = (char *)g->C + (sh->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c) * (int64_t)pl->es;
+
+		for (int64_t s = 0; s < nslices; s++) {
+			int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
+			const float *bs = sh->bp + s * slice;
+			bool first = pc == 0;
+			prefetch_t pf;
+
+			/* the next A panel to pack: the next slice of these rows, else the next rows */
+			if (s + 1 < nslices)
+				pf = prefetch_a_init(pl, A, ir, g->M, pc + kc, min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc), ncols);
+			else if (t + 1 < t1 && (t + 1) % sh->panels_m)
+				pf = prefetch_a_init(pl, A, ir + MR, g->M, sh->pc0, min64(sh->kcmax, sh->kc_all), ncols);
+			else
+				pf = (prefetch_t){ 0 };
+			/* prefetch_a_init takes offsets from A's panel base: rows relative to the panel */
+			if (pf.row)
+				pf.row -= ir * g->rs_a * (int64_t)pl->es;
+			if (pl->pairs) {
+				int64_t kp = (kc + 1) / 2;
+
+				pl->isa->pack_a_pairs(at(A, pc * g->cs_a, pl->es), g->rs_a, g->cs_a, mr, kc, (uint32_t *)ap);
+				for (int64_t q = q0; q < q1; q++) {
+					int64_t jr = (q - q0) * NR;
+					int nr = (int)min64(NR, ncols - jr);
+					const uint32_t *bq = (const uint32_t *)bs + q * kp * NR;
+
+					prefetch_a_step(&pf);
+					if (direct && s == nslices - 1)
+						pl->isa->sbgemm_bf16c(kp, (const uint32_t *)ap, bq, first ? NULL : acc + jr,
+								      ldacc, (uint16_t *)Cb + jr, g->rs_c, pl->alpha,
+								      pl->beta, mr, nr);
+					else
+						pl->isa->sbgemm(kp, (const uint32_t *)ap, bq, acc + jr, ldacc, 1, 1.0f,
+								first ? 0.0f : 1.0f, mr, nr);
+				}
+			} else {
+				pl->isa->pack_a(at(A, pc * g->cs_a, pl->es), g->dtype, g->rs_a, g->cs_a, mr, kc, ap);
+				for (int64_t q = q0; q < q1; q++) {
+					int64_t jr = (q - q0) * NR;
+					int nr = (int)min64(NR, ncols - jr);
+
+					prefetch_a_step(&pf);
+					if (sh->acc)
+						pl->isa->sgemm(kc, ap, bs + q * kc * NR, acc + jr, ldacc, 1, 1.0f,
+							       first ? 0.0f : 1.0f, mr, nr);
+					else
+						pl->isa->sgemm(kc, ap, bs + q * kc * NR, C + jr * g->cs_c, g->rs_c,
+							       g->cs_c, pl->alpha, first ? pl->beta : 1.0f, mr, nr);
+				}
+			}
+		}
+		if (sh->acc && !direct)
+			shared_acc_store(pl, acc, ldacc, Cb, mr, ncols);
+	}
+}
+
+/* One batch entry with B packed once per super block and shared by the threads (two pool jobs per
+ * super block: pack, compute).  Returns false when the shape does not suit it (then the caller uses
+ * the per-task driver). */
+static bool gemm_shared(gemm_plan_t *pl, int nt)
+{
+	const nk_gemm_args_t *g = pl->g;
+	shared_t sh = { .pl = pl, .acc = g->dtype != NK_F32 };
+	int64_t elem = pl->pairs ? 2 : 4; /* bytes of packed B per k per column */
+	int64_t ncmax, kpad;
+	float *bp;
+
+	sh.kcmax = pl->pairs ? KCB : KC;
+	kpad = cdiv(g->K, sh.kcmax) * sh.kcmax;
+	if (sh.acc) {
+		/* all of K per super block */
+		ncmax = (int64_t)SHARED_B_BYTES / (kpad * elem) / NR * NR;
+		if (ncmax < 4 * NR)
+			return false;
+	} else {
+		ncmax = NC;
+	}
+	bp = nk_ws_get(NK_WS_GEMM_B, SHARED_B_BYTES);
+	if (!bp) {
+		atomic_store(pl->failed, 1);
+		return true;
+	}
+	sh.bp = bp;
+	sh.panels_m = cdiv(g->M, MR);
+	for (int64_t b = 0; b < g->batch; b++)
+		for (int64_t jc = 0; jc < g->N; jc += ncmax) {
+			int64_t ksb; /* k per super block (f32: as many KC slices as fit) */
+
+			sh.b = b;
+			sh.jc = jc;
+			sh.nc = min64(ncmax, g->N - jc);
+			sh.panels_n = cdiv(sh.nc, NR);
+			if (sh.acc)
+				ksb = g->K;
+			else
+				ksb = (int64_t)SHARED_B_BYTES / (sh.kcmax * sh.panels_n * NR * 4) * sh.kcmax;
+			/* enough tasks for a dynamic balance: split columns when there are few row panels */
+			sh.col_tasks = min64(sh.panels_n, cdiv(8 * (int64_t)nt, sh.panels_m));
+			sh.cols_per_task = cdiv(sh.panels_n, sh.col_tasks);
+			sh.col_tasks = cdiv(sh.panels_n, sh.cols_per_task);
+			for (int64_t pc0 = 0; pc0 < g->K; pc0 += ksb) {
+				int64_t np;
+
+				sh.pc0 = pc0;
+				sh.kc_all = min64(ksb, g->K - pc0);
+				np = cdiv(sh.kc_all, sh.kcmax) * sh.panels_n;
+				nrt_parallel_for(np, 1, shared_pack, &sh);
+				/* pairs of tasks per claim (the first prefetches the second's A rows) while
+				 * that leaves at least 4 claims per thread */
+				sh.claim = sh.panels_m * sh.col_tasks >= 8 * (int64_t)nt ? 2 : 1;
+				atomic_store(&sh.next, 0);
+				nrt_parallel_for(nt, 1, shared_compute, &sh);
+			}
+		}
+	return true;
+}
+
 int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 {
 	atomic_int failed = 0;
@@ -650,7 +911,11 @@ int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 	int nt = nrt_num_threads();
 	int64_t want = 1, ntasks;
 
-	/* one task per thread for big matrices (each task packs all of its B), two for load balance
+	/* a few batch entries on several threads: B packed once and shared (gemm_shared) */
+	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt && g->dtype != NK_F64 && gemm_shared(&pl, nt))
+		return gemm_failed(&failed);
+	/* per-task packing (f64, many batch entries, K too long for the shared bf16/f16 block): one
+	 * task per thread for big matrices (each task packs all of its B), two for load balance
 	 * otherwise */
 	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt)
 		want = cdiv((fma / g->batch >= GEMM_BIG_FMA ? 1 : 2) * nt, g->batch);

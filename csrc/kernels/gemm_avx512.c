@@ -22,8 +22,8 @@ static inline __mmask16 mask_n(int n)
 }
 
 /* C row (16 + 16 columns) = alpha*acc + beta*C, masked to the first n columns. */
-static inline void store_row(float *c, __m512 x0, __m512 x1, __m512 va, __m512 vb, float beta, __mmask16 m0,
-			     __mmask16 m1)
+static inline __attribute__((always_inline)) void store_row(float *c, __m512 x0, __m512 x1, __m512 va, __m512 vb,
+							     float beta, __mmask16 m0, __mmask16 m1)
 {
 	x0 = _mm512_mul_ps(va, x0);
 	x1 = _mm512_mul_ps(va, x1);
@@ -48,48 +48,54 @@ static void store_tile_strided(const float *t, float *c, int64_t rs_c, int64_t c
 		}
 }
 
-#define DECL(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
-#define PREFETCH_C(i)                                                      \
-	if (i < m) {                                                       \
+/* The kernel bodies, instantiated per row count R (1..MR) and half width H (n <= 16: one zmm column of
+ * B and C): an edge tile computes only its own rows and columns (M = 128 leaves a 2-row panel, which
+ * the full 14 x 32 tile would compute at the cost of 14 rows).  Rows past R and the second zmm column
+ * under H compile away. */
+#define DECL_R(i) __m512 c##i##_0 = _mm512_setzero_ps(), c##i##_1 = _mm512_setzero_ps();
+#define STORE_R(i)                                                                 \
+	if (i < R && i < m)                                                        \
+		store_row(c + i * rs_c, c##i##_0, c##i##_1, va, vb, beta, m0, m1);
+#define SPILL_R(i)                                          \
+	if (i < R) {                                        \
+		_mm512_store_ps(t + i * NR, c##i##_0);      \
+		_mm512_store_ps(t + i * NR + 16, c##i##_1); \
+	}
+#define PREFETCH_R(i)                                                      \
+	if (i < R && i < m) {                                              \
 		_mm_prefetch((const char *)(c + i * rs_c), _MM_HINT_T0);      \
 		_mm_prefetch((const char *)(c + i * rs_c + 31), _MM_HINT_T0); \
 	}
-#define STORE(i) \
-	if (i < m)   \
-		store_row(c + i * rs_c, c##i##_0, c##i##_1, va, vb, beta, m0, m1);
-#define SPILL(i)                                   \
-	_mm512_store_ps(t + i * NR, c##i##_0);      \
-	_mm512_store_ps(t + i * NR + 16, c##i##_1);
-
-/* Writes the 28 accumulators to C (contract of nk_sgemm_ukr_t). */
-#define STORE_TILE()                                                                  \
+#define STORE_TILE_R()                                                                \
 	do {                                                                          \
 		if (cs_c == 1) {                                                      \
 			__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta); \
-			__mmask16 m0 = mask_n(n), m1 = mask_n(n - 16);                \
-			ROWS(STORE)                                                   \
+			__mmask16 m0 = mask_n(n), m1 = H ? 0 : mask_n(n - 16);        \
+			ROWS(STORE_R)                                                 \
 		} else {                                                              \
 			float t[MR * NR] __attribute__((aligned(64)));                \
-			ROWS(SPILL)                                                   \
+			ROWS(SPILL_R)                                                 \
 			store_tile_strided(t, c, rs_c, cs_c, alpha, beta, m, n);      \
 		}                                                                     \
 	} while (0)
 
-void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
-			   float alpha, float beta, int m, int n)
+static inline __attribute__((always_inline)) void sgemm_body(const int R, const bool H, int64_t k, const float *a,
+							     const float *b, float *c, int64_t rs_c, int64_t cs_c,
+							     float alpha, float beta, int m, int n)
 {
-	ROWS(DECL)
+	ROWS(DECL_R)
 	if (cs_c == 1) {
-		ROWS(PREFETCH_C)
+		ROWS(PREFETCH_R)
 	}
-#define FMA_ROW(i)                                               \
-	{                                                        \
-		__m512 ai = _mm512_set1_ps(a[i]);                \
-		c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);    \
-		c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);    \
+#define FMA_ROW(i)                                                       \
+	if (i < R) {                                                     \
+		__m512 ai = _mm512_set1_ps(a[i]);                        \
+		c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);            \
+		if (!H)                                                  \
+			c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);    \
 	}
 	for (int64_t p = 0; p < k; p++) {
-		__m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+		__m512 b0 = _mm512_load_ps(b), b1 = H ? b0 : _mm512_load_ps(b + 16);
 
 		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
 		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
@@ -98,24 +104,28 @@ void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, 
 		b += NR;
 	}
 #undef FMA_ROW
-	STORE_TILE();
+	STORE_TILE_R();
 }
 
-void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
-			    int64_t cs_c, float alpha, float beta, int m, int n)
+static inline __attribute__((always_inline)) void sbgemm_body(const int R, const bool H, int64_t kp,
+							      const uint32_t *a, const uint32_t *b, float *c,
+							      int64_t rs_c, int64_t cs_c, float alpha, float beta,
+							      int m, int n)
 {
-	ROWS(DECL)
+	ROWS(DECL_R)
 	if (cs_c == 1) {
-		ROWS(PREFETCH_C)
+		ROWS(PREFETCH_R)
 	}
-#define DP_ROW(i)                                                                      \
-	{                                                                              \
-		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);                  \
-		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                         \
-		c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                         \
+#define DP_ROW(i)                                                              \
+	if (i < R) {                                                           \
+		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);          \
+		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                 \
+		if (!H)                                                        \
+			c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);         \
 	}
 	for (int64_t p = 0; p < kp; p++) {
-		__m512bh b0 = (__m512bh)_mm512_load_si512(b), b1 = (__m512bh)_mm512_load_si512(b + 16);
+		__m512bh b0 = (__m512bh)_mm512_load_si512(b);
+		__m512bh b1 = H ? b0 : (__m512bh)_mm512_load_si512(b + 16);
 
 		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
 		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
@@ -124,7 +134,149 @@ void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, fl
 		b += NR;
 	}
 #undef DP_ROW
-	STORE_TILE();
+	STORE_TILE_R();
+}
+
+/* bf16 C row (16 + 16 columns) = bf16(alpha * (x + acc) + beta * C) (acc may be NULL), rounded to
+ * nearest even, NaN -> 0x7fc0 (as nk_f32_to_bf16), masked to the first n columns. */
+static inline __attribute__((always_inline)) __m256i f32_to_bf16x16(__m512 f)
+{
+	__m512i u = _mm512_castps_si512(f);
+	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+
+	r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+	return _mm512_cvtepi32_epi16(r);
+}
+
+static inline __attribute__((always_inline)) __m512 bf16x16_to_f32(__m256i h)
+{
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline __attribute__((always_inline)) void store_row_bf16(uint16_t *c, const float *acc, __m512 x0,
+								  __m512 x1, __m512 va, __m512 vb, float beta,
+								  __mmask16 m0, __mmask16 m1)
+{
+	if (acc) {
+		x0 = _mm512_add_ps(x0, _mm512_maskz_loadu_ps(m0, acc));
+		x1 = _mm512_add_ps(x1, _mm512_maskz_loadu_ps(m1, acc + 16));
+	}
+	x0 = _mm512_mul_ps(va, x0);
+	x1 = _mm512_mul_ps(va, x1);
+	if (beta != 0) { /* multiply, then add (no fma): the same rounding as the per-task driver */
+		x0 = _mm512_add_ps(x0, _mm512_mul_ps(vb, bf16x16_to_f32(_mm256_maskz_loadu_epi16(m0, c))));
+		x1 = _mm512_add_ps(x1, _mm512_mul_ps(vb, bf16x16_to_f32(_mm256_maskz_loadu_epi16(m1, c + 16))));
+	}
+	_mm256_mask_storeu_epi16(c, m0, f32_to_bf16x16(x0));
+	_mm256_mask_storeu_epi16(c + 16, m1, f32_to_bf16x16(x1));
+}
+
+#define STORE_BF16_R(i)                                                                              \
+	if (i < R && i < m)                                                                          \
+		store_row_bf16(c + i * rs_c, acc ? acc + i * ld_acc : NULL, c##i##_0, c##i##_1, va, vb, beta, \
+			       m0, m1);
+#define PREFETCH_BF16_R(i)                                                \
+	if (i < R && i < m)                                               \
+		_mm_prefetch((const char *)(c + i * rs_c), _MM_HINT_T0);
+
+static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R, const bool H, int64_t kp,
+								    const uint32_t *a, const uint32_t *b,
+								    const float *acc, int64_t ld_acc, uint16_t *c,
+								    int64_t rs_c, float alpha, float beta, int m,
+								    int n)
+{
+	ROWS(DECL_R)
+	if (beta != 0) {
+		ROWS(PREFETCH_BF16_R)
+	}
+#define DP_ROW(i)                                                              \
+	if (i < R) {                                                           \
+		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);          \
+		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                 \
+		if (!H)                                                        \
+			c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);         \
+	}
+	for (int64_t p = 0; p < kp; p++) {
+		__m512bh b0 = (__m512bh)_mm512_load_si512(b);
+		__m512bh b1 = H ? b0 : (__m512bh)_mm512_load_si512(b + 16);
+
+		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
+		ROWS(DP_ROW)
+		a += MR;
+		b += NR;
+	}
+#undef DP_ROW
+	{
+		__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+		__mmask16 m0 = mask_n(n), m1 = H ? 0 : mask_n(n - 16);
+
+		ROWS(STORE_BF16_R)
+	}
+}
+
+#define SG_CASE(r)                                                                                  \
+	case r:                                                                                     \
+		if (n > 16)                                                                         \
+			sgemm_body(r, false, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);            \
+		else                                                                                \
+			sgemm_body(r, true, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);             \
+		return;
+#define SB_CASE(r)                                                                                  \
+	case r:                                                                                     \
+		if (n > 16)                                                                         \
+			sbgemm_body(r, false, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);          \
+		else                                                                                \
+			sbgemm_body(r, true, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);           \
+		return;
+#define ALL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+
+#define SBC_CASE(r)                                                                                    \
+	case r:                                                                                        \
+		if (n > 16)                                                                            \
+			sbgemm_bf16c_body(r, false, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n); \
+		else                                                                                   \
+			sbgemm_bf16c_body(r, true, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);  \
+		return;
+
+void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc,
+				  int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
+{
+	switch (m) {
+	ALL_CASES(SBC_CASE)
+	default:
+		if (n > 16)
+			sbgemm_bf16c_body(MR, false, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
+		else
+			sbgemm_bf16c_body(MR, true, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
+	}
+}
+
+void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
+			   float alpha, float beta, int m, int n)
+{
+	switch (m) {
+	ALL_CASES(SG_CASE)
+	default:
+		if (n > 16)
+			sgemm_body(MR, false, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+		else
+			sgemm_body(MR, true, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+	}
+}
+
+void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
+			    int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	switch (m) {
+	ALL_CASES(SB_CASE)
+	default:
+		if (n > 16)
+			sbgemm_body(MR, false, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+		else
+			sbgemm_body(MR, true, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+	}
 }
 
 /* ---- f64: 14 x 16 ----------------------------------------------------------------------------- */
@@ -204,6 +356,11 @@ static inline __m512 load16(const void *src, int dtype, int64_t off, __mmask16 m
 	if (dtype == NK_F16)
 		return _mm512_cvtph_ps(h);
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline const void *at_elem(const void *src, int dtype, int64_t off)
+{
+	return (const char *)src + off * (dtype == NK_F32 ? 4 : 2);
 }
 
 /* In-register transpose of a 16 x 16 f32 block: r[c] becomes column c (unpack, unpack, 2 lane shuffles). */
@@ -292,19 +449,36 @@ void nk_gemm_pack_b_avx512(const void *src, int dtype, int64_t rs, int64_t cs, i
 		nk_gemm_pack_b_ref(src, dtype, rs, cs, k, n, dst);
 		return;
 	}
+	if (cs == 1) {
+		/* row-major B: up to 4 panels per sweep down the rows (128 contiguous columns per row, so
+		 * several lines per row are in flight; rows are far apart), prefetching 16 rows ahead */
+		for (int64_t q0 = 0; q0 * NR < n; q0 += 4) {
+			int nq = (int)((n - q0 * NR + NR - 1) / NR < 4 ? (n - q0 * NR + NR - 1) / NR : 4);
+			int64_t w = n - q0 * NR < 4 * NR ? n - q0 * NR : 4 * NR;
+			__mmask16 mk[8];
+
+			for (int h = 0; h < 8; h++)
+				mk[h] = mask_n((int)(w - 16 * h));
+			for (int64_t p = 0; p < k; p++) {
+				if (p + 16 < k)
+					for (int l = 0; l < nq * 2; l++)
+						_mm_prefetch((const char *)at_elem(src, dtype, (p + 16) * rs + q0 * NR) + 64 * l,
+							     _MM_HINT_T0);
+				for (int qq = 0; qq < nq; qq++) {
+					float *d = dst + (q0 + qq) * k * NR + p * NR;
+					int64_t o = p * rs + (q0 + qq) * NR;
+
+					_mm512_store_ps(d, load16(src, dtype, o, mk[2 * qq]));
+					_mm512_store_ps(d + 16, load16(src, dtype, o + 16, mk[2 * qq + 1]));
+				}
+			}
+		}
+		return;
+	}
 	for (int64_t q = 0; q * NR < n; q++) {
 		float *d = dst + q * k * NR;
 		int nr = n - q * NR < NR ? (int)(n - q * NR) : NR;
 
-		if (cs == 1) {
-			__mmask16 m0 = mask_n(nr), m1 = mask_n(nr - 16);
-
-			for (int64_t p = 0; p < k; p++) {
-				_mm512_store_ps(d + p * NR, load16(src, dtype, p * rs + q * NR, m0));
-				_mm512_store_ps(d + p * NR + 16, load16(src, dtype, p * rs + q * NR + 16, m1));
-			}
-			continue;
-		}
 		/* rs == 1: column j of the panel is contiguous in the source; two groups of 16 columns */
 		for (int grp = 0; grp < 2; grp++) {
 			int64_t es = (int64_t)nk_fp_elem_size(dtype);
@@ -370,22 +544,39 @@ void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_
 		nk_gemm_pack_b_pairs_ref(src, rs, cs, k, n, dst);
 		return;
 	}
+	if (cs == 1) {
+		/* row-major B: up to 4 panels per sweep down the row pairs (as nk_gemm_pack_b_avx512) */
+		for (int64_t q0 = 0; q0 * NR < n; q0 += 4) {
+			int nq = (int)((n - q0 * NR + NR - 1) / NR < 4 ? (n - q0 * NR + NR - 1) / NR : 4);
+			int64_t w = n - q0 * NR < 4 * NR ? n - q0 * NR : 4 * NR;
+			__mmask16 mk[8];
+
+			for (int h = 0; h < 8; h++)
+				mk[h] = mask_n((int)(w - 16 * h));
+			for (int64_t pp = 0; pp < kp; pp++) {
+				const uint16_t *r0 = s + 2 * pp * rs + q0 * NR;
+				const uint16_t *r1 = 2 * pp + 1 < k ? r0 + rs : NULL;
+
+				if (2 * pp + 17 < k)
+					for (int l = 0; l < nq; l++) {
+						_mm_prefetch((const char *)(r0 + 16 * rs) + 64 * l, _MM_HINT_T0);
+						_mm_prefetch((const char *)(r0 + 17 * rs) + 64 * l, _MM_HINT_T0);
+					}
+				for (int qq = 0; qq < nq; qq++) {
+					uint32_t *d = dst + (q0 + qq) * kp * NR + pp * NR;
+					const uint16_t *a = r0 + qq * NR, *b = r1 ? r1 + qq * NR : NULL;
+
+					_mm512_store_si512(d, pairs16(a, b, mk[2 * qq]));
+					_mm512_store_si512(d + 16, pairs16(a + 16, b ? b + 16 : NULL, mk[2 * qq + 1]));
+				}
+			}
+		}
+		return;
+	}
 	for (int64_t q = 0; q * NR < n; q++) {
 		uint32_t *d = dst + q * kp * NR;
 		int nr = n - q * NR < NR ? (int)(n - q * NR) : NR;
 
-		if (cs == 1) {
-			__mmask16 m0 = mask_n(nr), m1 = mask_n(nr - 16);
-
-			for (int64_t pp = 0; pp < kp; pp++) {
-				const uint16_t *r0 = s + 2 * pp * rs + q * NR;
-				const uint16_t *r1 = 2 * pp + 1 < k ? r0 + rs : NULL;
-
-				_mm512_store_si512(d + pp * NR, pairs16(r0, r1, m0));
-				_mm512_store_si512(d + pp * NR + 16, pairs16(r0 + 16, r1 ? r1 + 16 : NULL, m1));
-			}
-			continue;
-		}
 		transpose_pairs(s + q * NR * cs, cs, nr, k, d, NR, 0xffff);
 		transpose_pairs(s + (q * NR + 16) * cs, cs, nr - 16, k, d + 16, NR, 0xffff);
 	}
@@ -495,6 +686,7 @@ const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.name = "avx512",
 	.sgemm = nk_sgemm_avx512_14x32,
 	.sbgemm = nk_sbgemm_avx512_14x32,
+	.sbgemm_bf16c = nk_sbgemm_avx512_14x32_bf16c,
 	.dgemm = nk_dgemm_avx512_14x16,
 	.pack_a = nk_gemm_pack_a_avx512,
 	.pack_b = nk_gemm_pack_b_avx512,

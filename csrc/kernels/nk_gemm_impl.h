@@ -48,6 +48,13 @@ typedef void (*nk_sgemm_ukr_t)(int64_t k, const float *a, const float *b, float 
  * products are summed in f32 (vdpbf16ps). */
 typedef void (*nk_sbgemm_ukr_t)(int64_t kp, const uint32_t *a, const uint32_t *b, float *c,
 				int64_t rs_c, int64_t cs_c, float alpha, float beta, int m, int n);
+/* bf16 micro-kernel with a bf16 C (row stride rs_c, unit column stride): the sbgemm sum over kp pairs
+ * plus acc[i*ld_acc + j] (f32 partial sums of earlier k, or NULL for none), then
+ *   C[i*rs_c + j] = bf16(alpha * (sum + acc) + beta * C[i*rs_c + j])
+ * rounded to nearest even (NaN -> 0x7fc0), beta == 0 not reading C; nothing outside m x n touched. */
+typedef void (*nk_sbgemm_bf16c_ukr_t)(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc,
+				      int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m,
+				      int n);
 /* f64 micro-kernel: the f32 contract with doubles, MR = NK_DGEMM_MR, NR = NK_DGEMM_NR. */
 typedef void (*nk_dgemm_ukr_t)(int64_t k, const double *a, const double *b, double *c, int64_t rs_c,
 			       int64_t cs_c, double alpha, double beta, int m, int n);
@@ -72,6 +79,7 @@ typedef struct {
 	const char *name;
 	nk_sgemm_ukr_t sgemm;
 	nk_sbgemm_ukr_t sbgemm;
+	nk_sbgemm_bf16c_ukr_t sbgemm_bf16c; /* with sbgemm; may be NULL (then f32 partials, rounded after) */
 	nk_dgemm_ukr_t dgemm;
 	nk_gemm_pack_a_t pack_a;
 	nk_gemm_pack_b_t pack_b;
@@ -94,6 +102,10 @@ void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, 
 			   int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
 			    int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc, int64_t ld_acc,
+			       uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n);
+void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc,
+				  int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n);
 void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
 			double alpha, double beta, int m, int n);
 void nk_dgemm_avx512_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c,

@@ -98,6 +98,59 @@ static void test_sbgemm_ukr(void)
 	check_sbukr_case(33, 13, 31, 1);
 }
 
+/* The bf16-C kernel against its reference: acc partials or none, beta 0 with NaN in C, edge tiles,
+ * padded row stride; elements outside the tile must stay as they were. */
+static void check_sbc_case(int64_t kp, int m, int n, float beta, bool with_acc)
+{
+	uint32_t a[NK_GEMM_MR * 200] __attribute__((aligned(64)));
+	uint32_t b[200 * NK_GEMM_NR] __attribute__((aligned(64)));
+	float acc[NK_GEMM_MR * 40];
+	uint16_t c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40], h[2];
+	int64_t rs = 37, ld = 40;
+
+	for (int64_t i = 0; i < NK_GEMM_MR * kp; i++) {
+		nkt_fill(h, NK_BF16, 2, -1, 1);
+		a[i] = h[0] | (uint32_t)h[1] << 16;
+	}
+	for (int64_t i = 0; i < kp * NK_GEMM_NR; i++) {
+		nkt_fill(h, NK_BF16, 2, -1, 1);
+		b[i] = h[0] | (uint32_t)h[1] << 16;
+	}
+	nkt_fill(acc, NK_F32, NK_GEMM_MR * 40, -4, 4);
+	nkt_fill(c0, NK_BF16, NK_GEMM_MR * 40, -1, 1);
+	if (beta == 0)
+		for (int i = 0; i < NK_GEMM_MR * 40; i++)
+			c0[i] = 0x7fc0;
+	memcpy(c1, c0, sizeof c0);
+	nk_sbgemm_ref_14x32_bf16c(kp, a, b, with_acc ? acc : NULL, ld, c0, rs, -1.5f, beta, m, n);
+	nk_sbgemm_avx512_14x32_bf16c(kp, a, b, with_acc ? acc : NULL, ld, c1, rs, -1.5f, beta, m, n);
+	for (int i = 0; i < NK_GEMM_MR * 37 && i < NK_GEMM_MR * 40; i++) {
+		int r = i / (int)rs, col = i % (int)rs;
+		bool inside = r < m && col < n;
+		float x0 = nk_bf16_to_f32(c0[i]), x1 = nk_bf16_to_f32(c1[i]);
+
+		if (inside)
+			CHECK(fabsf(x1 - x0) <= 1e-4f * (float)(kp + 1) + fabsf(x0) / 128,
+			      "sbgemm bf16c ukr kp=%lld m=%d n=%d beta=%g acc=%d (%d,%d): %g vs %g", (long long)kp, m,
+			      n, beta, with_acc, r, col, x1, x0);
+		else
+			CHECK(c1[i] == c0[i], "sbgemm bf16c ukr wrote outside the tile (%d,%d)", r, col);
+	}
+}
+
+static void test_sbgemm_bf16c_ukr(void)
+{
+	static const int mn[][2] = { { 14, 32 }, { 1, 1 }, { 13, 31 }, { 2, 16 }, { 7, 17 } };
+
+	if (!have_bf16)
+		return;
+	for (size_t q = 0; q < sizeof mn / sizeof mn[0]; q++)
+		for (int v = 0; v < 4; v++) {
+			check_sbc_case(v ? 37 : 0, mn[q][0], mn[q][1], v & 1 ? 0.5f : 0.0f, v & 2);
+			check_sbc_case(128, mn[q][0], mn[q][1], v & 1 ? 1.0f : 0.0f, v & 2);
+		}
+}
+
 static void test_dgemm_ukr(void)
 {
 	static const int mn[][2] = { { 14, 16 }, { 1, 1 }, { 13, 9 }, { 14, 8 }, { 3, 15 } };
@@ -192,6 +245,46 @@ static void test_packers(void)
 	}
 }
 
+/* Row-major B wider than the 4-panel sweep of the packers (5 and 6 panels, a ragged last one). */
+static void test_packers_wide(void)
+{
+	static const int dts[] = { NK_F32, NK_BF16, NK_F16 };
+	static const int64_t ns[] = { 150, 161, 192 }, ks[] = { 1, 37, 40 };
+	int64_t ld = 200;
+	float *src = nkt_alloc(NK_F32, 40 * 200);
+	/* packed panels are 64-byte aligned */
+	float *e0 = aligned_alloc(64, (40 * 192 + 64) * sizeof(float));
+	float *e1 = aligned_alloc(64, (40 * 192 + 64) * sizeof(float));
+
+	if (!have_avx512)
+		goto out;
+	for (int d = 0; d < 3; d++) {
+		nkt_fill(src, dts[d], 40 * 200, -2, 2);
+		for (int ni = 0; ni < 3; ni++)
+			for (int ki = 0; ki < 3; ki++) {
+				int64_t n = ns[ni], k = ks[ki];
+				size_t bytes = (size_t)(40 * 192 + 64) * sizeof(float);
+
+				memset(e0, 0x7f, bytes);
+				memset(e1, 0x7f, bytes);
+				nk_gemm_pack_b_ref(src, dts[d], ld, 1, k, n, e0);
+				nk_gemm_pack_b_avx512(src, dts[d], ld, 1, k, n, e1);
+				CHECK(!memcmp(e0, e1, bytes), "pack_b wide %s n=%lld k=%lld", nkt_dtype_name(dts[d]),
+				      (long long)n, (long long)k);
+				if (dts[d] != NK_BF16)
+					continue;
+				memset(e0, 0x7f, bytes);
+				memset(e1, 0x7f, bytes);
+				nk_gemm_pack_b_pairs_ref(src, ld, 1, k, n, (uint32_t *)e0);
+				nk_gemm_pack_b_pairs_avx512(src, ld, 1, k, n, (uint32_t *)e1);
+				CHECK(!memcmp(e0, e1, bytes), "pack_b_pairs wide n=%lld k=%lld", (long long)n,
+				      (long long)k);
+			}
+	}
+out:
+	free(src), free(e0), free(e1);
+}
+
 /* ---- whole GEMM against the reference ------------------------------------------------------- */
 
 typedef struct {
@@ -268,6 +361,7 @@ static const gcase_t shapes[] = {
 	{ 33, 100, 7, 1 },  { 100, 33, 257, 1 }, { 14, 32, 256, 1 },  { 15, 33, 513, 1 },
 	{ 29, 65, 300, 2 }, { 2, 3, 4, 3 },      { 1, 300, 70, 2 },   { 300, 1, 70, 2 },
 	{ 64, 600, 40, 1 }, { 250, 70, 600, 1 }, { 130, 130, 1030, 1 }, { 1, 129, 1000, 1 },
+	{ 463, 40, 530, 1 }, /* 34 row panels: the shared driver pairs them, the last pair ragged */
 };
 
 static void test_gemm_layouts(void)
@@ -305,6 +399,40 @@ static void test_gemm_portable_driver(void)
 			c.alpha = 1;
 			check_gemm(dts[d], c, run_packed_portable, "packed-portable");
 		}
+}
+
+/* The shared-packing driver (several threads) and the per-task one (nk_gemm_packed_1t, what a
+ * single thread runs) give bitwise equal results: the same k-slices summed in the same order. */
+static void test_gemm_drivers_agree(void)
+{
+	static const int64_t sz[][3] = { { 130, 200, 1100 }, { 40, 700, 300 }, { 300, 65, 517 }, { 128, 768, 768 },
+					  { 463, 70, 600 } };
+	nk_gemm_isa_t isa = nk_gemm_isa_select();
+
+	for (int d = 0; d < 2; d++)
+		for (size_t q = 0; q < sizeof sz / sizeof sz[0]; q++)
+			for (int v = 0; v < 2; v++) {
+				int dt = d ? NK_BF16 : NK_F32;
+				int64_t M = sz[q][0], N = sz[q][1], K = sz[q][2];
+				size_t es = nk_fp_elem_size(dt);
+				void *A = nkt_alloc(dt, M * K), *B = nkt_alloc(dt, K * N);
+				void *C0 = nkt_alloc(dt, M * N), *C1 = nkt_alloc(dt, M * N);
+				nk_gemm_args_t g = { .dtype = dt, .M = M, .N = N, .K = K, .batch = 1, .alpha = 0.75,
+						     .beta = v ? 0.5 : 0, .A = A, .B = B, .rs_a = K, .cs_a = 1,
+						     .rs_b = N, .cs_b = 1, .rs_c = N, .cs_c = 1 };
+
+				nkt_fill(A, dt, M * K, -1, 1);
+				nkt_fill(B, dt, K * N, -1, 1);
+				nkt_fill(C0, dt, M * N, -1, 1);
+				memcpy(C1, C0, (size_t)(M * N) * es);
+				g.C = C0;
+				CHECK(nk_gemm_packed(&g, &isa) == 0, "packed");
+				g.C = C1;
+				CHECK(nk_gemm_packed_1t(&g, &isa) == 0, "packed_1t");
+				CHECK(!memcmp(C0, C1, (size_t)(M * N) * es), "drivers differ: %s %lldx%lldx%lld beta %g",
+				      nkt_dtype_name(dt), (long long)M, (long long)N, (long long)K, g.beta);
+				free(A), free(B), free(C0), free(C1);
+			}
 }
 
 static void test_gemm_k0_and_errors(void)
@@ -371,10 +499,13 @@ int main(void)
 	nkt_seed(1);
 	RUN(test_sgemm_ukr);
 	RUN(test_sbgemm_ukr);
+	RUN(test_sbgemm_bf16c_ukr);
 	RUN(test_dgemm_ukr);
 	RUN(test_packers);
+	RUN(test_packers_wide);
 	RUN(test_gemm_layouts);
 	RUN(test_gemm_portable_driver);
+	RUN(test_gemm_drivers_agree);
 	RUN(test_gemm_k0_and_errors);
 	if (!NK_TEST_SMALL && !nk_using_reference()) {
 		bench(NK_F32, 512, 5);
