@@ -18,10 +18,7 @@
  * work_cv (counted in nparked; the caller only takes the lock to signal when somebody is parked); the
  * caller waiting for the last workers spins as long and then parks on done_cv (flagged in
  * caller_waits, which a leaving worker checks).  A spinning worker therefore joins a job within
- * nanoseconds, with no syscall on either side.  Parked workers are only woken for long jobs: the
- * caller signals them once it has worked on the job for NRT_POOL_WAKE_NS with chunks still left, so
- * a run of short jobs after a pause costs no wake-ups (the caller does them alone, as it would while
- * a woken worker is still being scheduled).
+ * nanoseconds, with no syscall on either side.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -31,10 +28,6 @@
 
 #define NRT_POOL_MAX_THREADS 256
 #define NRT_POOL_CHUNKS_PER_THREAD 4
-/* A parked worker is woken only once the caller has spent this long on a job: waking costs a futex
- * call and, on a loaded VM, often a preemption of the caller (measured 60 us a wake on average),
- * more than a short job saves. */
-#define NRT_POOL_WAKE_NS 40000
 
 struct nrt_pool {
 	pthread_mutex_t lock;      /* parking only: work_cv and done_cv */
@@ -86,10 +79,7 @@ int nrt_parse_num_threads(const char *s, int *count)
 	return NRT_OK;
 }
 
-/* Claims and runs chunks of blk; the caller (wake != NULL) calls wake(now) after each of its chunks
- * while that returns false (it wakes parked workers once the job has run long enough). */
-static void pool_run_block(struct nrt_pool_block *blk, nrt_parallel_fn fn, void *ctx, int64_t n, int64_t chunk,
-			   bool (*wake)(void))
+static void pool_run_block(struct nrt_pool_block *blk, nrt_parallel_fn fn, void *ctx, int64_t n, int64_t chunk)
 {
 	for (;;) {
 		int64_t c = atomic_load_explicit(&blk->next, memory_order_relaxed);
@@ -103,45 +93,16 @@ static void pool_run_block(struct nrt_pool_block *blk, nrt_parallel_fn fn, void 
 		begin = c * chunk;
 		end = n - begin > chunk ? begin + chunk : n;
 		fn(ctx, begin, end);
-		if (wake && wake())
-			wake = NULL;
 	}
 }
 
 /* Thread self's own block, then everybody else's (starting with the next thread's). */
-static void pool_run_chunks(int self, nrt_parallel_fn fn, void *ctx, int64_t n, int64_t chunk, bool (*wake)(void))
+static void pool_run_chunks(int self, nrt_parallel_fn fn, void *ctx, int64_t n, int64_t chunk)
 {
 	int nt = pool.nthreads;
 
 	for (int i = 0; i < nt; i++)
-		pool_run_block(&pool_blocks[(self + i) % nt], fn, ctx, n, chunk, wake);
-}
-
-/* The caller's job start (only the caller holding call_lock touches it). */
-static int64_t job_start_ns;
-
-/* Wakes parked workers (as many as chunks are left, at most) once the job has run NRT_POOL_WAKE_NS;
- * true when done with waking for this job. */
-static bool pool_wake_parked(void)
-{
-	int64_t left = 0;
-	int np;
-
-	if (nrt_mono_ns() - job_start_ns < NRT_POOL_WAKE_NS)
-		return false;
-	np = atomic_load(&pool.nparked);
-	for (int t = 0; t < pool.nthreads; t++) {
-		int64_t r = pool_blocks[t].end - atomic_load_explicit(&pool_blocks[t].next, memory_order_relaxed);
-
-		left += r > 0 ? r : 0;
-	}
-	if (np > 0 && left > 0) {
-		pthread_mutex_lock(&pool.lock);
-		for (int64_t w = left < np ? left : np; w > 0; w--)
-			pthread_cond_signal(&pool.work_cv);
-		pthread_mutex_unlock(&pool.lock);
-	}
-	return true;
+		pool_run_block(&pool_blocks[(self + i) % nt], fn, ctx, n, chunk);
 }
 
 /* An open job of a generation other than seen's. */
@@ -150,44 +111,20 @@ static inline bool pool_new_job(uint64_t st, uint64_t seen)
 	return (st & 1) && st != seen;
 }
 
-/* Rounds of 64 pause-and-check steps that make NRT_SPIN_NS of spinning (calibrated at pool start).
- * The spin is bounded by this count rather than by the clock, so a worker preempted while spinning
- * (a loaded machine) still gets its short spin once it runs again instead of parking at once. */
-static int64_t spin_rounds = 16;
-
-static void pool_calibrate_spin(void)
-{
-	int64_t best = INT64_MAX;
-
-	for (int t = 0; t < 5; t++) {
-		int64_t t0 = nrt_mono_ns();
-
-		for (int i = 0; i < 64 * 8; i++)
-			nrt_cpu_relax();
-		if (nrt_mono_ns() - t0 < best)
-			best = nrt_mono_ns() - t0;
-	}
-	best = best < 8 ? 1 : best / 8; /* ns per round */
-	spin_rounds = NRT_SPIN_NS / best;
-	if (spin_rounds < 4)
-		spin_rounds = 4;
-	if (spin_rounds > 100000)
-		spin_rounds = 100000;
-}
-
 /* Spins briefly for a new open job; returns the state seen last. */
 static uint64_t pool_spin_for_work(uint64_t seen)
 {
-	uint64_t st = atomic_load_explicit(&pool.state, memory_order_acquire);
+	int64_t deadline = nrt_mono_ns() + NRT_SPIN_NS;
+	uint64_t st;
 
-	for (int64_t r = 0; r < spin_rounds; r++) {
+	do {
 		for (int i = 0; i < 64; i++) {
 			st = atomic_load_explicit(&pool.state, memory_order_acquire);
 			if (pool_new_job(st, seen))
 				return st;
 			nrt_cpu_relax();
 		}
-	}
+	} while (nrt_mono_ns() < deadline);
 	return st;
 }
 
@@ -212,7 +149,7 @@ static void *pool_worker(void *arg)
 		atomic_fetch_add(&pool.active, 1); /* seq_cst: before the state re-check */
 		if (atomic_load(&pool.state) == st)
 			/* registered while the job was open: its fields stay until active drops */
-			pool_run_chunks(self, pool.fn, pool.ctx, pool.n, pool.chunk, NULL);
+			pool_run_chunks(self, pool.fn, pool.ctx, pool.n, pool.chunk);
 		if (atomic_fetch_sub(&pool.active, 1) == 1 && atomic_load(&pool.caller_waits)) {
 			pthread_mutex_lock(&pool.lock);
 			pthread_cond_signal(&pool.done_cv);
@@ -234,7 +171,6 @@ static void pool_start(void)
 		/* garbage in NEURON_NUM_THREADS is reported by nrt_init; here we fall back */
 		want = cpus < 1 ? 1 : cpus > NRT_POOL_MAX_THREADS ? NRT_POOL_MAX_THREADS : (int)cpus;
 	}
-	pool_calibrate_spin();
 	if (pthread_attr_init(&attr))
 		return;
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -295,11 +231,18 @@ void nrt_parallel_for(int64_t n, int64_t grain, nrt_parallel_fn fn, void *ctx)
 		pool_blocks[t].end = (t + 1) * nchunks / pool.nthreads;
 	}
 	st = (atomic_load_explicit(&pool.state, memory_order_relaxed) | 1) + 2; /* next gen, open */
-	job_start_ns = nrt_mono_ns();
-	atomic_store(&pool.state, st); /* seq_cst: publishes the fields; before the nparked loads */
+	atomic_store(&pool.state, st); /* seq_cst: publishes the fields; before the nparked load */
+	if (nchunks > 1 && atomic_load(&pool.nparked) > 0) {
+		/* wake only as many parked workers as there are chunks beyond the caller's first one */
+		pthread_mutex_lock(&pool.lock);
+		for (int64_t w = nchunks - 1 < atomic_load(&pool.nparked) ? nchunks - 1 : atomic_load(&pool.nparked);
+		     w > 0; w--)
+			pthread_cond_signal(&pool.work_cv);
+		pthread_mutex_unlock(&pool.lock);
+	}
 
 	in_pool_task = true;
-	pool_run_chunks(0, fn, ctx, n, chunk, nchunks > 1 ? pool_wake_parked : NULL);
+	pool_run_chunks(0, fn, ctx, n, chunk);
 	in_pool_task = false;
 
 	/* All chunks are claimed: close the job (late workers back off) and wait for the ones inside. */
