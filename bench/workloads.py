@@ -237,7 +237,15 @@ def adamw_cases(quick):
                     impl[d] = "foreach" if _default_to_fused_or_foreach(ps, False, False)[1] else "for-loop"
                 except Exception:  # noqa: BLE001
                     impl[d] = "?"
-            return opt.step
+            if torch.device(d).type == "cpu":
+                return opt.step
+
+            def step():
+                # one step at a time, as in training (loss.item() synchronizes every step): the queue
+                # fuses the multi-tensor ops of one step, never those of two consecutive steps
+                opt.step()
+                torch.neuron.synchronize()
+            return step
 
         def after(res):
             res.extra["info"] = "impl: " + ", ".join(f"{k} {v}" for k, v in impl.items())
@@ -246,7 +254,7 @@ def adamw_cases(quick):
     (s_def, a_def), (s_fused, a_fused) = make(False), make(True)
     return [
         Case(f"AdamW step, {n_tensors} x 1M params (default impl)", s_def, nbytes=nbytes, limit="dram",
-             after=a_def, note="torch picks foreach or for-loop per device"),
+             after=a_def, note="torch picks foreach or for-loop per device; neuron synchronizes after every step"),
         Case(f"AdamW step, {n_tensors} x 1M params (fused=True)", s_fused, nbytes=nbytes, limit="dram",
-             after=a_fused, note="aten._fused_adamw_"),
+             after=a_fused, note="aten._fused_adamw_; neuron synchronizes after every step"),
     ]
