@@ -89,10 +89,12 @@ static void gemm(nc_graph_t *g, nc_sb_t *s, int seg, const nc_node_t *n, bool ba
 	int epi = batched ? 0 : g->u[n->unit].epi1;
 	if (epi) {
 		/* the epilogue (a PW unit over rows of C, R = M, L = N) after each row block of the GEMM,
-		 * while the block is in cache: blocks of about 1 MiB of C, at least 64 rows */
+		 * while the block is in cache: blocks of about 8 MiB of C (L3), at least 64 rows.  Every row block
+		 * re-packs all of B (the library has no epilogue callback), so blocks of 1 MiB cost a whole BERT
+		 * layer's GEMMs about a third more than one call (packing B 12 times for N = 3072). */
 		const nc_unit_t *e = &g->u[epi - 1];
 		sb_printf(s, "\t\tconst int64_t L_ = (%s), CH_ = L_ < NC_CHUNK ? (L_ > 0 ? L_ : 1) : NC_CHUNK, NCH_ = (L_ + CH_ - 1) / CH_;\n", e->L);
-		sb_printf(s, "\t\tconst int64_t MB_ = nc_max(64, ((1 << 20) / (%d * nc_max(a_.N, 1))) / 16 * 16);\n", nc_dtype_size(C->dtype));
+		sb_printf(s, "\t\tconst int64_t MB_ = nc_max(64, ((8 << 20) / (%d * nc_max(a_.N, 1))) / 16 * 16);\n", nc_dtype_size(C->dtype));
 		sb_printf(s, "\t\tfor (int64_t m0_ = 0; m0_ < a_.M; m0_ += MB_) {\n");
 		sb_printf(s, "\t\t\tnk_gemm_args_t b_ = a_;\n\t\t\tb_.M = nc_min(MB_, a_.M - m0_);\n");
 		sb_printf(s, "\t\t\tb_.A = (const char *)a_.A + m0_ * a_.rs_a * %d;\n", nc_dtype_size(A->dtype));
@@ -199,8 +201,8 @@ int nc_emit_group_fns(nc_graph_t *g, nc_sb_t *s, int ui)
 		sb_printf(s, "\tconst int64_t nb = nc_max(1, nc_min(2 * nt, a->M * a->N * nc_max(a->K, 1) >> 21));\n");
 		if (e || u->pro1) { /* one row block per thread: each block re-packs all of B */
 			sb_printf(s, "\t*mb = nc_max(16, ((a->M + (nb + 1) / 2 - 1) / ((nb + 1) / 2) + 15) / 16 * 16);\n");
-			if (e) /* the epilogue's block of C stays in cache: about 1 MiB or less */
-				sb_printf(s, "\t*mb = nc_min(*mb, nc_max(64, ((1 << 20) / (%d * nc_max(a->N, 1))) / 16 * 16));\n", ec);
+			if (e) /* the epilogue's block of C stays in cache: in L3: about 8 MiB or less */
+				sb_printf(s, "\t*mb = nc_min(*mb, nc_max(64, ((8 << 20) / (%d * nc_max(a->N, 1))) / 16 * 16));\n", ec);
 		} else {
 			sb_printf(s, "\tif (a->N > a->M && nb > 1)\n\t\t*mb = -nc_max(16, ((a->N + nb - 1) / nb + 15) / 16 * 16);\n"
 				     "\telse\n\t\t*mb = nc_max(16, ((a->M + nb - 1) / nb + 15) / 16 * 16);\n");

@@ -390,6 +390,48 @@ static void fuse_task(void *ctx, int64_t begin, int64_t end)
 	}
 }
 
+/* The queue worker lets a run of large fusable records grow while the host is still queueing them: the
+ * host queues an optimizer step's foreach ops one Python call apart (tens of microseconds), so the
+ * worker, being faster to start than the host is to queue, would otherwise run the first one or two
+ * ops of a step alone and the rest as a second run, an extra pass over memory.  It waits while the
+ * newest queued record is fusable and arrived less than FUSE_WAIT_GAP_NS ago, at most FUSE_WAIT_MAX_NS
+ * in all, and only when the record at head covers FUSE_WAIT_MIN_BYTES or more (it runs for
+ * milliseconds: the wait costs a few per cent at most).  Only the worker waits: a launching or
+ * synchronizing thread running records is the producer itself.  Returns the tail to use. */
+#define FUSE_WAIT_GAP_NS 200000
+#define FUSE_WAIT_MAX_NS 1000000
+#define FUSE_WAIT_MIN_BYTES ((uint64_t)4 << 20)
+
+static uint64_t fuse_wait_more(struct fuse_scratch *S, struct nrt_queue *q, uint64_t head, uint64_t tail)
+{
+	int64_t now, last, end;
+
+	if (!nrt_queue_on_worker() || fuse_gather(S, q, head, head + 1) != 1 || S->rec[0].bytes < FUSE_WAIT_MIN_BYTES)
+		return tail;
+	now = last = nrt_mono_ns();
+	end = now + FUSE_WAIT_MAX_NS;
+	while (tail - head < NRT_FUSE_MAX_RECORDS) {
+		struct nrt_launch_rec *r = &q->ring[(tail - 1) & FUSE_RING_MASK];
+		uint64_t t;
+
+		if (r->kind != NRT_REC_KERNEL || !fuse_lookup(r->fn))
+			break; /* the run ends before the newest record anyway */
+		for (int i = 0; i < 64; i++)
+			nrt_cpu_relax();
+		t = nrt_queue_tail_now(q);
+		now = nrt_mono_ns();
+		if (t != tail) {
+			tail = t;
+			last = now;
+		} else if (now - last > FUSE_WAIT_GAP_NS) {
+			break;
+		}
+		if (now > end)
+			break;
+	}
+	return tail;
+}
+
 int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail)
 {
 	struct nrt_launch_rec *r0 = &q->ring[head & FUSE_RING_MASK];
@@ -399,10 +441,13 @@ int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail)
 	int64_t units, t0 = 0, t1;
 	bool traced;
 
-	if (tail - head < 2 || !atomic_load_explicit(&fuse_on, memory_order_relaxed) ||
-	    r0->kind != NRT_REC_KERNEL || !fuse_lookup(r0->fn) || atomic_load(&q->err_flag))
+	if (!atomic_load_explicit(&fuse_on, memory_order_relaxed) || r0->kind != NRT_REC_KERNEL ||
+	    !fuse_lookup(r0->fn) || atomic_load(&q->err_flag))
 		return 0;
 	if (!(S = fuse_scratch()))
+		return 0;
+	tail = fuse_wait_more(S, q, head, tail);
+	if (tail - head < 2)
 		return 0;
 	nrec = fuse_gather(S, q, head, tail);
 	if (nrec < 2)

@@ -14,7 +14,8 @@
  * the same position must have the same element count.  The run stops before the first record that
  * breaks a rule (that record runs later, on its own or starting the next run), before any record that
  * is not fusable (other kernels, copies, event and wait records), at the records queued when the run
- * starts (it never waits for more) and at NRT_FUSE_MAX_RECORDS / NRT_FUSE_MAX_ITEMS.  A queue holding
+ * starts (the queue worker lets a run that starts with a record of 4 MiB or more grow while the host
+ * keeps queueing fusable records: see fuse_wait_more) and at NRT_FUSE_MAX_RECORDS / NRT_FUSE_MAX_ITEMS.  A queue holding
  * a sticky error runs nothing fused.  The head of the queue moves past the whole run when it ends, so
  * events and synchronizing calls see the run complete at once.
  *
@@ -91,6 +92,10 @@ int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail);
 /* queue.c: set q's sticky error for the record named name (message from nrt_kernel_fail), and trace. */
 void nrt_queue_fail_record(struct nrt_queue *q, const char *name, int ret);
 bool nrt_queue_trace_on(void);
+/* True on a queue's own worker thread (not on a launching or synchronizing thread running records). */
+bool nrt_queue_on_worker(void);
+/* The tail of q now (acquire). */
+uint64_t nrt_queue_tail_now(struct nrt_queue *q);
 void nrt_queue_trace_record(struct nrt_queue *q, const char *name, int64_t t0, int64_t t1);
 
 #ifdef __cplusplus

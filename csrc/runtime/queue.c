@@ -20,6 +20,7 @@
 #define NRT_MEMCPY_GRAIN ((int64_t)1 << 20)
 
 static _Thread_local struct nrt_queue *cur_queue;
+static _Thread_local bool on_worker; /* [fuse] this thread is a queue's worker */
 static atomic_size_t inline_bytes = NRT_INLINE_BYTES_DEFAULT;
 static atomic_uint_fast64_t inline_count;
 
@@ -185,6 +186,16 @@ void nrt_queue_fail_record(struct nrt_queue *q, const char *name, int ret)
 	set_sticky(q, name, ret);
 }
 
+bool nrt_queue_on_worker(void)
+{
+	return on_worker;
+}
+
+uint64_t nrt_queue_tail_now(struct nrt_queue *q)
+{
+	return atomic_load_explicit(&q->tail, memory_order_acquire);
+}
+
 bool nrt_queue_trace_on(void)
 {
 	return atomic_load_explicit(&trace.on, memory_order_relaxed);
@@ -213,6 +224,7 @@ static void *queue_worker(void *arg)
 	struct nrt_queue *q = arg;
 
 	cur_queue = q;
+	on_worker = true; /* [fuse] */
 	for (;;) {
 		uint64_t head = atomic_load(&q->head);
 
