@@ -26,30 +26,7 @@
 #include <stdint.h>
 
 #include "nk.h"
-
-
-static inline __mmask16 tail_mask(int64_t n)
-{
-	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-}
-
-/* Cephes expf as pointwise_avx512.c's v_exp; lo/hi clamps (NaN passes through). */
-static inline __m512 v_exp(__m512 x)
-{
-	x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
-	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-					_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-	__m512 p = _mm512_set1_ps(1.9875691500E-4f);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-	p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-	return _mm512_scalef_ps(p, n);
-}
+#include "nk_avx512.h"
 
 /* 1 + erf(z) as PyTorch computes it (A-S 7.1.26: sign*(1 - t*r*exp(-z^2)), t = 1/(1 + p|z|), then +1),
  * with e = exp(-z^2) given. */
@@ -115,7 +92,7 @@ static inline __m512 gelu_tanh_s(__m512 x, __m512 xsq)
 	__m512 u = _mm512_mul_ps(_mm512_set1_ps((float)(M_SQRT2 * M_2_SQRTPI * 0.5)),
 				 _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), cube, x));
 
-	return _mm512_div_ps(one, _mm512_add_ps(one, v_exp(_mm512_mul_ps(u, _mm512_set1_ps(-2.0f)))));
+	return _mm512_div_ps(one, _mm512_add_ps(one, nk_v_exp(_mm512_mul_ps(u, _mm512_set1_ps(-2.0f)))));
 }
 
 static inline __m512 gelu_tanh(__m512 x)
@@ -140,13 +117,13 @@ static inline __m512 silu(__m512 x)
 {
 	const __m512 one = _mm512_set1_ps(1.0f);
 
-	return _mm512_div_ps(x, _mm512_add_ps(one, v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
+	return _mm512_div_ps(x, _mm512_add_ps(one, nk_v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
 }
 
 static inline __m512 silu_bwd(__m512 dy, __m512 x)
 {
 	const __m512 one = _mm512_set1_ps(1.0f);
-	__m512 s = _mm512_div_ps(one, _mm512_add_ps(one, v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
+	__m512 s = _mm512_div_ps(one, _mm512_add_ps(one, nk_v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
 
 	return _mm512_mul_ps(_mm512_mul_ps(dy, s), _mm512_fmadd_ps(x, _mm512_sub_ps(one, s), one));
 }
@@ -161,7 +138,7 @@ static inline __m512 silu_bwd(__m512 dy, __m512 x)
 			if (head > n)                                                                        \
 				head = n;                                                                    \
 			if (head) {                                                                          \
-				__mmask16 m = tail_mask(head);                                               \
+				__mmask16 m = nk_tail_mask16(head);                                               \
 				__m512 a0 = _mm512_maskz_loadu_ps(m, x);                                     \
 				_mm512_mask_storeu_ps(o, m, BIN ? F(a0, _mm512_maskz_loadu_ps(m, y)) : F(a0, a0)); \
 			}                                                                                    \
@@ -182,7 +159,7 @@ static inline __m512 silu_bwd(__m512 dy, __m512 x)
 			}                                                                                    \
 		}                                                                                            \
 		for (; i < n; i += 16) {                                                                     \
-			__mmask16 m = tail_mask(n - i);                                                      \
+			__mmask16 m = nk_tail_mask16(n - i);                                                      \
 			__m512 a0 = _mm512_maskz_loadu_ps(m, x + i);                                         \
 			__m512 b0 = BIN ? _mm512_maskz_loadu_ps(m, y + i) : a0;                              \
 			_mm512_mask_storeu_ps(o + i, m, F(a0, b0));                                          \

@@ -6,11 +6,7 @@
 #include <stdint.h>
 
 #include "nk_lnops_impl.h"
-
-static inline __mmask16 tail_mask(int64_t n)
-{
-	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-}
+#include "nk_avx512.h"
 
 /* The 32 lanes of a and b summed in f64 (pairwise in vectors: no long serial chain). */
 static inline double fold(__m512 a, __m512 b)
@@ -32,7 +28,7 @@ static double ln_sum(const float *x, int64_t n)
 		s1 = _mm512_add_ps(s1, _mm512_loadu_ps(x + j + 16));
 	}
 	for (; j < n; j += 16)
-		s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(tail_mask(n - j), x + j));
+		s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(nk_tail_mask16(n - j), x + j));
 	return fold(s0, s1);
 }
 
@@ -48,7 +44,7 @@ static double ln_sqdev(const float *x, int64_t n, float m)
 		s1 = _mm512_fmadd_ps(d1, d1, s1);
 	}
 	for (; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 		__m512 d = _mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, x + j), vm);
 
 		s0 = _mm512_fmadd_ps(d, d, s0);
@@ -66,7 +62,7 @@ static double ln_dot(const float *x, const float *y, int64_t n)
 		s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + j + 16), _mm512_loadu_ps(y + j + 16), s1);
 	}
 	for (; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 
 		s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + j), _mm512_maskz_loadu_ps(k, y + j), s0);
 	}
@@ -83,7 +79,7 @@ static void ln_affine(float *y, const float *x, int64_t n, float shift, float sc
 	int nt = nt_ok(y, stream);
 
 	for (int64_t j = 0; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 		__m512 v = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vsh), vsc, vbi);
 
 		if (w)
@@ -100,7 +96,7 @@ static void ln_g_xhat(float *dy, float *x, const float *w, int64_t n, float mean
 	int scale = mean != 0 || rstd != 1;
 
 	for (int64_t j = 0; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 
 		if (dy && w)
 			_mm512_mask_storeu_ps(dy + j, k,
@@ -115,7 +111,7 @@ static void ln_dx_from(float *g, const float *xhat, int64_t n, float rstd, float
 	const __m512 vr = _mm512_set1_ps(rstd), vmg = _mm512_set1_ps(mg), vmgx = _mm512_set1_ps(mgx);
 
 	for (int64_t j = 0; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 		__m512 t = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, g + j), vmg);
 
 		t = _mm512_fnmadd_ps(_mm512_maskz_loadu_ps(k, xhat + j), vmgx, t);
@@ -126,7 +122,7 @@ static void ln_dx_from(float *g, const float *xhat, int64_t n, float rstd, float
 static void ln_partials(float *sw, float *sb, const float *dy, const float *xhat, int64_t n)
 {
 	for (int64_t j = 0; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 		__m512 d = _mm512_maskz_loadu_ps(k, dy + j);
 
 		if (sw)
@@ -179,7 +175,7 @@ static void ln_bwd_sums(const float *dy, const float *x, const float *w, int64_t
 		}
 	}
 	for (; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 		__m512 d = _mm512_maskz_loadu_ps(k, dy + j);
 		__m512 h = _mm512_maskz_mul_ps(k, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm), vr);
 		__m512 g = w ? _mm512_mul_ps(d, _mm512_maskz_loadu_ps(k, w + j)) : d;
@@ -203,7 +199,7 @@ static void ln_bwd_dx(float *dx, const float *dy, const float *x, const float *w
 	int nt = nt_ok(dx, stream);
 
 	for (int64_t j = 0; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 		__m512 d = _mm512_maskz_loadu_ps(k, dy + j);
 		__m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vm), vr);
 		__m512 g = w ? _mm512_mul_ps(d, _mm512_maskz_loadu_ps(k, w + j)) : d;
@@ -219,7 +215,7 @@ static void scale_w(float *y, const float *x, int64_t n, float s, const float *w
 	int nt = nt_ok(y, stream);
 
 	for (int64_t j = 0; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 		__m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + j), vs);
 
 		if (w)
@@ -244,7 +240,7 @@ static double dot3(const float *dy, const float *w, const float *x, int64_t n)
 		s1 = _mm512_fmadd_ps(g1, _mm512_loadu_ps(x + j + 16), s1);
 	}
 	for (; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 		__m512 g = _mm512_maskz_loadu_ps(k, dy + j);
 
 		if (w)
@@ -261,7 +257,7 @@ static void rms_dx(float *dx, const float *dy, const float *x, const float *w, i
 	int nt = dx && nt_ok(dx, stream);
 
 	for (int64_t j = 0; j < n; j += 16) {
-		__mmask16 k = tail_mask(n - j);
+		__mmask16 k = nk_tail_mask16(n - j);
 		__m512 d = _mm512_maskz_loadu_ps(k, dy + j), xv = _mm512_maskz_loadu_ps(k, x + j);
 
 		if (dx) {

@@ -13,29 +13,7 @@
 #include <stdint.h>
 
 #include "nk_impl.h"
-
-static inline __mmask16 tail_mask(int64_t n)
-{
-	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-}
-
-static inline __attribute__((always_inline)) __m512 v_exp(__m512 x)
-{
-	const __m512 lo = _mm512_set1_ps(-104.0f), hi = _mm512_set1_ps(89.0f);
-	x = _mm512_min_ps(hi, _mm512_max_ps(lo, x)); /* NaN passes through (second operand) */
-	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-					_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-	__m512 p = _mm512_set1_ps(1.9875691500E-4f);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-	p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-	return _mm512_scalef_ps(p, n);
-}
+#include "nk_avx512.h"
 
 static inline __attribute__((always_inline)) __m512 v_tanh(__m512 x)
 {
@@ -48,7 +26,7 @@ static inline __attribute__((always_inline)) __m512 v_tanh(__m512 x)
 	p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(1.33314422036E-1f));
 	p = _mm512_fmadd_ps(p, s, _mm512_set1_ps(-3.33332819422E-1f));
 	__m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, s), x, x);
-	__m512 e = v_exp(_mm512_add_ps(ax, ax));
+	__m512 e = nk_v_exp(_mm512_add_ps(ax, ax));
 	__m512 big = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, one)));
 	big = _mm512_or_ps(big, _mm512_and_ps(x, _mm512_set1_ps(-0.0f))); /* copy the sign */
 	__mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
@@ -66,7 +44,7 @@ static inline __attribute__((always_inline)) __m512 v_erf_as(__m512 x)
 	r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(1.421413741f));
 	r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(-0.284496736f));
 	r = _mm512_fmadd_ps(r, t, _mm512_set1_ps(0.254829592f));
-	__m512 e = _mm512_xor_ps(neg0, v_exp(_mm512_xor_ps(neg0, _mm512_mul_ps(x, x))));
+	__m512 e = _mm512_xor_ps(neg0, nk_v_exp(_mm512_xor_ps(neg0, _mm512_mul_ps(x, x))));
 	__m512 y = _mm512_fmadd_ps(_mm512_mul_ps(e, t), r, one);
 	return _mm512_xor_ps(sign, y);
 }
@@ -74,7 +52,7 @@ static inline __attribute__((always_inline)) __m512 v_erf_as(__m512 x)
 static inline __attribute__((always_inline)) __m512 v_sigmoid(__m512 x)
 {
 	const __m512 one = _mm512_set1_ps(1.0f);
-	return _mm512_div_ps(one, _mm512_add_ps(one, v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
+	return _mm512_div_ps(one, _mm512_add_ps(one, nk_v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
 }
 
 static inline __attribute__((always_inline)) __m512 v_gelu(__m512 x, int64_t approx)
@@ -106,7 +84,7 @@ static inline __attribute__((always_inline)) __m512 v_gelu_backward(__m512 dy, _
 	}
 	const __m512 alpha = _mm512_set1_ps((float)(M_2_SQRTPI * M_SQRT1_2 * 0.5));
 	__m512 cdf = _mm512_mul_ps(half, _mm512_add_ps(one, v_erf_as(_mm512_mul_ps(x, _mm512_set1_ps((float)M_SQRT1_2)))));
-	__m512 pdf = _mm512_mul_ps(alpha, v_exp(_mm512_mul_ps(_mm512_mul_ps(x, x), _mm512_set1_ps(-0.5f))));
+	__m512 pdf = _mm512_mul_ps(alpha, nk_v_exp(_mm512_mul_ps(_mm512_mul_ps(x, x), _mm512_set1_ps(-0.5f))));
 	return _mm512_mul_ps(dy, _mm512_fmadd_ps(x, pdf, cdf));
 }
 
@@ -122,11 +100,11 @@ static inline __attribute__((always_inline)) __m512 v_op(int op, __m512 x, __m51
 	case -NK_OP_SUB: return _mm512_sub_ps(x, y);
 	case NK_OP_MUL: return _mm512_mul_ps(x, y);
 	case NK_OP_DIV: return _mm512_div_ps(x, y);
-	case NK_OP_EXP: return v_exp(x);
+	case NK_OP_EXP: return nk_v_exp(x);
 	case NK_OP_TANH: return v_tanh(x);
 	case NK_OP_SIGMOID: return v_sigmoid(x);
 	case NK_OP_SILU:
-		return _mm512_div_ps(x, _mm512_add_ps(one, v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
+		return _mm512_div_ps(x, _mm512_add_ps(one, nk_v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
 	case NK_OP_GELU: return v_gelu(x, ia);
 	case NK_OP_GELU_BACKWARD: return v_gelu_backward(x, y, ia);
 	case NK_OP_SILU_BACKWARD: {
@@ -149,7 +127,7 @@ static inline __attribute__((always_inline)) void pw_loop(int op, bool binary, _
 		if (head > n)
 			head = n;
 		if (head) {
-			__mmask16 m = tail_mask(head);
+			__mmask16 m = nk_tail_mask16(head);
 			__m512 vx = _mm512_maskz_loadu_ps(m, x);
 			__m512 vy = binary ? _mm512_maskz_loadu_ps(m, y) : _mm512_setzero_ps();
 			_mm512_mask_storeu_ps(o, m, v_op(op, vx, vy, va, ia));
@@ -182,7 +160,7 @@ static inline __attribute__((always_inline)) void pw_loop(int op, bool binary, _
 		}
 	}
 	if (i < n) {
-		__mmask16 m = tail_mask(n - i);
+		__mmask16 m = nk_tail_mask16(n - i);
 		__m512 vx = _mm512_maskz_loadu_ps(m, x + i);
 		__m512 vy = binary ? _mm512_maskz_loadu_ps(m, y + i) : _mm512_setzero_ps();
 		_mm512_mask_storeu_ps(o + i, m, v_op(op, vx, vy, va, ia));
@@ -230,12 +208,12 @@ void nk_stream_copy_f32_avx512(float *dst, const float *src, int64_t n)
 		if (head > n)
 			head = n;
 		if (head)
-			_mm512_mask_storeu_ps(dst, tail_mask(head), _mm512_maskz_loadu_ps(tail_mask(head), src));
+			_mm512_mask_storeu_ps(dst, nk_tail_mask16(head), _mm512_maskz_loadu_ps(nk_tail_mask16(head), src));
 		for (i = head; i + 16 <= n; i += 16)
 			_mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
 	}
 	for (; i < n; i += 16) {
-		__mmask16 m = tail_mask(n - i);
+		__mmask16 m = nk_tail_mask16(n - i);
 		_mm512_mask_storeu_ps(dst + i, m, _mm512_maskz_loadu_ps(m, src + i));
 	}
 }
@@ -244,7 +222,7 @@ void nk_stream_copy_f32_avx512(float *dst, const float *src, int64_t n)
 void nk_bf16_to_f32_avx512(float *dst, const uint16_t *src, int64_t n)
 {
 	for (int64_t i = 0; i < n; i += 16) {
-		__mmask16 m = tail_mask(n - i);
+		__mmask16 m = nk_tail_mask16(n - i);
 		__m256i h = _mm256_maskz_loadu_epi16(m, src + i);
 		__m512i w = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
 		_mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(w));
@@ -257,7 +235,7 @@ void nk_f32_to_bf16_avx512(uint16_t *dst, const float *src, int64_t n)
 	const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
 	const __m512i qnan = _mm512_set1_epi32(0x7fc0);
 	for (int64_t i = 0; i < n; i += 16) {
-		__mmask16 m = tail_mask(n - i);
+		__mmask16 m = nk_tail_mask16(n - i);
 		__m512 f = _mm512_maskz_loadu_ps(m, src + i);
 		__m512i u = _mm512_castps_si512(f);
 		__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "nk_softmax_impl.h"
+#include "nk_avx512.h"
 
 static inline __m512 exp512(__m512 x)
 {
@@ -28,11 +29,6 @@ static inline __m512 exp512(__m512 x)
 	return _mm512_scalef_ps(p, n);
 }
 
-static inline __mmask16 tail_mask(int64_t n)
-{
-	return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-}
-
 float nk_row_max_avx512(const float *x, int64_t n)
 {
 	__m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
@@ -43,7 +39,7 @@ float nk_row_max_avx512(const float *x, int64_t n)
 		m1 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), m1);
 	}
 	for (; i < n; i += 16) {
-		__mmask16 k = tail_mask(n - i);
+		__mmask16 k = nk_tail_mask16(n - i);
 
 		m0 = _mm512_mask_max_ps(m0, k, _mm512_maskz_loadu_ps(k, x + i), m0);
 	}
@@ -65,7 +61,7 @@ float nk_row_exp_sum_avx512(float *x, int64_t n, float sub)
 		s1 = _mm512_add_ps(s1, e1);
 	}
 	for (; i < n; i += 16) {
-		__mmask16 k = tail_mask(n - i);
+		__mmask16 k = nk_tail_mask16(n - i);
 		__m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vs));
 
 		_mm512_mask_storeu_ps(x + i, k, e);
@@ -99,7 +95,7 @@ static float exp_sum_only(const float *x, int64_t n, float sub)
 		s1 = _mm512_add_ps(s1, exp512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), vs)));
 	}
 	for (; i < n; i += 16) {
-		__mmask16 k = tail_mask(n - i);
+		__mmask16 k = nk_tail_mask16(n - i);
 
 		s0 = _mm512_add_ps(s0, _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vs))));
 	}
@@ -121,7 +117,7 @@ static float exp_sum_to(const float *x, float *e, int64_t n, float sub)
 		s1 = _mm512_add_ps(s1, e1);
 	}
 	for (; i < n; i += 16) {
-		__mmask16 k = tail_mask(n - i);
+		__mmask16 k = nk_tail_mask16(n - i);
 		__m512 v = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vs));
 
 		_mm512_mask_storeu_ps(e + i, k, v);
@@ -139,7 +135,7 @@ static void softmax_row(const float *x, float *y, float *tmp, int64_t n, int log
 		__m512 vm = _mm512_set1_ps(mx), vl = _mm512_set1_ps(logf(exp_sum_only(x, n, mx)));
 
 		for (int64_t i = 0; i < n; i += 16) {
-			__mmask16 k = tail_mask(n - i);
+			__mmask16 k = nk_tail_mask16(n - i);
 
 			put(y + i, _mm512_sub_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), vl), k, nt);
 		}
@@ -149,7 +145,7 @@ static void softmax_row(const float *x, float *y, float *tmp, int64_t n, int log
 	__m512 inv = _mm512_set1_ps(1.0f / exp_sum_to(x, e, n, mx));
 
 	for (int64_t i = 0; i < n; i += 16) {
-		__mmask16 k = tail_mask(n - i);
+		__mmask16 k = nk_tail_mask16(n - i);
 
 		put(y + i, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, e + i), inv), k, nt);
 	}
@@ -173,14 +169,14 @@ static void softmax_bwd_row(const float *dy, const float *y, float *dx, int64_t 
 		}
 	}
 	for (; i < n; i += 16) {
-		__mmask16 k = tail_mask(n - i);
+		__mmask16 k = nk_tail_mask16(n - i);
 		__m512 d = _mm512_maskz_loadu_ps(k, dy + i);
 
 		s0 = log ? _mm512_add_ps(s0, d) : _mm512_fmadd_ps(d, _mm512_maskz_loadu_ps(k, y + i), s0);
 	}
 	vd = _mm512_set1_ps(_mm512_reduce_add_ps(_mm512_add_ps(s0, s1)));
 	for (i = 0; i < n; i += 16) {
-		__mmask16 k = tail_mask(n - i);
+		__mmask16 k = nk_tail_mask16(n - i);
 		__m512 d = _mm512_maskz_loadu_ps(k, dy + i), yv = _mm512_maskz_loadu_ps(k, y + i);
 
 		if (log)
