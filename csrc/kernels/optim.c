@@ -382,7 +382,9 @@ static void fe_pointwise_args(const nk_foreach_args_t *a, int i, int64_t b, int6
 	pa->b = a->b;
 }
 
-int nk_foreach_range(const nk_foreach_args_t *a, int i, int64_t begin, int64_t end)
+/* Elements [begin, end) of item i; ov (may be NULL): ov[k] != NULL places operand k's element `begin`
+ * there (queue-level fusion's tile buffers; contiguous operands only). */
+static int fe_range(const nk_foreach_args_t *a, int i, int64_t begin, int64_t end, char *const *ov)
 {
 	const nk_foreach_item_t *t = &a->items[i];
 	if (end <= begin)
@@ -391,6 +393,7 @@ int nk_foreach_range(const nk_foreach_args_t *a, int i, int64_t begin, int64_t e
 		const float *p[NK_MAX_OPS] = {NULL, NULL, NULL, NULL};
 		for (int k = 0; k < a->nops; k++)
 			p[k] = k == a->sk ? (const float *)&t->scal
+			       : ov && ov[k] ? (const float *)ov[k]
 			       : a->esize[k] ? (const float *)t->data[k] + begin : (const float *)t->data[k];
 		float *o = (float *)p[0];
 		bool ybc = a->nops > 2 && a->esize[2] == 0, zbc = a->nops > 3 && a->esize[3] == 0;
@@ -401,7 +404,15 @@ int nk_foreach_range(const nk_foreach_args_t *a, int i, int64_t begin, int64_t e
 	}
 	nk_pointwise_args_t pa;
 	fe_pointwise_args(a, i, begin, end, &pa);
+	for (int k = 0; ov && k < a->nops; k++)
+		if (ov[k] && k != a->sk)
+			pa.it.data[k] = ov[k];
 	return nk_pointwise_run(&pa);
+}
+
+int nk_foreach_range(const nk_foreach_args_t *a, int i, int64_t begin, int64_t end)
+{
+	return fe_range(a, i, begin, end, NULL);
 }
 
 typedef struct {
@@ -492,4 +503,15 @@ static int fe_fuse_range(void *args, int item, int64_t begin, int64_t end)
 	return nk_foreach_range(args, item, begin, end);
 }
 
-const nrt_fuse_kernel_t nk_foreach_fuse = {fe_describe, fe_fuse_range};
+/* ptrs in describe()'s numbering: the record's operands without the scalar one. */
+static int fe_fuse_range_ptrs(void *args, int item, int64_t begin, int64_t end, void *const *ptrs)
+{
+	const nk_foreach_args_t *a = args;
+	char *ov[NK_MAX_OPS] = {NULL, NULL, NULL, NULL};
+	for (int k = 0, j = 0; k < a->nops; k++)
+		if (k != a->sk)
+			ov[k] = ptrs[j++];
+	return fe_range(a, item, begin, end, ov);
+}
+
+const nrt_fuse_kernel_t nk_foreach_fuse = {fe_describe, fe_fuse_range, fe_fuse_range_ptrs};

@@ -414,6 +414,36 @@ static void free_block(struct nrt_alloc *a, struct nrt_block *b)
 	pool_insert(a, b);
 }
 
+/* A free block of the subtree at x that holds all of [s, e). */
+static bool tree_holds(const struct nrt_block *x, uintptr_t s, uintptr_t e)
+{
+	for (; x; x = x->right) {
+		if ((uintptr_t)x->ptr <= s && e <= (uintptr_t)x->ptr + x->size)
+			return true;
+		if (tree_holds(x->left, s, e))
+			return true;
+	}
+	return false;
+}
+
+/* True when [p, p + len) lies inside one free cached block of dev: no live tensor (and no block
+ * waiting for another queue) holds any of it, and the memory is the arena's.  Walks the free trees
+ * (a few dozen blocks); queue-level fusion asks it once per candidate range of a run. */
+bool nrt_alloc_range_free(int dev, const void *p, size_t len)
+{
+	struct nrt_alloc *a;
+	uintptr_t s = (uintptr_t)p, e = s + len;
+	bool r;
+
+	if (dev < 0 || dev >= NRT_MAX_DEVICES || !nrt_devices[dev].created || !len || e < s)
+		return false;
+	a = &nrt_devices[dev].alloc;
+	pthread_mutex_lock(&a->lock);
+	r = tree_holds(a->large.root, s, e) || tree_holds(a->small.root, s, e);
+	pthread_mutex_unlock(&a->lock);
+	return r;
+}
+
 static bool uses_done(const struct nrt_block *b, struct nrt_queue **q, uint64_t *seq)
 {
 	for (int i = 0; i < b->nuses; i++) {

@@ -30,7 +30,8 @@ static atomic_int fuse_nkernels;
 static pthread_mutex_t fuse_reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool fuse_on = true;
 static atomic_int_fast64_t fuse_tile_elems = NRT_FUSE_TILE_DEFAULT;
-static atomic_uint_fast64_t fuse_stat_runs, fuse_stat_records;
+static atomic_bool fuse_dead_on = true;
+static atomic_uint_fast64_t fuse_stat_runs, fuse_stat_records, fuse_stat_dead;
 
 /* ---- registry and settings ------------------------------------------------------------------------ */
 int nrt_fuse_register(nrt_kernel_fn fn, const nrt_fuse_kernel_t *k)
@@ -76,6 +77,16 @@ bool nrt_fuse_enabled(void)
 	return atomic_load(&fuse_on);
 }
 
+void nrt_fuse_set_dead_buffers(bool on)
+{
+	atomic_store(&fuse_dead_on, on);
+}
+
+bool nrt_fuse_dead_buffers(void)
+{
+	return atomic_load(&fuse_dead_on);
+}
+
 void nrt_fuse_set_tile(int64_t elements)
 {
 	if (elements < 64)
@@ -96,6 +107,7 @@ void nrt_fuse_get_stats(nrt_fuse_stats_t *out)
 		return;
 	out->runs = atomic_load(&fuse_stat_runs);
 	out->records = atomic_load(&fuse_stat_records);
+	out->dead = atomic_load(&fuse_stat_dead);
 }
 
 /* ---- scratch ---------------------------------------------------------------------------------------- */
@@ -110,6 +122,8 @@ struct fuse_rec {
 struct fuse_ent { /* one item of one record */
 	int64_t pos, n;
 	int rec, item; /* item: index inside the record */
+	int8_t dead[NRT_FUSE_MAX_OPERANDS]; /* scratch slot of each operand whose range is dead, or -1 */
+	bool any_dead;
 };
 
 struct fuse_span { /* one operand range */
@@ -118,6 +132,8 @@ struct fuse_span { /* one operand range */
 	int32_t size;
 	int rec;  /* the (first) record using it */
 	int wrec; /* the first record writing it, INT_MAX if none */
+	int slot; /* dead ranges: scratch slot (see fuse_find_dead), else -1 */
+	bool read_first; /* the first record using it also reads it */
 };
 
 struct fuse_grp { /* one list position of the run: entries [first, first + count) of ent */
@@ -131,6 +147,7 @@ struct fuse_scratch {
 	struct fuse_ent ent[NRT_FUSE_MAX_ITEMS];
 	struct fuse_span span[NRT_FUSE_MAX_ITEMS * NRT_FUSE_MAX_OPERANDS];
 	struct fuse_grp grp[NRT_FUSE_MAX_ITEMS];
+	int nspan; /* merged ranges in span[] (fuse_check_memory) */
 };
 
 static pthread_key_t fuse_key;
@@ -158,6 +175,40 @@ static struct fuse_scratch *fuse_scratch(void)
 		}
 	}
 	return s;
+}
+
+/* The tile buffers of dead ranges: per executing thread, grown on demand, freed at thread exit. */
+static pthread_key_t tilebuf_key;
+static pthread_once_t tilebuf_once = PTHREAD_ONCE_INIT;
+static bool tilebuf_ok;
+static _Thread_local size_t tilebuf_cap;
+
+static void tilebuf_init(void)
+{
+	tilebuf_ok = pthread_key_create(&tilebuf_key, free) == 0;
+}
+
+static char *fuse_tilebuf(size_t bytes)
+{
+	void *p;
+
+	pthread_once(&tilebuf_once, tilebuf_init);
+	if (!tilebuf_ok)
+		return NULL;
+	p = pthread_getspecific(tilebuf_key);
+	if (p && tilebuf_cap >= bytes)
+		return p;
+	free(p);
+	pthread_setspecific(tilebuf_key, NULL);
+	tilebuf_cap = 0;
+	if (posix_memalign(&p, 64, bytes))
+		return NULL;
+	if (pthread_setspecific(tilebuf_key, p)) {
+		free(p);
+		return NULL;
+	}
+	tilebuf_cap = bytes;
+	return p;
 }
 
 /* ---- planning --------------------------------------------------------------------------------------- */
@@ -244,7 +295,7 @@ static int fuse_check_positions(struct fuse_scratch *S, int nrec, int *nent)
 	for (int r = 0; r < nrec; r++)
 		for (int i = 0; i < S->rec[r].nitems; i++) {
 			const nrt_fuse_item_t *it = &S->item[S->rec[r].item0 + i];
-			S->ent[n++] = (struct fuse_ent){ it->pos, it->n, r, i };
+			S->ent[n++] = (struct fuse_ent){ it->pos, it->n, r, i, { -1, -1, -1, -1 }, false };
 		}
 	qsort(S->ent, (size_t)n, sizeof S->ent[0], ent_cmp);
 	for (int i = 0, g = 0; i < n; i++) {
@@ -291,18 +342,24 @@ static int fuse_check_memory(struct fuse_scratch *S, int cut)
 				uintptr_t s = (uintptr_t)op->ptr;
 				uintptr_t e = s + (uintptr_t)(op->stride ? it->n * op->stride : op->size);
 				S->span[n++] = (struct fuse_span){ s, e, it->pos, op->stride, op->size, r,
-								   op->write ? r : INT_MAX };
+								   op->write ? r : INT_MAX, -1, !op->write };
 			}
 		}
 	qsort(S->span, (size_t)n, sizeof S->span[0], span_cmp);
 	for (int i = 0; i < n; i++) { /* merge identical ranges */
 		if (m && span_same(&S->span[m - 1], &S->span[i])) {
-			S->span[m - 1].rec = imin(S->span[m - 1].rec, S->span[i].rec);
-			S->span[m - 1].wrec = imin(S->span[m - 1].wrec, S->span[i].wrec);
+			struct fuse_span *d = &S->span[m - 1];
+			if (S->span[i].rec < d->rec)
+				d->read_first = S->span[i].read_first;
+			else if (S->span[i].rec == d->rec)
+				d->read_first |= S->span[i].read_first;
+			d->rec = imin(d->rec, S->span[i].rec);
+			d->wrec = imin(d->wrec, S->span[i].wrec);
 			continue;
 		}
 		S->span[m++] = S->span[i];
 	}
+	S->nspan = m;
 	for (int i = 0; i < m; i++) {
 		const struct fuse_span *a = &S->span[i];
 		for (int j = i + 1; j < m && S->span[j].s < a->e; j++) {
@@ -313,6 +370,96 @@ static int fuse_check_memory(struct fuse_scratch *S, int cut)
 		}
 	}
 	return cut;
+}
+
+/* ---- dead ranges ------------------------------------------------------------------------------------ */
+#define FUSE_DEAD_SLOTS 4   /* dead ranges per list position held in tile buffers */
+#define FUSE_DEAD_CHECKS 64 /* allocator look-ups per run */
+
+static const struct fuse_span *fuse_span_find(const struct fuse_scratch *S, const struct fuse_span *key)
+{
+	int lo = 0, hi = S->nspan - 1;
+
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2, c = span_cmp(&S->span[mid], key);
+		if (!c)
+			return &S->span[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return NULL;
+}
+
+static const struct fuse_span *fuse_operand_span(const struct fuse_scratch *S, const nrt_fuse_item_t *it, int o)
+{
+	const nrt_fuse_operand_t *op = &it->op[o];
+	struct fuse_span key = { (uintptr_t)op->ptr,
+				 (uintptr_t)op->ptr + (uintptr_t)(op->stride ? it->n * op->stride : op->size),
+				 it->pos, op->stride, op->size, 0, 0, -1, false };
+
+	return fuse_span_find(S, &key);
+}
+
+/* Numbers the dead ranges of the run of records [0, nrec) (S->span from fuse_check_memory): written by
+ * the first record that uses them without being read by it, contiguous, and free in the allocator.  The
+ * allocator look-up comes after the host's nrt_free (same lock), so the queue tail read after it counts
+ * every record queued before the free: they must all be in the run, or the range stays in memory.
+ * Returns the number of dead ranges. */
+static int fuse_find_dead(struct fuse_scratch *S, struct nrt_queue *q, uint64_t head, int nrec)
+{
+	int ndead = 0, checks = 0;
+
+	for (int i = 0; i < S->nspan; i++) {
+		struct fuse_span *sp = &S->span[i];
+		int slot = 0;
+
+		sp->slot = -1;
+		if (sp->rec >= nrec || sp->wrec != sp->rec || sp->read_first || sp->stride != sp->size ||
+		    sp->size > 8 || checks >= FUSE_DEAD_CHECKS)
+			continue;
+		checks++;
+		if (!nrt_alloc_range_free(q->dev, (const void *)sp->s, (size_t)(sp->e - sp->s)))
+			continue;
+		for (int j = 0; j < i; j++)
+			slot += S->span[j].slot >= 0 && S->span[j].pos == sp->pos;
+		if (slot < FUSE_DEAD_SLOTS) {
+			sp->slot = slot;
+			ndead++;
+		}
+	}
+	if (ndead && nrt_queue_tail_now(q) - head != (uint64_t)nrec) {
+		for (int i = 0; i < S->nspan; i++)
+			S->span[i].slot = -1;
+		ndead = 0;
+	}
+	return ndead;
+}
+
+/* Gives each entry of the planned groups the tile-buffer slot of its dead operands.  A range used by a
+ * record whose kernel cannot take buffers (no range_ptrs) stays in memory for all. */
+static void fuse_mark_entries(struct fuse_scratch *S, int ngrp)
+{
+	for (int pass = 0; pass < 2; pass++)
+		for (int g = 0; g < ngrp; g++)
+			for (int i = S->grp[g].first; i < S->grp[g].first + S->grp[g].count; i++) {
+				struct fuse_ent *E = &S->ent[i];
+				const struct fuse_rec *rec = &S->rec[E->rec];
+				const nrt_fuse_item_t *it = &S->item[rec->item0 + E->item];
+
+				for (int o = 0; o < it->nops; o++) {
+					struct fuse_span *sp = (struct fuse_span *)fuse_operand_span(S, it, o);
+					if (!sp || sp->slot < 0)
+						continue;
+					if (!rec->k->range_ptrs) {
+						sp->slot = -1;
+					} else if (pass == 1) {
+						E->dead[o] = (int8_t)sp->slot;
+						E->any_dead = true;
+					}
+				}
+			}
 }
 
 /* Groups the entries of records [0, nrec) by position (dropping the others) and numbers the units. */
@@ -356,6 +503,7 @@ static void fuse_task(void *ctx, int64_t begin, int64_t end)
 	struct fuse_run *R = ctx;
 	struct fuse_scratch *S = R->S;
 	int lo = 0, hi = R->ngrp - 1;
+	char *buf = NULL;
 
 	nrt_kernel_fail_clear();
 	while (lo < hi) { /* the group holding unit `begin` */
@@ -377,7 +525,16 @@ static void fuse_task(void *ctx, int64_t begin, int64_t end)
 			int rc;
 			if (atomic_load_explicit(&R->failed, memory_order_relaxed))
 				return;
-			rc = rec->k->range(rec->args, E->item, b, e);
+			if (E->any_dead && (buf || (buf = fuse_tilebuf((size_t)R->tile * 8 * FUSE_DEAD_SLOTS)))) {
+				void *ptrs[NRT_FUSE_MAX_OPERANDS] = { NULL, NULL, NULL, NULL };
+				for (int o = 0; o < NRT_FUSE_MAX_OPERANDS; o++)
+					if (E->dead[o] >= 0)
+						ptrs[o] = buf + (size_t)E->dead[o] * (size_t)R->tile * 8;
+				rc = rec->k->range_ptrs(rec->args, E->item, b, e, ptrs);
+			} else {
+				/* no buffer: a dead range may as well be written to memory */
+				rc = rec->k->range(rec->args, E->item, b, e);
+			}
 			if (rc) {
 				int none = 0;
 				if (atomic_compare_exchange_strong(&R->failed, &none, 1 + E->rec)) {
@@ -437,7 +594,7 @@ int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail)
 	struct nrt_launch_rec *r0 = &q->ring[head & FUSE_RING_MASK];
 	struct fuse_scratch *S;
 	struct fuse_run R;
-	int nrec, nent, failed;
+	int nrec, nent, failed, ndead;
 	int64_t units, t0 = 0, t1;
 	bool traced;
 
@@ -462,6 +619,10 @@ int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail)
 	R.S = S;
 	R.tile = atomic_load(&fuse_tile_elems);
 	units = fuse_plan_units(S, nent, nrec, R.tile, &R.ngrp);
+	if (atomic_load_explicit(&fuse_dead_on, memory_order_relaxed) && (ndead = fuse_find_dead(S, q, head, nrec))) {
+		fuse_mark_entries(S, R.ngrp);
+		atomic_fetch_add(&fuse_stat_dead, (uint64_t)ndead);
+	}
 	atomic_init(&R.failed, 0);
 	R.fail_rc = 0;
 	R.msg[0] = 0;

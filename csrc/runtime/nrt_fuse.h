@@ -24,6 +24,12 @@
  * that record and no further tile of the run starts; tiles of other records that already ran stay done
  * (op by op, the later records would have been skipped entirely).
  *
+ * Dead ranges: a contiguous range that the run writes before it reads it (an out-of-place result, such
+ * as the sqrt temporary of PyTorch's multi-tensor Adam) and whose memory is free in the allocator when
+ * the run starts (the host already dropped the tensor) is never read again: when the run holds every
+ * record queued at that moment, such ranges live in a per-thread tile buffer (range_ptrs) instead of
+ * memory, which saves writing them back to DRAM.  Kernels without range_ptrs see no dead ranges.
+ *
  * With the trace on, each record of a run is traced with a slice of the run's time proportional to the
  * bytes its operands cover (the run has no per-op times).
  */
@@ -65,6 +71,10 @@ typedef struct {
 	/* Runs elements [begin, end) of item `item`; 0, or nonzero after nrt_kernel_fail.  Called from
 	 * several threads at once on disjoint ranges; must not change args. */
 	int (*range)(void *args, int item, int64_t begin, int64_t end);
+	/* Optional: as range, but operand k (describe()'s numbering) of element `begin` is at ptrs[k]
+	 * where ptrs[k] is not NULL (contiguous from there, same element size).  The runtime passes
+	 * thread-private tile buffers for dead ranges (see below). */
+	int (*range_ptrs)(void *args, int item, int64_t begin, int64_t end, void *const *ptrs);
 } nrt_fuse_kernel_t;
 
 /* Marks records of fn as fusable (k must stay valid).  Idempotent; NRT_ERR_INVALID when the table of
@@ -77,9 +87,14 @@ bool nrt_fuse_enabled(void);
 void nrt_fuse_set_tile(int64_t elements);
 int64_t nrt_fuse_tile(void);
 
+/* On by default.  Off: dead ranges are written to memory like any other. */
+void nrt_fuse_set_dead_buffers(bool on);
+bool nrt_fuse_dead_buffers(void);
+
 typedef struct {
 	uint64_t runs;    /* fused runs executed */
 	uint64_t records; /* records executed inside them */
+	uint64_t dead;    /* dead ranges kept in tile buffers */
 } nrt_fuse_stats_t;
 void nrt_fuse_get_stats(nrt_fuse_stats_t *out);
 

@@ -176,6 +176,8 @@ size_t nrt_alloc_limit(int dev);
 /* Returns blocks whose pending uses have completed to the free pools. */
 void nrt_alloc_process_pending(int dev);
 int64_t nrt_alloc_live_bytes(int dev);
+/* [p, p + len) lies inside one free cached block of dev (no live tensor holds any of it). */
+bool nrt_alloc_range_free(int dev, const void *p, size_t len);
 
 /* ---- device.c ----------------------------------------------------------------------------------- */
 struct nrt_device {

@@ -548,20 +548,23 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 }
 
 // ---- queue-level fusion control (tests, benchmarks) -----------------------------------------------
-// torch.ops.neuron._fuse_control(enable, tile) -> [enabled, tile elements, fused runs, fused records];
-// enable / tile < 0 leave the setting as it is.
-static std::vector<int64_t> fuse_control(int64_t enable, int64_t tile)
+// torch.ops.neuron._fuse_control(enable, tile, dead) -> [enabled, tile elements, fused runs, fused records,
+// dead buffers on, dead ranges kept in tile buffers]; arguments < 0 leave the setting as it is.
+static std::vector<int64_t> fuse_control(int64_t enable, int64_t tile, int64_t dead)
 {
 	if (enable >= 0)
 		nrt_fuse_enable(enable != 0);
 	if (tile >= 0)
 		nrt_fuse_set_tile(tile);
+	if (dead >= 0)
+		nrt_fuse_set_dead_buffers(dead != 0);
 	nrt_fuse_stats_t st;
 	nrt_fuse_get_stats(&st);
-	return {nrt_fuse_enabled() ? 1 : 0, nrt_fuse_tile(), (int64_t)st.runs, (int64_t)st.records};
+	return {nrt_fuse_enabled() ? 1 : 0, nrt_fuse_tile(), (int64_t)st.runs, (int64_t)st.records,
+		nrt_fuse_dead_buffers() ? 1 : 0, (int64_t)st.dead};
 }
 
 TORCH_LIBRARY_FRAGMENT(neuron, m)
 {
-	m.def("_fuse_control(int enable=-1, int tile=-1) -> int[]", &fuse_control);
+	m.def("_fuse_control(int enable=-1, int tile=-1, int dead=-1) -> int[]", &fuse_control);
 }

@@ -269,8 +269,9 @@ def test_inline_bytes_env():
 
 # ---- queue-level fusion of queued foreach records (csrc/runtime/fuse.c) ---------------------------
 
-def _fuse(enable=-1, tile=-1):
-    return torch.ops.neuron._fuse_control(enable, tile)  # [enabled, tile, runs, records]
+def _fuse(enable=-1, tile=-1, dead=-1):
+    # [enabled, tile, runs, records, dead buffers on, dead ranges kept in tile buffers]
+    return torch.ops.neuron._fuse_control(enable, tile, dead)
 
 
 def _busy():
@@ -290,13 +291,13 @@ def _adamw_params(dt, seed=0):
     return ps, gs
 
 
-def _adamw_run(device, dt, fuse, **kw):
+def _adamw_run(device, dt, fuse, dead=1, **kw):
     ps, gs = _adamw_params(dt)
     ps = [p.to(device).requires_grad_() for p in ps]
     opt = torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, **kw)
     old = _fuse()[0]
     if device == "neuron":
-        _fuse(fuse)
+        _fuse(fuse, -1, dead)
     try:
         for step_grads in gs:
             for p, g in zip(ps, step_grads):
@@ -307,7 +308,7 @@ def _adamw_run(device, dt, fuse, **kw):
         if device == "neuron":
             torch.neuron.synchronize()
     finally:
-        _fuse(old)
+        _fuse(old, -1, 1)
     return [p.detach().cpu() for p in ps], opt
 
 
@@ -322,9 +323,14 @@ def test_adamw_default_step_fused(dt, neuron_ops):
     after = _fuse()
     assert after[3] - before[3] >= 8, (before, after)  # the step's records ran fused
     assert not neuron_ops.get_fallback_ops()
+    # the sqrt temporary is freed by the time its run starts (the queue is busy): it stays in tile buffers
+    assert after[5] > before[5], (before, after)
+    in_memory, _ = _adamw_run("neuron", dt, 1, dead=0)
+    assert _fuse()[5] == after[5]
     unfused, _ = _adamw_run("neuron", dt, 0)
-    for a, b in zip(fused, unfused):
+    for a, b, c in zip(fused, unfused, in_memory):
         assert torch.equal(a, b)  # bit for bit what the op-by-op path computes
+        assert torch.equal(a, c)
     cpu, _ = _adamw_run("cpu", dt, 1, foreach=True)  # the same foreach sequence on the CPU
     for a, b in zip(fused, cpu):
         if dt == torch.float32:
