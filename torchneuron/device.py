@@ -123,8 +123,12 @@ def get_device_capability(device=None):
 
 def synchronize(device=None):
     """Wait for all queued work on a device; raises the first kernel error of its queues."""
-    init()
-    torch.accelerator.synchronize(_index(device))
+    if not _initialized or _in_bad_fork:
+        init()
+    if device is None:
+        _C._synchronize(-1)  # the current device, without the Python-level device lookup
+    else:
+        _C._synchronize(_index(device))
 
 
 # ---- random --------------------------------------------------------------------------------------

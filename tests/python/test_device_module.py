@@ -359,3 +359,16 @@ def test_generic_stream_and_event():
     for _ in range(4):
         ref = (ref @ x_cpu) * (1.0 / 256)
     torch.testing.assert_close(y.cpu(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_synchronize_device_forms():
+    x = torch.ones(1000, device="neuron")
+    for dev in (None, 0, "neuron", "neuron:0", torch.device("neuron", 0)):
+        y = x * 2
+        torch.neuron.synchronize(dev)
+        assert torch.equal(y.cpu(), torch.full((1000,), 2.0))
+    with pytest.raises((RuntimeError, ValueError)):
+        torch.neuron.synchronize(torch.neuron.device_count())
+    with pytest.raises(ValueError):
+        torch.neuron.synchronize("cpu")
+    torch.neuron.synchronize()  # still usable
