@@ -3,6 +3,7 @@
  * portable versions in layernorm.c; sums run in two 16-lane f32 accumulators whose 32 lanes are folded
  * in f64 (the portable code folds 16 lanes), tails use masked loads and stores. */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "nk_lnops_impl.h"
@@ -88,6 +89,150 @@ static void ln_affine(float *y, const float *x, int64_t n, float shift, float sc
 			v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
 		put(y + j, v, k, nt);
 	}
+}
+
+#define AI inline __attribute__((always_inline))
+
+/* Mean and rstd of NR (1, 2 or 4) rows of n at x, x + n, ...: the sums of ln_sum and ln_sqdev (same lanes
+ * and fold: bit-identical), the rows' chains interleaved (2*NR independent adds or FMAs in flight). */
+static AI void fwd_stats(const float *x, int64_t n, const int NR, double eps, double *mean, double *rstd)
+{
+	__m512 a[4][2], vm[4];
+	int64_t j;
+
+#pragma GCC unroll 4
+	for (int r = 0; r < NR; r++)
+		a[r][0] = a[r][1] = _mm512_setzero_ps();
+	for (j = 0; j + 32 <= n; j += 32)
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++) {
+			a[r][0] = _mm512_add_ps(a[r][0], _mm512_loadu_ps(x + r * n + j));
+			a[r][1] = _mm512_add_ps(a[r][1], _mm512_loadu_ps(x + r * n + j + 16));
+		}
+	for (; j < n; j += 16) {
+		__mmask16 k = nk_tail_mask16(n - j);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++)
+			a[r][0] = _mm512_add_ps(a[r][0], _mm512_maskz_loadu_ps(k, x + r * n + j));
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NR; r++) {
+		mean[r] = fold(a[r][0], a[r][1]) / (double)n;
+		vm[r] = _mm512_set1_ps((float)mean[r]);
+		a[r][0] = a[r][1] = _mm512_setzero_ps();
+	}
+	for (j = 0; j + 32 <= n; j += 32)
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++) {
+			__m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(x + r * n + j), vm[r]);
+			__m512 d1 = _mm512_sub_ps(_mm512_loadu_ps(x + r * n + j + 16), vm[r]);
+
+			a[r][0] = _mm512_fmadd_ps(d0, d0, a[r][0]);
+			a[r][1] = _mm512_fmadd_ps(d1, d1, a[r][1]);
+		}
+	for (; j < n; j += 16) {
+		__mmask16 k = nk_tail_mask16(n - j);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++) {
+			__m512 d = _mm512_maskz_sub_ps(k, _mm512_maskz_loadu_ps(k, x + r * n + j), vm[r]);
+
+			a[r][0] = _mm512_fmadd_ps(d, d, a[r][0]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NR; r++)
+		rstd[r] = 1.0 / sqrt(fold(a[r][0], a[r][1]) / (double)n + eps);
+}
+
+/* y = (x - mean)*rstd [* w] [+ b] (one FMA with both) for NR rows: each w, b vector is loaded once for
+ * the NR rows.  nt: whole vectors non-temporal (the rows are then 64-byte aligned). */
+static AI __m512 fwd_val(__m512 x, __m512 m, __m512 rs, __m512 wv, __m512 bv, const int hw, const int hb)
+{
+	__m512 v = _mm512_mul_ps(_mm512_sub_ps(x, m), rs);
+
+	if (hw && hb)
+		return _mm512_fmadd_ps(v, wv, bv);
+	if (hw)
+		return _mm512_mul_ps(v, wv);
+	return hb ? _mm512_add_ps(v, bv) : v;
+}
+
+static AI void fwd_affine(float *y, const float *x, int64_t n, const int NR, const double *mean, const double *rstd,
+			  const float *w, const float *b, int nt, const int hw, const int hb)
+{
+	__m512 vm[4], vr[4], wv = _mm512_setzero_ps(), bv = wv;
+	int64_t j = 0;
+
+#pragma GCC unroll 4
+	for (int r = 0; r < NR; r++) {
+		vm[r] = _mm512_set1_ps((float)mean[r]);
+		vr[r] = _mm512_set1_ps((float)rstd[r]);
+	}
+	if (nt) {
+		for (; j + 16 <= n; j += 16) {
+			if (hw)
+				wv = _mm512_loadu_ps(w + j);
+			if (hb)
+				bv = _mm512_loadu_ps(b + j);
+#pragma GCC unroll 4
+			for (int r = 0; r < NR; r++)
+				_mm512_stream_ps(y + r * n + j, fwd_val(_mm512_loadu_ps(x + r * n + j), vm[r], vr[r], wv, bv, hw, hb));
+		}
+	} else {
+		for (; j + 16 <= n; j += 16) {
+			if (hw)
+				wv = _mm512_loadu_ps(w + j);
+			if (hb)
+				bv = _mm512_loadu_ps(b + j);
+#pragma GCC unroll 4
+			for (int r = 0; r < NR; r++)
+				_mm512_storeu_ps(y + r * n + j, fwd_val(_mm512_loadu_ps(x + r * n + j), vm[r], vr[r], wv, bv, hw, hb));
+		}
+	}
+	if (j < n) {
+		__mmask16 k = nk_tail_mask16(n - j);
+
+		if (hw)
+			wv = _mm512_maskz_loadu_ps(k, w + j);
+		if (hb)
+			bv = _mm512_maskz_loadu_ps(k, b + j);
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++)
+			_mm512_mask_storeu_ps(y + r * n + j, k,
+					      fwd_val(_mm512_maskz_loadu_ps(k, x + r * n + j), vm[r], vr[r], wv, bv, hw, hb));
+	}
+}
+
+static AI void fwd_group(float *y, const float *x, int64_t n, const int NR, const float *w, const float *b, double eps,
+			 double *mean, double *rstd, int nt)
+{
+	fwd_stats(x, n, NR, eps, mean, rstd);
+	if (w && b)
+		fwd_affine(y, x, n, NR, mean, rstd, w, b, nt, 1, 1);
+	else if (w)
+		fwd_affine(y, x, n, NR, mean, rstd, w, b, nt, 1, 0);
+	else if (b)
+		fwd_affine(y, x, n, NR, mean, rstd, w, b, nt, 0, 1);
+	else
+		fwd_affine(y, x, n, NR, mean, rstd, w, b, nt, 0, 0);
+}
+
+/* Rows four at a time while four rows fit in L1 with room to spare (two at a time above), then the rest. */
+static void ln_fwd_rows(float *y, const float *x, int64_t nr, int64_t n, const float *w, const float *b, double eps,
+			double *mean, double *rstd, int stream)
+{
+	int nt = nt_ok(y, stream) && n % 16 == 0;
+	int64_t r = 0;
+
+	if (n <= 1536)
+		for (; r + 4 <= nr; r += 4)
+			fwd_group(y + r * n, x + r * n, n, 4, w, b, eps, mean + r, rstd + r, nt);
+	for (; r + 2 <= nr; r += 2)
+		fwd_group(y + r * n, x + r * n, n, 2, w, b, eps, mean + r, rstd + r, nt);
+	for (; r < nr; r++)
+		fwd_group(y + r * n, x + r * n, n, 1, w, b, eps, mean + r, rstd + r, nt_ok(y + r * n, stream));
 }
 
 static void ln_g_xhat(float *dy, float *x, const float *w, int64_t n, float mean, float rstd)
@@ -275,6 +420,7 @@ const nk_lnops_t nk_lnops_avx512 = {
 	.sqdev = ln_sqdev,
 	.dot = ln_dot,
 	.affine = ln_affine,
+	.fwd_rows = ln_fwd_rows,
 	.g_xhat = ln_g_xhat,
 	.dx_from = ln_dx_from,
 	.partials = ln_partials,
