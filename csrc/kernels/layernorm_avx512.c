@@ -354,6 +354,150 @@ static void ln_bwd_dx(float *dx, const float *dy, const float *x, const float *w
 	}
 }
 
+/* One vector (lanes k; masked loads and stores only when masked) of the first backward pass for NR rows:
+ * g and g*xhat into a[r], b[r] (when sums), dw/db terms into sw, sb in row order. */
+static AI void bwd_sums_vec(const float *dy, const float *x, const float *w, int64_t n, const int NR, const __m512 *vm,
+			    const __m512 *vr, __m512 *a, __m512 *b, float *sw, float *sb, int sums, __mmask16 k,
+			    const int masked)
+{
+	__m512 wv = _mm512_setzero_ps(), pw = wv, pb = wv;
+
+#define LD(p) (masked ? _mm512_maskz_loadu_ps(k, (p)) : _mm512_loadu_ps(p))
+	if (w)
+		wv = LD(w);
+	if (sw)
+		pw = LD(sw);
+	if (sb)
+		pb = LD(sb);
+#pragma GCC unroll 4
+	for (int r = 0; r < NR; r++) {
+		__m512 d = LD(dy + r * n), xv = LD(x + r * n);
+		__m512 h = masked ? _mm512_maskz_mul_ps(k, _mm512_sub_ps(xv, vm[r]), vr[r])
+				  : _mm512_mul_ps(_mm512_sub_ps(xv, vm[r]), vr[r]);
+		__m512 g = w ? _mm512_mul_ps(d, wv) : d;
+
+		if (sums) {
+			a[r] = _mm512_add_ps(a[r], g);
+			b[r] = _mm512_fmadd_ps(g, h, b[r]);
+		}
+		if (sw)
+			pw = _mm512_fmadd_ps(d, h, pw);
+		if (sb)
+			pb = _mm512_add_ps(d, pb);
+	}
+#undef LD
+	if (masked) {
+		if (sw)
+			_mm512_mask_storeu_ps(sw, k, pw);
+		if (sb)
+			_mm512_mask_storeu_ps(sb, k, pb);
+	} else {
+		if (sw)
+			_mm512_storeu_ps(sw, pw);
+		if (sb)
+			_mm512_storeu_ps(sb, pb);
+	}
+}
+
+/* The two backward passes for NR (1, 2 or 4) rows: each vector of w, sw, sb is loaded (and sw, sb stored)
+ * once for the NR rows, whose terms go into sw, sb in row order; one g and one g*xhat chain per row. */
+static AI void bwd_group(float *dx, const float *dy, const float *x, const float *w, int64_t n, const int NR,
+			 const float *mean, const float *rstd, float *sw, float *sb, const int nt, const int hw,
+			 const int all)
+{
+	__m512 vm[4], vr[4], a[4], b[4], wv;
+	int64_t j = 0;
+
+	if (all && (!dx || !sw || !sb))
+		__builtin_unreachable(); /* all: the three are given (lets the instance drop the tests) */
+
+#pragma GCC unroll 4
+	for (int r = 0; r < NR; r++) {
+		vm[r] = _mm512_set1_ps(mean[r]);
+		vr[r] = _mm512_set1_ps(rstd[r]);
+		a[r] = b[r] = _mm512_setzero_ps();
+	}
+	for (; j + 16 <= n; j += 16)
+		bwd_sums_vec(dy + j, x + j, hw ? w + j : NULL, n, NR, vm, vr, a, b, sw ? sw + j : NULL, sb ? sb + j : NULL,
+			     dx != NULL, 0xffff, 0);
+	if (j < n)
+		bwd_sums_vec(dy + j, x + j, hw ? w + j : NULL, n, NR, vm, vr, a, b, sw ? sw + j : NULL, sb ? sb + j : NULL,
+			     dx != NULL, nk_tail_mask16(n - j), 1);
+	if (!dx)
+		return;
+#pragma GCC unroll 4
+	for (int r = 0; r < NR; r++) {
+		/* a[r] = mean of g, b[r] = mean of g*xhat, as f32 broadcasts */
+		a[r] = _mm512_set1_ps((float)(_mm512_reduce_add_pd(_mm512_add_pd(
+						      _mm512_cvtps_pd(_mm512_castps512_ps256(a[r])),
+						      _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r]), 1))))) /
+					      (double)n));
+		b[r] = _mm512_set1_ps((float)(_mm512_reduce_add_pd(_mm512_add_pd(
+						      _mm512_cvtps_pd(_mm512_castps512_ps256(b[r])),
+						      _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b[r]), 1))))) /
+					      (double)n));
+	}
+	for (j = 0; j + 16 <= n; j += 16) {
+		if (hw)
+			wv = _mm512_loadu_ps(w + j);
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++) {
+			__m512 d = _mm512_loadu_ps(dy + r * n + j);
+			__m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + r * n + j), vm[r]), vr[r]);
+			__m512 g = hw ? _mm512_mul_ps(d, wv) : d;
+			__m512 v = _mm512_mul_ps(vr[r], _mm512_fnmadd_ps(h, b[r], _mm512_sub_ps(g, a[r])));
+
+			if (nt)
+				_mm512_stream_ps(dx + r * n + j, v);
+			else
+				_mm512_storeu_ps(dx + r * n + j, v);
+		}
+	}
+	if (j < n) {
+		__mmask16 k = nk_tail_mask16(n - j);
+
+		if (hw)
+			wv = _mm512_maskz_loadu_ps(k, w + j);
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++) {
+			__m512 d = _mm512_maskz_loadu_ps(k, dy + r * n + j);
+			__m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + r * n + j), vm[r]), vr[r]);
+			__m512 g = hw ? _mm512_mul_ps(d, wv) : d;
+
+			_mm512_mask_storeu_ps(dx + r * n + j, k,
+					      _mm512_mul_ps(vr[r], _mm512_fnmadd_ps(h, b[r], _mm512_sub_ps(g, a[r]))));
+		}
+	}
+}
+
+static void ln_bwd_rows(float *dx, const float *dy, const float *x, const float *w, int64_t nr, int64_t n,
+			const float *mean, const float *rstd, float *sw, float *sb, int stream)
+{
+	int nt = dx && nt_ok(dx, stream) && n % 16 == 0;
+	const float *wd = dx ? w : NULL; /* without dx the g sums are not wanted */
+	int64_t r = 0;
+
+	/* the usual case (autograd: dx, w, dw and db wanted, no streaming) with everything constant; any other
+	 * mix through the generic instance */
+	const int common = dx && wd && sw && sb && !nt;
+#define BWD_GROUP(NR)                                                                                              \
+	(common ? bwd_group(dx + r * n, dy + r * n, x + r * n, wd, n, NR, mean + r, rstd + r, sw, sb, 0, 1, 1)     \
+		: wd ? bwd_group(dx ? dx + r * n : NULL, dy + r * n, x + r * n, wd, n, NR, mean + r, rstd + r, sw, sb, nt, 1, 0) \
+		     : bwd_group(dx ? dx + r * n : NULL, dy + r * n, x + r * n, NULL, n, NR, mean + r, rstd + r, sw, sb, nt, 0, 0))
+	/* the group's dy and x rows stay in L1 (16 KiB of them) from the first pass to the second */
+	if (n <= 512)
+		for (; r + 4 <= nr; r += 4)
+			BWD_GROUP(4);
+	if (n <= 1024)
+		for (; r + 2 <= nr; r += 2)
+			BWD_GROUP(2);
+	for (; r < nr; r++) {
+		nt = dx && nt_ok(dx + r * n, stream);
+		BWD_GROUP(1);
+	}
+#undef BWD_GROUP
+}
+
 static void scale_w(float *y, const float *x, int64_t n, float s, const float *w, int stream)
 {
 	const __m512 vs = _mm512_set1_ps(s);
@@ -426,6 +570,7 @@ const nk_lnops_t nk_lnops_avx512 = {
 	.partials = ln_partials,
 	.ln_bwd_sums = ln_bwd_sums,
 	.ln_bwd_dx = ln_bwd_dx,
+	.bwd_rows = ln_bwd_rows,
 	.scale_w = scale_w,
 	.dot3 = dot3,
 	.rms_dx = rms_dx,

@@ -38,6 +38,12 @@ typedef struct {
 	 * fences). */
 	void (*ln_bwd_dx)(float *dx, const float *dy, const float *x, const float *w, int64_t n, float mean, float rstd,
 			  float mg, float mgx, int stream);
+	/* Both passes of the layer-norm backward for nr whole f32 rows of n (row r at dy + r*n, x + r*n,
+	 * dx + r*n; mean[r], rstd[r]): ln_bwd_sums then ln_bwd_dx for each row, the rows' terms added into
+	 * sw, sb in row order (so the same values as row by row).  dx may be NULL (then only sw, sb; w is
+	 * then unused), w, sw, sb may be NULL. */
+	void (*bwd_rows)(float *dx, const float *dy, const float *x, const float *w, int64_t nr, int64_t n,
+			 const float *mean, const float *rstd, float *sw, float *sb, int stream);
 	/* y = x*s [* w] (rms norm forward; stream as above) */
 	void (*scale_w)(float *y, const float *x, int64_t n, float s, const float *w, int stream);
 	/* sum of dy*w*x (w may be NULL) */
