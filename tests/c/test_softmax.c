@@ -9,7 +9,9 @@
 #include "nk_softmax_impl.h"
 #include "nrt.h"
 
-static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 33 }, { 4, 100 }, { 2, 513 }, { 3, 1500 }, { 64, 1000 }, { 2, 4100 } };
+static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 1, 16 }, { 2, 17 }, { 3, 31 }, { 5, 33 }, { 2, 48 }, { 3, 64 }, { 2, 65 },
+				       { 1, 127 }, { 4, 100 }, { 2, 513 }, { 5, 1024 }, { 1, 1039 }, { 3, 1500 }, { 64, 1000 },
+				       { 2, 4100 } };
 static const int dtypes[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
 
 static void tolerances(int dtype, double *atol, double *rtol)
