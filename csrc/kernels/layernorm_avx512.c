@@ -424,15 +424,19 @@ static AI void bwd_group(float *dx, const float *dy, const float *x, const float
 		return;
 #pragma GCC unroll 4
 	for (int r = 0; r < NR; r++) {
-		/* a[r] = mean of g, b[r] = mean of g*xhat, as f32 broadcasts */
-		a[r] = _mm512_set1_ps((float)(_mm512_reduce_add_pd(_mm512_add_pd(
-						      _mm512_cvtps_pd(_mm512_castps512_ps256(a[r])),
-						      _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r]), 1))))) /
-					      (double)n));
-		b[r] = _mm512_set1_ps((float)(_mm512_reduce_add_pd(_mm512_add_pd(
-						      _mm512_cvtps_pd(_mm512_castps512_ps256(b[r])),
-						      _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b[r]), 1))))) /
-					      (double)n));
+		/* dx = rstd*(g - mg - xhat*mgx) = g*rstd - (x - mean)*q + c with q = rstd^2*mgx, c = -rstd*mg
+		 * (mg, mgx: means of g and g*xhat; x stays centred): a[r] = c, b[r] = q as f32 broadcasts */
+		double mg = _mm512_reduce_add_pd(_mm512_add_pd(
+				    _mm512_cvtps_pd(_mm512_castps512_ps256(a[r])),
+				    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r]), 1))))) /
+			    (double)n;
+		double mgx = _mm512_reduce_add_pd(_mm512_add_pd(
+				     _mm512_cvtps_pd(_mm512_castps512_ps256(b[r])),
+				     _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(b[r]), 1))))) /
+			     (double)n;
+
+		a[r] = _mm512_set1_ps((float)(-(double)rstd[r] * (float)mg));
+		b[r] = _mm512_set1_ps((float)((double)rstd[r] * rstd[r] * (float)mgx));
 	}
 	for (j = 0; j + 16 <= n; j += 16) {
 		if (hw)
@@ -440,9 +444,9 @@ static AI void bwd_group(float *dx, const float *dy, const float *x, const float
 #pragma GCC unroll 4
 		for (int r = 0; r < NR; r++) {
 			__m512 d = _mm512_loadu_ps(dy + r * n + j);
-			__m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + r * n + j), vm[r]), vr[r]);
+			__m512 xm = _mm512_sub_ps(_mm512_loadu_ps(x + r * n + j), vm[r]);
 			__m512 g = hw ? _mm512_mul_ps(d, wv) : d;
-			__m512 v = _mm512_mul_ps(vr[r], _mm512_fnmadd_ps(h, b[r], _mm512_sub_ps(g, a[r])));
+			__m512 v = _mm512_fmadd_ps(g, vr[r], _mm512_fnmadd_ps(xm, b[r], a[r]));
 
 			if (nt)
 				_mm512_stream_ps(dx + r * n + j, v);
@@ -458,11 +462,10 @@ static AI void bwd_group(float *dx, const float *dy, const float *x, const float
 #pragma GCC unroll 4
 		for (int r = 0; r < NR; r++) {
 			__m512 d = _mm512_maskz_loadu_ps(k, dy + r * n + j);
-			__m512 h = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + r * n + j), vm[r]), vr[r]);
+			__m512 xm = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + r * n + j), vm[r]);
 			__m512 g = hw ? _mm512_mul_ps(d, wv) : d;
 
-			_mm512_mask_storeu_ps(dx + r * n + j, k,
-					      _mm512_mul_ps(vr[r], _mm512_fnmadd_ps(h, b[r], _mm512_sub_ps(g, a[r]))));
+			_mm512_mask_storeu_ps(dx + r * n + j, k, _mm512_fmadd_ps(g, vr[r], _mm512_fnmadd_ps(xm, b[r], a[r])));
 		}
 	}
 }
