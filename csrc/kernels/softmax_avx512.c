@@ -142,7 +142,7 @@ static inline int nt_ok(const float *p, int stream)
 }
 
 /* One output vector: softmax scale (e*inv), log_softmax (x - max - lse), softmax backward
- * (y*(dy - dot)), log_softmax backward (dy - exp(y)*dot). */
+ * (y*(dy - dot)), log_softmax backward (dy - exp(y)*dot; exp_row clamped above at 89 as exp512). */
 enum { F_SCALE, F_LOG, F_BWD, F_LOG_BWD };
 
 static inline __attribute__((always_inline)) __m512 row_val(int f, __m512 a, __m512 b, __m512 c0, __m512 c1)
@@ -151,7 +151,7 @@ static inline __attribute__((always_inline)) __m512 row_val(int f, __m512 a, __m
 	case F_SCALE: return _mm512_mul_ps(a, c0);
 	case F_LOG: return _mm512_sub_ps(_mm512_sub_ps(a, c0), c1);
 	case F_BWD: return _mm512_mul_ps(b, _mm512_sub_ps(a, c0));
-	default: return _mm512_fnmadd_ps(exp512(b), c0, a);
+	default: return _mm512_fnmadd_ps(exp_row(_mm512_min_ps(_mm512_set1_ps(89.0f), b)), c0, a); /* NaN passes */
 	}
 }
 
