@@ -377,6 +377,13 @@ static at::Tensor log_softmax_bwd(const at::Tensor &dy, const at::Tensor &y, int
 
 // ---- layer norm ------------------------------------------------------------------------------------
 
+// t contiguous in dtype; no dispatcher call when it already is (Tensor::to is one even as a no-op)
+static at::Tensor contiguous_as(const at::Tensor &t, at::ScalarType dtype)
+{
+	at::Tensor c = t.contiguous();
+	return c.scalar_type() == dtype ? c : c.to(dtype);
+}
+
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x, at::IntArrayRef ns, const std::optional<at::Tensor> &w, const std::optional<at::Tensor> &b, double eps)
 {
 	NEURON_TRACK("aten::native_layer_norm");
@@ -390,7 +397,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tenso
 		TORCH_CHECK(b->sizes().equals(ns), "Expected bias to be of same shape as normalized_shape, but got bias of shape ", b->sizes(), " and normalized_shape = ", ns);
 	c10::DeviceGuard g(x.device());
 	at::Tensor xc = x.contiguous();
-	at::Tensor wc = hw ? w->contiguous().to(x.scalar_type()) : at::Tensor(), bc = hb ? b->contiguous().to(x.scalar_type()) : at::Tensor();
+	at::Tensor wc = hw ? contiguous_as(*w, x.scalar_type()) : at::Tensor(), bc = hb ? contiguous_as(*b, x.scalar_type()) : at::Tensor();
 	int64_t N = c10::multiply_integers(ns), M = N ? xc.numel() / N : 0;
 	auto stat_shape = x.sizes().vec();
 	for (int64_t i = x.dim() - k; i < x.dim(); i++)
@@ -412,8 +419,8 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd(const at::T
 	NEURON_TRACK("aten::native_layer_norm_backward");
 	c10::DeviceGuard g(x.device());
 	bool hw = w.has_value() && w->defined(), hb = b.has_value() && b->defined();
-	at::Tensor xc = x.contiguous(), dyc = dy.contiguous().to(x.scalar_type());
-	at::Tensor wc = hw ? w->contiguous().to(x.scalar_type()) : at::Tensor();
+	at::Tensor xc = x.contiguous(), dyc = contiguous_as(dy, x.scalar_type());
+	at::Tensor wc = hw ? contiguous_as(*w, x.scalar_type()) : at::Tensor();
 	int64_t N = c10::multiply_integers(ns), M = N ? xc.numel() / N : 0;
 	at::Tensor dx, dw, db;
 	if (mask[0])
