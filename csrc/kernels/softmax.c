@@ -217,22 +217,10 @@ static void softmax_row_f32(const nk_softmax_args_t *a, const nk_rowops_t *ops, 
 				 stream_out(a->dtype, a->rows, a->cols));
 		return;
 	}
-	if (a->cols <= CH) {
+	if (a->cols <= CH) { /* bf16, f16: converted once, the f32 row primitive in place */
 		load_f32(buf, a->x, a->dtype, base, a->cols);
-		mx = ops->max(buf, a->cols);
-		if (a->log) {
-			float t[CH];
-
-			memcpy(t, buf, (size_t)a->cols * sizeof(float));
-			lse = logf(ops->exp_sum(t, a->cols, mx));
-			for (int64_t j = 0; j < a->cols; j++)
-				buf[j] = (buf[j] - mx) - lse;
-		} else {
-			inv = 1.0f / ops->exp_sum(buf, a->cols, mx);
-			for (int64_t j = 0; j < a->cols; j++)
-				buf[j] *= inv;
-		}
-		store_row(a->y, a->dtype, base, buf, a->cols, stream_out(a->dtype, a->rows, a->cols));
+		ops->softmax_row(buf, buf, NULL, a->cols, a->log, 0);
+		store_f32(a->y, a->dtype, base, buf, a->cols);
 		return;
 	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
