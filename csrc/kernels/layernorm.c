@@ -63,6 +63,17 @@ static void store_f32(void *p, int dtype, int64_t off, const float *buf, int64_t
 	nk_block_store_f32((char *)p + off * (int64_t)es, (int64_t)es, dtype, buf, n);
 }
 
+static void store_f64(void *p, int dtype, int64_t off, const double *buf, int64_t n)
+{
+	if (dtype == NK_F32) {
+		for (int64_t j = 0; j < n; j++)
+			((float *)p)[off + j] = (float)buf[j];
+		return;
+	}
+	for (int64_t j = 0; j < n; j++)
+		nk_fp_stored(p, dtype, off + j, buf[j]);
+}
+
 static int ln_check(int dtype, int64_t rows, int64_t cols, const char *who)
 {
 	if (!nk_fp_is_float(dtype)) {
@@ -189,6 +200,18 @@ static void affine(float *y, const float *x, int64_t n, float shift, float scale
 			y[j] = (x[j] - shift) * scale + bias;
 }
 
+static void fwd_rows(float *y, const float *x, int64_t nr, int64_t n, const float *w, const float *b, double eps,
+		     double *mean, double *rstd, int stream)
+{
+	for (int64_t r = 0; r < nr; r++) {
+		const float *xr = x + r * n;
+
+		mean[r] = lanes_sum(xr, n) / (double)n;
+		rstd[r] = 1.0 / sqrt(lanes_sqdev(xr, n, (float)mean[r]) / (double)n + eps);
+		affine(y + r * n, xr, n, (float)mean[r], (float)rstd[r], 0, w, b, stream);
+	}
+}
+
 /* The (shift, scale, bias) of affine() for a row of `dtype` with moments mean, rstd. */
 static void affine_consts(int dtype, double mean, double rstd, float *shift, float *scale, float *bias)
 {
@@ -307,11 +330,38 @@ static void ln_row_f64(const nk_layernorm_args_t *a, int64_t r)
 		((double *)a->rstd)[r] = rstd;
 }
 
+/* f32 rows [r0, r1) in groups through fwd_rows (a few rows at a time share the w, b loads). */
+static void ln_rows_f32(const nk_layernorm_args_t *a, int64_t r0, int64_t r1)
+{
+	const nk_lnops_t *L = lnops();
+	int stream = a->rows * a->cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512();
+	double mean[16], rstd[16];
+
+	for (int64_t r = r0; r < r1; r += 16) {
+		int64_t nr = min64(16, r1 - r);
+
+		L->fwd_rows((float *)a->y + r * a->cols, (const float *)a->x + r * a->cols, nr, a->cols, a->w, a->b,
+			    a->eps, mean, rstd, stream);
+		for (int64_t i = 0; i < nr; i++) {
+			if (a->mean)
+				((float *)a->mean)[r + i] = (float)mean[i];
+			if (a->rstd)
+				((float *)a->rstd)[r + i] = (float)rstd[i];
+		}
+	}
+	if (stream)
+		nk_stream_fence();
+}
+
 static void ln_rows(void *ctx, int64_t r0, int64_t r1)
 {
 	const nk_layernorm_args_t *a = ctx;
 	ln_params_t prm;
 
+	if (a->dtype == NK_F32 && a->cols > 0) {
+		ln_rows_f32(a, r0, r1);
+		return;
+	}
 	if (a->dtype != NK_F64)
 		ln_params_load(&prm, a->w, a->b, a->dtype, a->cols);
 	for (int64_t r = r0; r < r1; r++) {
@@ -452,17 +502,33 @@ static void rms_dx(float *restrict dx, const float *restrict dy, const float *re
 			sw[j] += dy[j] * (x[j] * rstd);
 }
 
+static void bwd_rows(float *dx, const float *dy, const float *x, const float *w, int64_t nr, int64_t n,
+		     const float *mean, const float *rstd, float *sw, float *sb, int stream)
+{
+	for (int64_t r = 0; r < nr; r++) {
+		const float *dyr = dy + r * n, *xr = x + r * n;
+		double sg = 0, sgx = 0;
+
+		ln_bwd_sums(dyr, xr, dx ? w : NULL, n, mean[r], rstd[r], &sg, &sgx, sw, sb);
+		if (dx)
+			ln_bwd_dx(dx + r * n, dyr, xr, w, n, mean[r], rstd[r], (float)(sg / (double)n),
+				  (float)(sgx / (double)n), stream);
+	}
+}
+
 /* The row primitives: these portable ones, or the AVX-512 ones of layernorm_avx512.c. */
 static const nk_lnops_t lnops_ref = {
 	.sum = lanes_sum,
 	.sqdev = lanes_sqdev,
 	.dot = lanes_dot,
 	.affine = affine,
+	.fwd_rows = fwd_rows,
 	.g_xhat = ln_g_xhat,
 	.dx_from = ln_dx_from,
 	.partials = ln_partials,
 	.ln_bwd_sums = ln_bwd_sums,
 	.ln_bwd_dx = ln_bwd_dx,
+	.bwd_rows = bwd_rows,
 	.scale_w = scale_w,
 	.dot3 = dot3,
 	.rms_dx = rms_dx,
@@ -556,10 +622,29 @@ static void ln_dx_row_f64(const nk_layernorm_bwd_args_t *a, int64_t r)
 	}
 }
 
+/* f32 rows [r0, r1) through bwd_rows, 16 at a time (dx when a->dx; terms into sw, sb when given). */
+static void ln_bwd_rows_f32(const nk_layernorm_bwd_args_t *a, int64_t r0, int64_t r1, float *sw, float *sb)
+{
+	const nk_lnops_t *L = lnops();
+	int64_t C = a->cols;
+
+	for (int64_t r = r0; r < r1; r += 16)
+		L->bwd_rows(a->dx ? (float *)a->dx + r * C : NULL, (const float *)a->dy + r * C, (const float *)a->x + r * C,
+			    a->w, min64(16, r1 - r), C, (const float *)a->mean + r, (const float *)a->rstd + r, sw, sb,
+			    ln_bwd_stream(a));
+}
+
 static void ln_dx_rows(void *ctx, int64_t r0, int64_t r1)
 {
 	const nk_layernorm_bwd_args_t *a = ctx;
 	ln_params_t prm;
+
+	if (a->dtype == NK_F32) {
+		ln_bwd_rows_f32(a, r0, r1, NULL, NULL);
+		if (a->dx && ln_bwd_stream(a))
+			nk_stream_fence();
+		return;
+	}
 
 	if (a->dtype != NK_F64)
 		ln_params_load(&prm, a->w, NULL, a->dtype, a->cols);
@@ -648,12 +733,17 @@ static void ln_fused_tasks(void *ctx, int64_t t0, int64_t t1)
 	const nk_layernorm_bwd_args_t *a = f->a;
 	ln_params_t prm;
 
-	ln_params_load(&prm, a->w, NULL, a->dtype, a->cols);
+	if (a->dtype != NK_F32)
+		ln_params_load(&prm, a->w, NULL, a->dtype, a->cols);
 	for (int64_t t = t0; t < t1; t++) {
 		float *sw = f->part + t * 2 * a->cols, *sb = sw + a->cols;
 		int64_t r1 = min64(a->rows, (t + 1) * f->chunk_rows);
 
 		memset(sw, 0, (size_t)(2 * a->cols) * sizeof(float));
+		if (a->dtype == NK_F32) {
+			ln_bwd_rows_f32(a, t * f->chunk_rows, r1, a->dw ? sw : NULL, a->db ? sb : NULL);
+			continue;
+		}
 		for (int64_t r = t * f->chunk_rows; r < r1; r++)
 			ln_dx_row_f32(a, &prm, r, a->dw ? sw : NULL, a->db ? sb : NULL);
 	}
@@ -678,17 +768,23 @@ static int ln_bwd_fused(const nk_layernorm_bwd_args_t *a)
 	f.chunk_rows = (a->rows + chunks - 1) / chunks;
 	chunks = a->rows ? (a->rows + f.chunk_rows - 1) / f.chunk_rows : 0;
 	nrt_parallel_for(chunks, a->rows * a->cols >= NK_PARALLEL_GRAIN ? 1 : chunks, ln_fused_tasks, &f);
-	for (int64_t j = 0; j < a->cols; j++) {
-		double sw = 0, sb = 0;
+	/* partials added in chunk order in f64, CB columns at a time (vectorizable) */
+	for (int64_t c0 = 0; c0 < a->cols; c0 += CB) {
+		int64_t n = min64(CB, a->cols - c0);
+		double sw[CB] = { 0 }, sb[CB] = { 0 };
 
 		for (int64_t t = 0; t < chunks; t++) {
-			sw += part[t * 2 * a->cols + j];
-			sb += part[t * 2 * a->cols + a->cols + j];
+			const float *pw = part + t * 2 * a->cols + c0, *pb = pw + a->cols;
+
+			for (int64_t j = 0; j < n; j++) {
+				sw[j] += pw[j];
+				sb[j] += pb[j];
+			}
 		}
 		if (a->dw)
-			nk_fp_stored(a->dw, a->dtype, j, sw);
+			store_f64(a->dw, a->dtype, c0, sw, n);
 		if (a->db)
-			nk_fp_stored(a->db, a->dtype, j, sb);
+			store_f64(a->db, a->dtype, c0, sb, n);
 	}
 	return 0;
 }

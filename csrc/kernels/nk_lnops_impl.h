@@ -17,6 +17,12 @@ typedef struct {
 	 * stores, the caller fences) */
 	void (*affine)(float *y, const float *x, int64_t n, float shift, float scale, float bias, const float *w,
 		       const float *b, int stream);
+	/* Forward of nr whole f32 rows of n (row r at x + r*n, y + r*n; y may be x): mean = sum x / n, var =
+	 * sum (x - (float)mean)^2 / n (f32 lanes folded in f64), rstd = 1/sqrt(var + eps), y = (x - mean)*rstd
+	 * [* w] [+ b]; mean[r], rstd[r] out.  stream: non-temporal stores where y is 64-byte aligned, the
+	 * caller fences. */
+	void (*fwd_rows)(float *y, const float *x, int64_t nr, int64_t n, const float *w, const float *b, double eps,
+			 double *mean, double *rstd, int stream);
 	/* dy := dy*w (when dy and w), x := (x - mean)*rstd (unless mean == 0 and rstd == 1) */
 	void (*g_xhat)(float *dy, float *x, const float *w, int64_t n, float mean, float rstd);
 	/* g = rstd*(g - mg - xhat*mgx) */
@@ -32,6 +38,12 @@ typedef struct {
 	 * fences). */
 	void (*ln_bwd_dx)(float *dx, const float *dy, const float *x, const float *w, int64_t n, float mean, float rstd,
 			  float mg, float mgx, int stream);
+	/* Both passes of the layer-norm backward for nr whole f32 rows of n (row r at dy + r*n, x + r*n,
+	 * dx + r*n; mean[r], rstd[r]): ln_bwd_sums then ln_bwd_dx for each row, the rows' terms added into
+	 * sw, sb in row order (so the same values as row by row).  dx may be NULL (then only sw, sb; w is
+	 * then unused), w, sw, sb may be NULL. */
+	void (*bwd_rows)(float *dx, const float *dy, const float *x, const float *w, int64_t nr, int64_t n,
+			 const float *mean, const float *rstd, float *sw, float *sb, int stream);
 	/* y = x*s [* w] (rms norm forward; stream as above) */
 	void (*scale_w)(float *y, const float *x, int64_t n, float s, const float *w, int stream);
 	/* sum of dy*w*x (w may be NULL) */

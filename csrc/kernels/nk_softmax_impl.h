@@ -10,8 +10,9 @@ typedef struct {
 	float (*max)(const float *x, int64_t n);
 	/* x[i] = exp(x[i] - sub) in place (exp(-inf) = 0, NaN stays NaN); returns the sum */
 	float (*exp_sum)(float *x, int64_t n, float sub);
-	/* One whole f32 row, x -> y (x and y may alias): softmax or log_softmax.  tmp: n floats of scratch
-	 * (used when stream: y is then written with non-temporal stores, the caller fences). */
+	/* One whole f32 row, x -> y (x and y may alias): softmax or log_softmax.  tmp: n floats of scratch,
+	 * used only when stream (y is then written with non-temporal stores, the caller fences); without
+	 * stream any n works and tmp may be NULL. */
 	void (*softmax_row)(const float *x, float *y, float *tmp, int64_t n, int log, int stream);
 	/* One whole f32 row of the backward: dx = y*(dy - sum(dy*y)), log: dx = dy - exp(y)*sum(dy). */
 	void (*softmax_bwd_row)(const float *dy, const float *y, float *dx, int64_t n, int log, int stream);

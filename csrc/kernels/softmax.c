@@ -138,22 +138,39 @@ float nk_row_exp_sum_ref(float *x, int64_t n, float sub)
 	return lanes_sum(x, n);
 }
 
+/* sum of expf(x - sub) in the lanes of lanes_sum, without storing the terms */
+static float lanes_exp_sum(const float *x, int64_t n, float sub)
+{
+	float s[LANES] = { 0 }, r = 0;
+	int64_t j = 0;
+
+	for (; j + LANES <= n; j += LANES)
+		for (int l = 0; l < LANES; l++)
+			s[l] += nk_fp_expf(x[j + l] - sub);
+	for (; j < n; j++)
+		r += nk_fp_expf(x[j] - sub);
+	for (int l = 0; l < LANES; l++)
+		r += s[l];
+	return r;
+}
+
+/* Any length: tmp is not needed here (y holds the exp terms; y may be x). */
 void nk_softmax_row_ref(const float *x, float *y, float *tmp, int64_t n, int log, int stream)
 {
 	float mx = nk_row_max_ref(x, n), lse, inv;
 
-	(void)stream;
-	for (int64_t j = 0; j < n; j++)
-		tmp[j] = x[j];
+	(void)tmp, (void)stream;
 	if (log) {
-		lse = logf(nk_row_exp_sum_ref(tmp, n, mx));
+		lse = logf(lanes_exp_sum(x, n, mx));
 		for (int64_t j = 0; j < n; j++)
 			y[j] = (x[j] - mx) - lse;
 		return;
 	}
-	inv = 1.0f / nk_row_exp_sum_ref(tmp, n, mx);
 	for (int64_t j = 0; j < n; j++)
-		y[j] = tmp[j] * inv;
+		y[j] = nk_fp_expf(x[j] - mx);
+	inv = 1.0f / lanes_sum(y, n);
+	for (int64_t j = 0; j < n; j++)
+		y[j] *= inv;
 }
 
 void nk_softmax_bwd_row_ref(const float *dy, const float *y, float *dx, int64_t n, int log, int stream)
@@ -193,27 +210,17 @@ static void softmax_row_f32(const nk_softmax_args_t *a, const nk_rowops_t *ops, 
 	float buf[CH], mx = -INFINITY, sum = 0, lse, inv;
 	int64_t base = r * a->cols;
 
-	if (a->dtype == NK_F32 && a->cols <= CH) { /* in place from x to y, one call */
+	/* f32: from x to y in one call; any length when not streaming (tmp is used only when streaming, so
+	 * long rows, e.g. a vocabulary, skip the chunk copies and the second exp of the chunked path) */
+	if (a->dtype == NK_F32 && (a->cols <= CH || !stream_out(a->dtype, a->rows, a->cols))) {
 		ops->softmax_row((const float *)a->x + base, (float *)a->y + base, buf, a->cols, a->log,
 				 stream_out(a->dtype, a->rows, a->cols));
 		return;
 	}
-	if (a->cols <= CH) {
+	if (a->cols <= CH) { /* bf16, f16: converted once, the f32 row primitive in place */
 		load_f32(buf, a->x, a->dtype, base, a->cols);
-		mx = ops->max(buf, a->cols);
-		if (a->log) {
-			float t[CH];
-
-			memcpy(t, buf, (size_t)a->cols * sizeof(float));
-			lse = logf(ops->exp_sum(t, a->cols, mx));
-			for (int64_t j = 0; j < a->cols; j++)
-				buf[j] = (buf[j] - mx) - lse;
-		} else {
-			inv = 1.0f / ops->exp_sum(buf, a->cols, mx);
-			for (int64_t j = 0; j < a->cols; j++)
-				buf[j] *= inv;
-		}
-		store_row(a->y, a->dtype, base, buf, a->cols, stream_out(a->dtype, a->rows, a->cols));
+		ops->softmax_row(buf, buf, NULL, a->cols, a->log, 0);
+		store_f32(a->y, a->dtype, base, buf, a->cols);
 		return;
 	}
 	for (int64_t c = 0; c < a->cols; c += CH) {

@@ -333,7 +333,10 @@ static at::Tensor softmax_impl(const char *name, const at::Tensor &x, int64_t di
 	int64_t d = at::maybe_wrap_dim(dim, x.dim());
 	at::Tensor xin = half_to_float ? x.to(at::kFloat) : x;
 	TORCH_CHECK(at::isFloatingType(xin.scalar_type()), name, ": expected a floating point tensor, got ", xin.scalar_type());
-	at::Tensor xt = x.dim() == 0 ? xin.reshape({1}) : xin.transpose(d, -1).contiguous();
+	// the usual case (last dim of a contiguous tensor) takes no transposed views: they cost dispatcher
+	// calls per op
+	bool last = x.dim() == 0 || d == x.dim() - 1;
+	at::Tensor xt = x.dim() == 0 ? xin.reshape({1}) : last ? xin.contiguous() : xin.transpose(d, -1).contiguous();
 	at::Tensor y = at::empty_like(xt);
 	nk_softmax_args_t a{};
 	a.dtype = nk_dtype(xt.scalar_type(), name);
@@ -343,7 +346,7 @@ static at::Tensor softmax_impl(const char *name, const at::Tensor &x, int64_t di
 	a.x = xt.const_data_ptr(), a.y = y.data_ptr();
 	if (y.numel())
 		launch(current_queue(x.device().index()), nk_softmax_run, a, name);
-	return x.dim() == 0 ? y.view(at::IntArrayRef{}) : y.transpose(d, -1);
+	return x.dim() == 0 ? y.view(at::IntArrayRef{}) : last ? y : y.transpose(d, -1);
 }
 static at::Tensor softmax(const at::Tensor &x, int64_t dim, bool h2f) { NEURON_TRACK("aten::_softmax"); return softmax_impl("aten::_softmax", x, dim, false, h2f); }
 static at::Tensor log_softmax(const at::Tensor &x, int64_t dim, bool h2f) { NEURON_TRACK("aten::_log_softmax"); return softmax_impl("aten::_log_softmax", x, dim, true, h2f); }
@@ -352,8 +355,11 @@ static at::Tensor softmax_bwd_impl(const char *name, const at::Tensor &dy, const
 {
 	c10::DeviceGuard g(y.device());
 	int64_t d = at::maybe_wrap_dim(dim, y.dim());
-	at::Tensor yt = y.dim() == 0 ? y.reshape({1}) : y.transpose(d, -1).contiguous();
-	at::Tensor dyt = dy.dim() == 0 ? dy.reshape({1}) : dy.transpose(d, -1).contiguous().to(y.scalar_type());
+	bool last = y.dim() == 0 || d == y.dim() - 1;
+	at::Tensor yt = y.dim() == 0 ? y.reshape({1}) : last ? y.contiguous() : y.transpose(d, -1).contiguous();
+	at::Tensor dyt = dy.dim() == 0 ? dy.reshape({1}) : last ? dy.contiguous() : dy.transpose(d, -1).contiguous();
+	if (dyt.scalar_type() != y.scalar_type())
+		dyt = dyt.to(y.scalar_type());
 	at::Tensor dx = at::empty_like(yt);
 	nk_softmax_bwd_args_t a{};
 	a.dtype = nk_dtype(yt.scalar_type(), name);
@@ -363,13 +369,20 @@ static at::Tensor softmax_bwd_impl(const char *name, const at::Tensor &dy, const
 	a.dy = dyt.const_data_ptr(), a.y = yt.const_data_ptr(), a.dx = dx.data_ptr();
 	if (dx.numel())
 		launch(current_queue(y.device().index()), nk_softmax_bwd_run, a, name);
-	at::Tensor r = y.dim() == 0 ? dx.view(at::IntArrayRef{}) : dx.transpose(d, -1);
+	at::Tensor r = y.dim() == 0 ? dx.view(at::IntArrayRef{}) : last ? dx : dx.transpose(d, -1);
 	return r.scalar_type() == in_dtype ? r : r.to(in_dtype);
 }
 static at::Tensor softmax_bwd(const at::Tensor &dy, const at::Tensor &y, int64_t dim, at::ScalarType t) { NEURON_TRACK("aten::_softmax_backward_data"); return softmax_bwd_impl("aten::_softmax_backward_data", dy, y, dim, false, t); }
 static at::Tensor log_softmax_bwd(const at::Tensor &dy, const at::Tensor &y, int64_t dim, at::ScalarType t) { NEURON_TRACK("aten::_log_softmax_backward_data"); return softmax_bwd_impl("aten::_log_softmax_backward_data", dy, y, dim, true, t); }
 
 // ---- layer norm ------------------------------------------------------------------------------------
+
+// t contiguous in dtype; no dispatcher call when it already is (Tensor::to is one even as a no-op)
+static at::Tensor contiguous_as(const at::Tensor &t, at::ScalarType dtype)
+{
+	at::Tensor c = t.contiguous();
+	return c.scalar_type() == dtype ? c : c.to(dtype);
+}
 
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x, at::IntArrayRef ns, const std::optional<at::Tensor> &w, const std::optional<at::Tensor> &b, double eps)
 {
@@ -384,7 +397,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tenso
 		TORCH_CHECK(b->sizes().equals(ns), "Expected bias to be of same shape as normalized_shape, but got bias of shape ", b->sizes(), " and normalized_shape = ", ns);
 	c10::DeviceGuard g(x.device());
 	at::Tensor xc = x.contiguous();
-	at::Tensor wc = hw ? w->contiguous().to(x.scalar_type()) : at::Tensor(), bc = hb ? b->contiguous().to(x.scalar_type()) : at::Tensor();
+	at::Tensor wc = hw ? contiguous_as(*w, x.scalar_type()) : at::Tensor(), bc = hb ? contiguous_as(*b, x.scalar_type()) : at::Tensor();
 	int64_t N = c10::multiply_integers(ns), M = N ? xc.numel() / N : 0;
 	auto stat_shape = x.sizes().vec();
 	for (int64_t i = x.dim() - k; i < x.dim(); i++)
@@ -406,8 +419,8 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd(const at::T
 	NEURON_TRACK("aten::native_layer_norm_backward");
 	c10::DeviceGuard g(x.device());
 	bool hw = w.has_value() && w->defined(), hb = b.has_value() && b->defined();
-	at::Tensor xc = x.contiguous(), dyc = dy.contiguous().to(x.scalar_type());
-	at::Tensor wc = hw ? w->contiguous().to(x.scalar_type()) : at::Tensor();
+	at::Tensor xc = x.contiguous(), dyc = contiguous_as(dy, x.scalar_type());
+	at::Tensor wc = hw ? contiguous_as(*w, x.scalar_type()) : at::Tensor();
 	int64_t N = c10::multiply_integers(ns), M = N ? xc.numel() / N : 0;
 	at::Tensor dx, dw, db;
 	if (mask[0])

@@ -21,7 +21,8 @@ static double rtol_of(int dtype)
 	return dtype == NK_F64 ? 1e-12 : dtype == NK_F32 ? 1e-5 : dtype == NK_BF16 ? 1.0 / 64 : 1.0 / 512;
 }
 
-static void check_case(int dtype, int64_t rows, int64_t cols, bool affine)
+/* affine: 0 none, 1 weight and bias, 2 weight only, 3 bias only */
+static void check_case(int dtype, int64_t rows, int64_t cols, int affine)
 {
 	int64_t n = rows * cols;
 	void *x = nkt_alloc(dtype, n), *w = nkt_alloc(dtype, cols), *bb = nkt_alloc(dtype, cols);
@@ -32,9 +33,9 @@ static void check_case(int dtype, int64_t rows, int64_t cols, bool affine)
 	void *dw0 = nkt_alloc(dtype, cols), *dw1 = nkt_alloc(dtype, cols), *db0 = nkt_alloc(dtype, cols),
 	     *db1 = nkt_alloc(dtype, cols);
 	nk_layernorm_args_t f = { .dtype = dtype, .rows = rows, .cols = cols, .eps = 1e-5, .x = x,
-				  .w = affine ? w : NULL, .b = affine ? bb : NULL, .y = y0, .mean = m0, .rstd = r0 };
+				  .w = affine == 1 || affine == 2 ? w : NULL, .b = affine == 1 || affine == 3 ? bb : NULL, .y = y0, .mean = m0, .rstd = r0 };
 	nk_layernorm_bwd_args_t b = { .dtype = dtype, .rows = rows, .cols = cols, .dy = dy, .x = x, .mean = m0,
-				      .rstd = r0, .w = affine ? w : NULL, .dx = dx0, .dw = dw0, .db = db0 };
+				      .rstd = r0, .w = f.w, .dx = dx0, .dw = dw0, .db = db0 };
 	double atol = fwd_atol(dtype), rtol = rtol_of(dtype), e;
 
 	nkt_fill(x, dtype, n, -3, 5);
@@ -77,6 +78,20 @@ static void test_layernorm_vs_ref(void)
 		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
 			for (int affine = 0; affine < 2; affine++)
 				check_case(dtypes[d], shapes[s][0], shapes[s][1], affine);
+}
+
+/* f32 rows go through the row-group kernel (4, 2 and 1 rows at a time): every group size and tail, widths
+ * around the vector length and the group limit, weight and bias each alone. */
+static void test_layernorm_row_groups(void)
+{
+	static const int64_t cols[] = { 1, 15, 16, 17, 31, 48, 1024, 1536, 1537, 2000 };
+
+	for (int64_t rows = 1; rows <= 9; rows++)
+		for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
+			for (int affine = 0; affine < 4; affine++)
+				check_case(NK_F32, rows, cols[c], affine);
+	check_case(NK_BF16, 5, 17, 2);
+	check_case(NK_F16, 5, 17, 3);
 }
 
 /* L = sum(dy * layer_norm(x, w, b)); gradients by central differences in f64. */
@@ -155,6 +170,7 @@ int main(void)
 {
 	nkt_seed(3);
 	RUN(test_layernorm_vs_ref);
+	RUN(test_layernorm_row_groups);
 	RUN(test_layernorm_streamed);
 	RUN(test_layernorm_bwd_numerical);
 	RUN(test_layernorm_errors);

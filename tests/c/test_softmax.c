@@ -9,7 +9,9 @@
 #include "nk_softmax_impl.h"
 #include "nrt.h"
 
-static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 5, 33 }, { 4, 100 }, { 2, 513 }, { 3, 1500 }, { 64, 1000 }, { 2, 4100 } };
+static const int64_t shapes[][2] = { { 1, 1 }, { 3, 7 }, { 1, 16 }, { 2, 17 }, { 3, 31 }, { 5, 33 }, { 2, 48 }, { 3, 64 }, { 2, 65 },
+				       { 1, 127 }, { 4, 100 }, { 2, 513 }, { 5, 1024 }, { 1, 1039 }, { 3, 1500 }, { 64, 1000 },
+				       { 2, 4100 } };
 static const int dtypes[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
 
 static void tolerances(int dtype, double *atol, double *rtol)
@@ -161,6 +163,39 @@ static void test_rowops(void)
 	}
 }
 
+/* Whole rows longer than a chunk (a vocabulary) through the row primitive with no scratch (not
+ * streaming): the portable and the AVX-512 rows against each other, and softmax over [3, 33000]. */
+static void test_long_rows(void)
+{
+	static const int64_t ns[] = { 2049, 5000, 33000 };
+	float *x = malloc(33000 * sizeof(float)), *y0 = malloc(33000 * sizeof(float)), *y1 = malloc(33000 * sizeof(float));
+
+	__builtin_cpu_init();
+	for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+		for (int log = 0; log < 2; log++) {
+			int64_t n = ns[k];
+			bool ok = true;
+
+			nkt_fill(x, NK_F32, n, -20, 20);
+			x[7] = -INFINITY;
+			nk_rowops_ref.softmax_row(x, y0, NULL, n, log, 0);
+			if (!__builtin_cpu_supports("avx512f"))
+				continue;
+			nk_rowops_avx512.softmax_row(x, y1, NULL, n, log, 0);
+			for (int64_t i = 0; i < n; i++)
+				ok &= y1[i] == y0[i] || fabsf(y1[i] - y0[i]) <= 1e-5f * fabsf(y0[i]) + (log ? 1e-5f : 1e-9f);
+			CHECK(ok, "long row n=%lld log=%d", (long long)n, log);
+			memcpy(y1, x, (size_t)n * sizeof(float)); /* in place */
+			nk_rowops_avx512.softmax_row(y1, y1, NULL, n, log, 0);
+			for (int64_t i = 0; i < n; i++)
+				ok &= y1[i] == y0[i] || fabsf(y1[i] - y0[i]) <= 1e-5f * fabsf(y0[i]) + (log ? 1e-5f : 1e-9f);
+			CHECK(ok, "long row in place n=%lld log=%d", (long long)n, log);
+		}
+	free(x), free(y0), free(y1);
+	check_case(NK_F32, 3, 33000, false);
+	check_case(NK_F32, 3, 33000, true);
+}
+
 int main(void)
 {
 	nkt_seed(2);
@@ -169,5 +204,6 @@ int main(void)
 	RUN(test_softmax_streamed);
 	RUN(test_softmax_special_rows);
 	RUN(test_softmax_bwd_numerical);
+	RUN(test_long_rows);
 	return ctest_finish();
 }
