@@ -694,6 +694,12 @@ int nk_conv_run(void *args)
 		return 0;
 	if (a->mode == NK_CONV_BWD_DATA && (g.N == 0 || g.C == 0 || g.ivol == 0))
 		return 0;
+	if (a->dtype == NK_F32 && nk_cpu_avx512()) { /* [h-cnn] implicit GEMM (conv_avx512.c) */
+		int r = nk_conv_implicit_f32_avx512(a);
+
+		if (r)
+			return r < 0 ? -1 : 0;
+	}
 	plan_init(&P, a, &g, &L);
 	if (a->mode == NK_CONV_FWD)
 		return conv_fwd(&P);

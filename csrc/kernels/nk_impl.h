@@ -163,6 +163,10 @@ void nk_stream_copy_f32_avx512(float *dst, const float *src, int64_t n);
 /* Outputs at least this large (bytes) are written with non-temporal stores where supported. */
 #define NK_STREAM_MIN_BYTES ((int64_t)16 << 20)
 
+/* [h-cnn] conv_avx512.c: f32 convolution forward / stride-1 backward data as an implicit GEMM (arguments
+ * already validated by nk_conv_run).  1: done, 0: not applicable (nothing written), -1: failed. */
+int nk_conv_implicit_f32_avx512(const nk_conv_args_t *a);
+
 /* reduce_avx512.c: dense-row helpers of reduce.c (sums accumulate in double). */
 double nk_rd_sum_f32_avx512(const float *x, int64_t n);
 double nk_rd_sum_bf16_avx512(const uint16_t *x, int64_t n);
