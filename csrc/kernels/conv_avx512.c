@@ -249,3 +249,123 @@ int nk_conv_implicit_f32_avx512(const nk_conv_args_t *a)
 	}
 	return 1;
 }
+
+/* ---- backward weight: dW[o][c*kvol + kk] = sum_{n, q} dy[n][o][q] * x[n][c][q shifted by kk] --------
+ * Dot products over the positions with no column matrix: when every 16-position block of the output
+ * reads, per kernel offset, consecutive inputs (stride 1 and the input as wide as the output, e.g. 'same'
+ * padding; otherwise conv.c's path), a register tile of 4 output channels x 6 (channel, offset) rows keeps
+ * 16-lane partial sums over all samples and blocks (masked loads read the taps, 0 outside the input),
+ * then each is summed across its lanes.  Tasks: the tiles (any thread count gives the same sums). */
+#define BW_MO 4
+#define BW_MK 6
+
+typedef struct {
+	int64_t N, Ci, Co, G, Cig, Cog, K, kvol, ivol, ovol, nblk;
+	const float *x, *dy;
+	float *dw;
+	const int64_t *base;   /* [nblk][kvol] offset of lane 0 */
+	const uint16_t *mask;  /* [nblk][kvol] */
+	int64_t otiles, ktiles;
+} bw_t;
+
+static void bw_units(void *ctx, int64_t lo, int64_t hi)
+{
+	const bw_t *t = ctx;
+
+	for (int64_t u = lo; u < hi; u++) {
+		int64_t g = u / (t->otiles * t->ktiles), r = u % (t->otiles * t->ktiles);
+		int64_t o0 = r / t->ktiles * BW_MO, k0 = r % t->ktiles * BW_MK;
+		int64_t orow[BW_MO], xrow[BW_MK], kk[BW_MK];
+		__m512 acc[BW_MO][BW_MK];
+
+		for (int i = 0; i < BW_MO; i++) /* rows past the edge recompute the last one, not stored */
+			orow[i] = (g * t->Cog + (o0 + i < t->Cog ? o0 + i : t->Cog - 1)) * t->ovol;
+		for (int j = 0; j < BW_MK; j++) {
+			int64_t ck = k0 + j < t->K ? k0 + j : t->K - 1;
+
+			xrow[j] = (g * t->Cig + ck / t->kvol) * t->ivol, kk[j] = ck % t->kvol;
+		}
+#pragma GCC unroll 4
+		for (int i = 0; i < BW_MO; i++)
+#pragma GCC unroll 6
+			for (int j = 0; j < BW_MK; j++)
+				acc[i][j] = _mm512_setzero_ps();
+		for (int64_t n = 0; n < t->N; n++) {
+			const float *dyn = t->dy + n * t->Co * t->ovol, *xn = t->x + n * t->Ci * t->ivol;
+
+			for (int64_t b = 0; b < t->nblk; b++) {
+				__mmask16 mq = nk_tail_mask16(t->ovol - b * 16);
+				const int64_t *bb = t->base + b * t->kvol;
+				const uint16_t *mb = t->mask + b * t->kvol;
+				__m512 d[BW_MO];
+
+#pragma GCC unroll 4
+				for (int i = 0; i < BW_MO; i++)
+					d[i] = _mm512_maskz_loadu_ps(mq, dyn + orow[i] + b * 16);
+#pragma GCC unroll 6
+				for (int j = 0; j < BW_MK; j++) {
+					__m512 xv = _mm512_maskz_loadu_ps(mb[kk[j]], xn + xrow[j] + bb[kk[j]]);
+
+#pragma GCC unroll 4
+					for (int i = 0; i < BW_MO; i++)
+						acc[i][j] = _mm512_fmadd_ps(d[i], xv, acc[i][j]);
+				}
+			}
+		}
+		for (int i = 0; i < BW_MO && o0 + i < t->Cog; i++)
+			for (int j = 0; j < BW_MK && k0 + j < t->K; j++)
+				t->dw[(g * t->Cog + o0 + i) * t->K + k0 + j] = _mm512_reduce_add_ps(acc[i][j]);
+	}
+}
+
+int nk_conv_bwd_weight_f32_avx512(const nk_conv_args_t *a)
+{
+	imp_t m = { 0 };
+	bw_t t = { 0 };
+
+	if (a->dtype != NK_F32 || a->mode != NK_CONV_BWD_WEIGHT || a->nsp < 1 || a->nsp > 3)
+		return 0;
+	m.N = a->N, m.G = a->G, m.Ci = a->C, m.Co = a->O;
+	imp_geo(&m, a->nsp, a->in, a->out, a->k, a->stride, a->pad, a->dil);
+	m.Cig = m.Ci / m.G, m.Cog = m.Co / m.G, m.K = m.Cig * m.kvol;
+	if (m.N == 0 || m.ovol == 0 || m.K == 0 || m.Cog == 0 || m.ivol >= ((int64_t)1 << 31))
+		return 0;
+	t.nblk = (m.ovol + 15) / 16;
+	if ((size_t)(t.nblk * m.kvol) > ((size_t)1 << 20))
+		return 0;
+	/* the map of the 16-position blocks (tile_map's 32-lane halves, two blocks at a time); scratch:
+	 * base [nblk+1][kvol], b2 [kvol][2] (int64), idx [kvol][32] (int32), m32 [kvol], mask [nblk+1][kvol] */
+	size_t nb1 = (size_t)((t.nblk + 1) * m.kvol), kv = (size_t)m.kvol;
+	int64_t *base = nk_ws_get(NK_WS_GEMM_A, nb1 * 8 + kv * 16 + kv * NR * 4 + kv * 4 + nb1 * 2);
+
+	if (!base) {
+		nrt_kernel_fail("conv: no host memory for the backward-weight map");
+		return -1;
+	}
+	int64_t *b2 = base + nb1;
+	int32_t *idx = (int32_t *)(b2 + 2 * kv);
+	uint32_t *m32 = (uint32_t *)(idx + kv * NR);
+	uint16_t *mask = (uint16_t *)(m32 + kv);
+
+	for (int64_t q0 = 0; q0 < m.ovol; q0 += NR) {
+		int64_t nq = m.ovol - q0 < NR ? m.ovol - q0 : NR;
+
+		tile_map(&m, q0, nq, idx, m32, b2);
+		for (int h = 0; h < 2 && q0 + 16 * h < m.ovol; h++)
+			for (int64_t kk = 0; kk < m.kvol; kk++) {
+				int64_t blk = q0 / 16 + h;
+				uint16_t mk = (uint16_t)(m32[kk] >> (16 * h));
+
+				if (mk && b2[2 * kk + h] == INT64_MIN)
+					return 0; /* a block that needs a gather: conv.c's path */
+				base[blk * m.kvol + kk] = mk ? b2[2 * kk + h] : 0;
+				mask[blk * m.kvol + kk] = mk;
+			}
+	}
+	t.N = m.N, t.Ci = m.Ci, t.Co = m.Co, t.G = m.G, t.Cig = m.Cig, t.Cog = m.Cog, t.K = m.K;
+	t.kvol = m.kvol, t.ivol = m.ivol, t.ovol = m.ovol;
+	t.x = a->x, t.dy = a->dy, t.dw = a->dw, t.base = base, t.mask = mask;
+	t.otiles = (m.Cog + BW_MO - 1) / BW_MO, t.ktiles = (m.K + BW_MK - 1) / BW_MK;
+	nrt_parallel_for(t.G * t.otiles * t.ktiles, 1, bw_units, &t);
+	return 1;
+}

@@ -166,6 +166,9 @@ void nk_stream_copy_f32_avx512(float *dst, const float *src, int64_t n);
 /* [h-cnn] conv_avx512.c: f32 convolution forward / stride-1 backward data as an implicit GEMM (arguments
  * already validated by nk_conv_run).  1: done, 0: not applicable (nothing written), -1: failed. */
 int nk_conv_implicit_f32_avx512(const nk_conv_args_t *a);
+/* [h-cnn] conv_avx512.c: f32 backward weight by register-tiled dot products over the positions, when every
+ * tap reads consecutive inputs (stride 1, input as wide as the output).  Same return values. */
+int nk_conv_bwd_weight_f32_avx512(const nk_conv_args_t *a);
 
 /* reduce_avx512.c: dense-row helpers of reduce.c (sums accumulate in double). */
 double nk_rd_sum_f32_avx512(const float *x, int64_t n);
