@@ -255,7 +255,8 @@ int nk_conv_implicit_f32_avx512(const nk_conv_args_t *a)
  * reads, per kernel offset, consecutive inputs (stride 1 and the input as wide as the output, e.g. 'same'
  * padding; otherwise conv.c's path), a register tile of 4 output channels x 6 (channel, offset) rows keeps
  * 16-lane partial sums over all samples and blocks (masked loads read the taps, 0 outside the input),
- * then each is summed across its lanes.  Tasks: the tiles (any thread count gives the same sums). */
+ * then each is summed across its lanes and stored (first pass) or added to dW.  Passes: samples in groups
+ * that fit in L2; tasks: the tiles (any thread count gives the same sums). */
 #define BW_MO 4
 #define BW_MK 6
 
@@ -266,6 +267,7 @@ typedef struct {
 	const int64_t *base;   /* [nblk][kvol] offset of lane 0 */
 	const uint16_t *mask;  /* [nblk][kvol] */
 	int64_t otiles, ktiles;
+	int64_t n0, n1;        /* the samples of this pass; dw is stored by the first pass, added to after */
 } bw_t;
 
 static void bw_units(void *ctx, int64_t lo, int64_t hi)
@@ -290,7 +292,7 @@ static void bw_units(void *ctx, int64_t lo, int64_t hi)
 #pragma GCC unroll 6
 			for (int j = 0; j < BW_MK; j++)
 				acc[i][j] = _mm512_setzero_ps();
-		for (int64_t n = 0; n < t->N; n++) {
+		for (int64_t n = t->n0; n < t->n1; n++) {
 			const float *dyn = t->dy + n * t->Co * t->ovol, *xn = t->x + n * t->Ci * t->ivol;
 
 			for (int64_t b = 0; b < t->nblk; b++) {
@@ -312,9 +314,17 @@ static void bw_units(void *ctx, int64_t lo, int64_t hi)
 				}
 			}
 		}
-		for (int i = 0; i < BW_MO && o0 + i < t->Cog; i++)
-			for (int j = 0; j < BW_MK && k0 + j < t->K; j++)
-				t->dw[(g * t->Cog + o0 + i) * t->K + k0 + j] = _mm512_reduce_add_ps(acc[i][j]);
+		/* constant trip counts throughout, so that acc stays in registers */
+#pragma GCC unroll 4
+		for (int i = 0; i < BW_MO; i++)
+#pragma GCC unroll 6
+			for (int j = 0; j < BW_MK; j++) {
+				float v = _mm512_reduce_add_ps(acc[i][j]);
+				float *dst = t->dw + (g * t->Cog + o0 + i) * t->K + k0 + j;
+
+				if (o0 + i < t->Cog && k0 + j < t->K)
+					*dst = t->n0 == 0 ? v : *dst + v;
+			}
 	}
 }
 
@@ -366,6 +376,14 @@ int nk_conv_bwd_weight_f32_avx512(const nk_conv_args_t *a)
 	t.kvol = m.kvol, t.ivol = m.ivol, t.ovol = m.ovol;
 	t.x = a->x, t.dy = a->dy, t.dw = a->dw, t.base = base, t.mask = mask;
 	t.otiles = (m.Cog + BW_MO - 1) / BW_MO, t.ktiles = (m.K + BW_MK - 1) / BW_MK;
-	nrt_parallel_for(t.G * t.otiles * t.ktiles, 1, bw_units, &t);
+	/* passes over samples whose dy and x (about) fit in a core's L2, so the tiles re-read them from
+	 * there; the pass size depends on the geometry only */
+	int64_t per = (m.Co * m.ovol + m.Ci * m.ivol) * (int64_t)sizeof(float), S = ((int64_t)1536 << 10) / per;
+
+	S = S < 1 ? 1 : S > m.N ? m.N : S;
+	for (t.n0 = 0; t.n0 < m.N; t.n0 += S) {
+		t.n1 = t.n0 + S < m.N ? t.n0 + S : m.N;
+		nrt_parallel_for(t.G * t.otiles * t.ktiles, 1, bw_units, &t);
+	}
 	return 1;
 }
