@@ -222,16 +222,16 @@ int nk_conv_implicit_f32_avx512(const nk_conv_args_t *a)
 		for (int64_t m0 = 0; m0 < t.Cog; m0 += MR) {
 			float *dst = ap + g * t.gstride + m0 / MR * t.pstride;
 
-			for (int64_t i = 0; i < MR; i++) {
-				int64_t o = m0 + i; /* output channel within the group */
-
-				for (int64_t c = 0; c < t.Cig; c++)
-					for (int64_t kk = 0; kk < t.kvol; kk++) {
+			/* rows i innermost: the destination is written in order and the backward's transposed
+			 * reads stay within a few cache lines */
+			for (int64_t c = 0; c < t.Cig; c++)
+				for (int64_t kk = 0; kk < t.kvol; kk++)
+					for (int64_t i = 0; i < MR; i++) {
+						int64_t o = m0 + i; /* output channel within the group */
+						const float *w = a->w;
 						float v = 0;
 
 						if (o < t.Cog) {
-							const float *w = a->w;
-
 							if (!bwd) /* w [Co][Cig][kvol] */
 								v = w[((g * t.Cog + o) * t.Cig + c) * t.kvol + kk];
 							else /* w [Ci = O][Cog = C/G][kvol], flipped */
@@ -239,7 +239,6 @@ int nk_conv_implicit_f32_avx512(const nk_conv_args_t *a)
 						}
 						dst[(c * t.kvol + kk) * MR + i] = v;
 					}
-			}
 		}
 	t.apack = ap;
 	nrt_parallel_for(t.N * t.tiles, 1, imp_units, &t);
@@ -253,7 +252,7 @@ int nk_conv_implicit_f32_avx512(const nk_conv_args_t *a)
 /* ---- backward weight: dW[o][c*kvol + kk] = sum_{n, q} dy[n][o][q] * x[n][c][q shifted by kk] --------
  * Dot products over the positions with no column matrix: when every 16-position block of the output
  * reads, per kernel offset, consecutive inputs (stride 1 and the input as wide as the output, e.g. 'same'
- * padding; otherwise conv.c's path), a register tile of 4 output channels x 6 (channel, offset) rows keeps
+ * padding) and the weight is small (Cout/G * K <= 2^17; otherwise conv.c's path), a register tile of 4 output channels x 6 (channel, offset) rows keeps
  * 16-lane partial sums over all samples and blocks (masked loads read the taps, 0 outside the input),
  * then each is summed across its lanes and stored (first pass) or added to dW.  Passes: samples in groups
  * that fit in L2; tasks: the tiles (any thread count gives the same sums). */
@@ -340,6 +339,11 @@ int nk_conv_bwd_weight_f32_avx512(const nk_conv_args_t *a)
 	imp_geo(&m, a->nsp, a->in, a->out, a->k, a->stride, a->pad, a->dil);
 	m.Cig = m.Ci / m.G, m.Cog = m.Co / m.G, m.K = m.Cig * m.kvol;
 	if (m.N == 0 || m.ovol == 0 || m.K == 0 || m.Cog == 0 || m.ivol >= ((int64_t)1 << 31))
+		return 0;
+	/* 10 loads per 24 FMAs: with large weights (many tiles re-reading dy and x from L2/L3) the packed
+	 * GEMM of conv.c is faster (measured: 64x576 and 128x576 weights faster here, 512x512 and 256x2304
+	 * slower) */
+	if (m.Cog * m.K > ((int64_t)1 << 17))
 		return 0;
 	t.nblk = (m.ovol + 15) / 16;
 	if ((size_t)(t.nblk * m.kvol) > ((size_t)1 << 20))
