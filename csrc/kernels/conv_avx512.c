@@ -274,9 +274,9 @@ static void bw_units(void *ctx, int64_t lo, int64_t hi)
 	const bw_t *t = ctx;
 
 	for (int64_t u = lo; u < hi; u++) {
-		/* output-channel tiles innermost: consecutive tasks re-read the same x rows (6 of the 10 loads) */
+		/* (channel, offset) tiles innermost: consecutive tasks re-read the same dy rows */
 		int64_t g = u / (t->otiles * t->ktiles), r = u % (t->otiles * t->ktiles);
-		int64_t o0 = r % t->otiles * BW_MO, k0 = r / t->otiles * BW_MK;
+		int64_t o0 = r / t->ktiles * BW_MO, k0 = r % t->ktiles * BW_MK;
 		int64_t orow[BW_MO], xrow[BW_MK], kk[BW_MK];
 		__m512 acc[BW_MO][BW_MK];
 
@@ -381,9 +381,10 @@ int nk_conv_bwd_weight_f32_avx512(const nk_conv_args_t *a)
 	t.kvol = m.kvol, t.ivol = m.ivol, t.ovol = m.ovol;
 	t.x = a->x, t.dy = a->dy, t.dw = a->dw, t.base = base, t.mask = mask;
 	t.otiles = (m.Cog + BW_MO - 1) / BW_MO, t.ktiles = (m.K + BW_MK - 1) / BW_MK;
-	/* passes over samples whose dy and x (about) fit in a core's L2, so the tiles re-read them from
-	 * there; the pass size depends on the geometry only */
-	int64_t per = (m.Co * m.ovol + m.Ci * m.ivol) * (int64_t)sizeof(float), S = ((int64_t)512 << 10) / per;
+	/* passes over samples whose x (all channels) and the dy rows of one output-channel tile fit in a
+	 * core's L2: the (o-tile, k-tiles) tasks a thread runs in a row re-read them from there; the pass
+	 * size depends on the geometry only */
+	int64_t per = (m.Ci * m.ivol + BW_MO * m.ovol) * (int64_t)sizeof(float), S = ((int64_t)768 << 10) / per;
 
 	S = S < 1 ? 1 : S > m.N ? m.N : S;
 	for (t.n0 = 0; t.n0 < m.N; t.n0 += S) {
