@@ -11,6 +11,7 @@
  * integer dtypes with a truncating divide) in window order; divisor = divisor_override, else the
  * padded extent (count_include_pad) or the clipped one; adaptive avg divides by each extent in turn.
  * Backward adds in output order within a plane, rounding each add to the dtype (as the CPU does).
+ * f32 max pooling with AVX-512 runs pool_avx512.c (same values and indices, 16 outputs at a time).
  * Threading: planes (NC) over the pool; _ref twins run serially.
  */
 #include <math.h>
