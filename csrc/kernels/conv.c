@@ -11,6 +11,9 @@
  * on it (no zeroing, no write conflicts, one rounding for bf16/f16).  nb is chosen so the column and
  * packed buffers fit in CONV_WS_CAP: nk_conv_workspace; when one sample exceeds it, chunks are tiles of
  * output rows of one sample (backward data then accumulates the tiles in a compute-dtype dx buffer).
+ * f32 with AVX-512 first tries conv_avx512.c (forward and stride-1 backward data as an implicit GEMM
+ * without the column matrix; backward weight as tiled dot products for small weights), which returns 0
+ * for the geometries it leaves to this path.
  * Reference (nk_conv_ref): direct loops per output element, f64 (int64) accumulation.
  * Threading: im2col/col2im/pack rows over the pool; the GEMMs parallelize themselves.
  */
@@ -694,6 +697,12 @@ int nk_conv_run(void *args)
 		return 0;
 	if (a->mode == NK_CONV_BWD_DATA && (g.N == 0 || g.C == 0 || g.ivol == 0))
 		return 0;
+	if (a->dtype == NK_F32 && nk_cpu_avx512()) { /* [h-cnn] implicit GEMM (conv_avx512.c) */
+		int r = a->mode == NK_CONV_BWD_WEIGHT ? nk_conv_bwd_weight_f32_avx512(a) : nk_conv_implicit_f32_avx512(a);
+
+		if (r)
+			return r < 0 ? -1 : 0;
+	}
 	plan_init(&P, a, &g, &L);
 	if (a->mode == NK_CONV_FWD)
 		return conv_fwd(&P);

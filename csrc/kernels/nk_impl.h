@@ -163,6 +163,18 @@ void nk_stream_copy_f32_avx512(float *dst, const float *src, int64_t n);
 /* Outputs at least this large (bytes) are written with non-temporal stores where supported. */
 #define NK_STREAM_MIN_BYTES ((int64_t)16 << 20)
 
+/* [h-cnn] conv_avx512.c: f32 convolution forward / stride-1 backward data as an implicit GEMM (arguments
+ * already validated by nk_conv_run).  1: done, 0: not applicable (nothing written), -1: failed. */
+int nk_conv_implicit_f32_avx512(const nk_conv_args_t *a);
+/* [h-cnn] conv_avx512.c: f32 backward weight by register-tiled dot products over the positions, when every
+ * tap reads consecutive inputs (stride 1, input as wide as the output).  Same return values. */
+int nk_conv_bwd_weight_f32_avx512(const nk_conv_args_t *a);
+/* [h-cnn] norm_avx512.c: dense f32 segments of norm.c (see there) */
+double nk_norm_sum_f32_avx512(const float *x, int64_t n);
+void nk_norm_dsums_f32_avx512(const float *dy, const float *x, int64_t n, double m, double *sdy, double *sdx);
+void nk_norm_affine_f32_avx512(float *y, const float *x, int64_t n, float a, float b);
+void nk_norm_bwd_f32_avx512(float *dx, const float *dy, const float *x, int64_t n, float a, float b, float c);
+
 /* reduce_avx512.c: dense-row helpers of reduce.c (sums accumulate in double). */
 double nk_rd_sum_f32_avx512(const float *x, int64_t n);
 double nk_rd_sum_bf16_avx512(const uint16_t *x, int64_t n);

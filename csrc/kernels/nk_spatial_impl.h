@@ -115,4 +115,8 @@ static inline void sp_cp(void *dst, int64_t di, const void *src, int64_t si, siz
 	}
 }
 
+/* [h-cnn] pool_avx512.c (call only when nk_cpu_avx512()): max pooling of planes [p0, p1), as pool.c's
+ * max_plane; false (nothing done) when not f32 NK_POOL_MAX or a plane is too large for it. */
+bool nk_max_pool_f32_avx512(const nk_pool_args_t *a, int64_t p0, int64_t p1);
+
 #endif /* NK_SPATIAL_IMPL_H */

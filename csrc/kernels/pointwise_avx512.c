@@ -107,6 +107,10 @@ static inline __attribute__((always_inline)) __m512 v_op(int op, __m512 x, __m51
 		return _mm512_div_ps(x, _mm512_add_ps(one, nk_v_exp(_mm512_xor_ps(x, _mm512_set1_ps(-0.0f)))));
 	case NK_OP_GELU: return v_gelu(x, ia);
 	case NK_OP_GELU_BACKWARD: return v_gelu_backward(x, y, ia);
+	/* x < 0 ? 0 : x (a NaN and -0 pass through, as the scalar loop) */
+	case NK_OP_RELU: return _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), x);
+	/* y <= a ? 0 : x (grad x, input y; a NaN input passes the grad) */
+	case NK_OP_THRESHOLD_BACKWARD: return _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(y, a, _CMP_LE_OQ), x);
 	case NK_OP_SILU_BACKWARD: {
 		__m512 s = v_sigmoid(y);
 		__m512 t = _mm512_fmadd_ps(y, _mm512_sub_ps(one, s), one);
@@ -190,6 +194,8 @@ bool nk_pointwise_f32_avx512(int op, float a, float b, int64_t ia, float *o, con
 	case NK_OP_GELU: if (ia) { PW_CASE(NK_OP_GELU, false, 1); } PW_CASE(NK_OP_GELU, false, 0);
 	case NK_OP_GELU_BACKWARD: if (ia) { PW_CASE(NK_OP_GELU_BACKWARD, true, 1); } PW_CASE(NK_OP_GELU_BACKWARD, true, 0);
 	case NK_OP_SILU_BACKWARD: PW_CASE(NK_OP_SILU_BACKWARD, true, 0);
+	case NK_OP_RELU: PW_CASE(NK_OP_RELU, false, 0);
+	case NK_OP_THRESHOLD_BACKWARD: PW_CASE(NK_OP_THRESHOLD_BACKWARD, true, 0);
 	default: return false;
 	}
 #undef PW_CASE

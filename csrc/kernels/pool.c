@@ -11,6 +11,7 @@
  * integer dtypes with a truncating divide) in window order; divisor = divisor_override, else the
  * padded extent (count_include_pad) or the clipped one; adaptive avg divides by each extent in turn.
  * Backward adds in output order within a plane, rounding each add to the dtype (as the CPU does).
+ * f32 max pooling with AVX-512 runs pool_avx512.c (same values and indices, 16 outputs at a time).
  * Threading: planes (NC) over the pool; _ref twins run serially.
  */
 #include <math.h>
@@ -92,6 +93,7 @@ bad:
 typedef struct {
 	const nk_pool_args_t *a;
 	geom_t g;
+	bool fast; /* nk_pool_run: f32 max pooling through pool_avx512.c when the CPU has it */
 } pool_ctx_t;
 
 static void max_plane(const pool_ctx_t *c, int64_t nc)
@@ -222,6 +224,8 @@ static void pool_planes(void *ctx, int64_t p0, int64_t p1)
 	const pool_ctx_t *c = ctx;
 	bool max = c->a->mode == NK_POOL_MAX || c->a->mode == NK_POOL_ADAPTIVE_MAX;
 
+	if (c->fast && nk_max_pool_f32_avx512(c->a, p0, p1))
+		return;
 	for (int64_t nc = p0; nc < p1; nc++) {
 		if (max)
 			max_plane(c, nc);
@@ -234,6 +238,7 @@ static int pool_prepare(const nk_pool_args_t *a, pool_ctx_t *c)
 {
 	c->a = a;
 	c->g = (geom_t){ a->mode, a->in, a->out, a->k, a->s, a->p, a->dil };
+	c->fast = false;
 	if (check_geom(&c->g, a->dtype, a->NC, "pool"))
 		return -1;
 	if ((a->mode == NK_POOL_MAX || a->mode == NK_POOL_ADAPTIVE_MAX) && !a->idx) {
@@ -260,6 +265,7 @@ int nk_pool_run(void *args)
 
 	if (pool_prepare(a, &c))
 		return -1;
+	c.fast = a->dtype == NK_F32 && a->mode == NK_POOL_MAX && nk_cpu_avx512();
 	if (a->NC && a->out[0] * a->out[1] * a->out[2] != 0)
 		nrt_parallel_for(a->NC, NK_PARALLEL_GRAIN / plane_work(a->out, a->in) + 1, pool_planes, &c);
 	return 0;
@@ -295,6 +301,14 @@ static void max_bwd_plane(const pool_bwd_ctx_t *c, int64_t nc)
 	const int64_t *ix = a->idx + nc * opl;
 
 	memset(gx, 0, (size_t)ipl * es);
+	if (dt == NK_F32) { /* the common case without the per-element dtype switch */
+		const float *g = (const float *)gy;
+		float *d = (float *)gx;
+
+		for (int64_t o = 0; o < opl; o++)
+			d[ix[o]] += g[o];
+		return;
+	}
 	for (int64_t o = 0; o < opl; o++)
 		sp_add(gx, dt, ix[o], sp_ld(gy, dt, o));
 }

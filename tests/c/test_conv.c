@@ -191,6 +191,30 @@ static void test_conv_vs_ref(void)
 			}
 }
 
+/* [h-cnn] f32 shapes of conv_avx512.c's implicit GEMM: several 14-row weight panels, partial 32-position
+ * tiles, groups, padding, dilation, stride (forward) and stride-1 backward data; plus one sample of the
+ * benchmark CNN's middle layer. */
+static void test_conv_implicit(void)
+{
+	static const geom_t gs[] = {
+		{ .nsp = 2, .N = 3, .C = 5, .O = 31, .G = 1, .in = { 11, 13 }, .out = { 11, 13 }, .k = { 3, 3 },
+		  .s = { 1, 1 }, .p = { 1, 1 }, .d = { 1, 1 } },
+		{ .nsp = 2, .N = 2, .C = 6, .O = 30, .G = 3, .in = { 9, 17 }, .out = { 5, 13 }, .k = { 3, 3 },
+		  .s = { 1, 1 }, .p = { 0, 0 }, .d = { 2, 2 } },
+		{ .nsp = 2, .N = 2, .C = 4, .O = 15, .G = 1, .in = { 10, 21 }, .out = { 5, 11 }, .k = { 3, 3 },
+		  .s = { 2, 2 }, .p = { 1, 1 }, .d = { 1, 1 } },
+		{ .nsp = 1, .N = 2, .C = 3, .O = 17, .G = 1, .in = { 70 }, .out = { 68 }, .k = { 5 },
+		  .s = { 1 }, .p = { 1 }, .d = { 1 } },
+		{ .nsp = 3, .N = 1, .C = 2, .O = 16, .G = 2, .in = { 4, 5, 6 }, .out = { 4, 5, 6 }, .k = { 3, 3, 3 },
+		  .s = { 1, 1, 1 }, .p = { 1, 1, 1 }, .d = { 1, 1, 1 } },
+		{ .nsp = 2, .N = 2, .C = 32, .O = 64, .G = 1, .in = { 16, 16 }, .out = { 16, 16 }, .k = { 3, 3 },
+		  .s = { 1, 1 }, .p = { 1, 1 }, .d = { 1, 1 } },
+	};
+
+	for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++)
+		check_geom(&gs[i], NK_F32);
+}
+
 /* Batches larger than one workspace chunk: a sample of 2.2M positions forces nb < N. */
 static void test_conv_chunked(void)
 {
@@ -349,6 +373,7 @@ int main(void)
 	RUN(test_conv_hand);
 	RUN(test_conv_adjoint);
 	RUN(test_conv_vs_ref);
+	RUN(test_conv_implicit);
 	RUN(test_conv_chunked);
 	RUN(test_conv_tiled);
 	RUN(test_im2col);

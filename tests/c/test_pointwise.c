@@ -213,7 +213,7 @@ static void test_all_ops_vs_ref(void)
 static void test_dense_f32_lengths(void)
 {
 	static const int ops[] = {NK_OP_ADD, NK_OP_SUB, NK_OP_MUL, NK_OP_DIV, NK_OP_EXP, NK_OP_GELU, NK_OP_SILU,
-				  NK_OP_GELU_BACKWARD};
+				  NK_OP_GELU_BACKWARD, NK_OP_RELU, NK_OP_THRESHOLD_BACKWARD};
 	enum { MAXN = 200 };
 	float x[MAXN + 1], y[MAXN + 1], o1[MAXN + 1], o2[MAXN + 1];
 	int bad = 0;
@@ -225,8 +225,9 @@ static void test_dense_f32_lengths(void)
 		for (int n = 0; n <= MAXN && !bad; n++)
 			for (int v = 0; v < 2 && !bad; v++) {
 				int op = ops[k];
-				bool exact = op == NK_OP_ADD || op == NK_OP_SUB || op == NK_OP_MUL || op == NK_OP_DIV;
-				bool unary = op == NK_OP_EXP || op == NK_OP_GELU || op == NK_OP_SILU;
+				bool exact = op == NK_OP_ADD || op == NK_OP_SUB || op == NK_OP_MUL || op == NK_OP_DIV ||
+					     op == NK_OP_RELU || op == NK_OP_THRESHOLD_BACKWARD;
+				bool unary = op == NK_OP_EXP || op == NK_OP_GELU || op == NK_OP_SILU || op == NK_OP_RELU;
 				nk_pointwise_args_t A = {0};
 				A.it.ndim = 1;
 				A.it.nops = unary ? 2 : 3;

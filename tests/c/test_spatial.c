@@ -97,6 +97,7 @@ static double asum(const void *a, int dt, int64_t n)
 typedef struct {
 	int64_t NC, in[3], k[3], s[3], p[3], dil[3];
 	bool ceil;
+	bool ties; /* float inputs drawn from a few values (and -inf): ties and all--inf windows */
 } pcase_t;
 
 static int64_t pool_osize(int64_t I, int64_t k, int64_t s, int64_t p, int64_t dil, bool ceil)
@@ -150,6 +151,12 @@ static void check_max_pool(int dt, const pcase_t *c)
 	bool ok = true;
 
 	tfill(x, dt, c->NC * ipl, isflt(dt));
+	if (c->ties && isflt(dt))
+		for (int64_t i = 0; i < c->NC * ipl; i++) {
+			int r = nkt_randint(0, 40);
+
+			tset(x, dt, i, r == 0 ? NAN : r < 20 ? -INFINITY : (double)(r % 3));
+		}
 	a.x = x, a.y = y, a.idx = ix;
 	CHECK(nk_pool_run(&a) == 0, "max pool run");
 	a.y = y2, a.idx = ix2;
@@ -312,6 +319,15 @@ static void test_pool(void)
 		{ 1, { 5, 4, 7 }, { 3, 2, 3 }, { 1, 2, 3 }, { 1, 0, 1 }, { 2, 1, 1 }, true },
 		{ 70, { 1, 33, 31 }, { 1, 3, 3 }, { 1, 2, 2 }, { 0, 1, 1 }, { 1, 1, 1 }, false }, /* parallel */
 		{ 0, { 1, 4, 4 }, { 1, 2, 2 }, { 1, 2, 2 }, { 0, 0, 0 }, { 1, 1, 1 }, false },     /* zero-size */
+		/* [h-cnn] rows wide enough for pool_avx512.c's 16-output blocks, strides 1/2/3, edges, ties */
+		{ 3, { 1, 9, 70 }, { 1, 2, 2 }, { 1, 2, 2 }, { 0, 0, 0 }, { 1, 1, 1 }, false },
+		{ 3, { 1, 9, 71 }, { 1, 2, 2 }, { 1, 2, 2 }, { 0, 0, 0 }, { 1, 1, 1 }, true },
+		{ 2, { 1, 8, 67 }, { 1, 3, 3 }, { 1, 1, 1 }, { 0, 1, 1 }, { 1, 1, 1 }, false },
+		{ 2, { 1, 11, 83 }, { 1, 3, 4 }, { 1, 3, 3 }, { 0, 1, 2 }, { 1, 2, 2 }, true },
+		{ 2, { 3, 6, 40 }, { 2, 2, 3 }, { 2, 2, 2 }, { 1, 1, 1 }, { 1, 1, 1 }, true },
+		{ 4, { 1, 8, 64 }, { 1, 2, 2 }, { 1, 2, 2 }, { 0, 0, 0 }, { 1, 1, 1 }, false, true },
+		{ 4, { 1, 7, 45 }, { 1, 3, 3 }, { 1, 1, 5 }, { 0, 1, 1 }, { 1, 1, 3 }, true, true },
+		{ 3, { 1, 5, 50 }, { 1, 3, 3 }, { 1, 2, 2 }, { 0, 1, 1 }, { 1, 2, 2 }, true, true },
 	};
 	static const int mdts[] = { NK_F32, NK_F64, NK_BF16, NK_F16, NK_I64, NK_I32, NK_I16, NK_I8, NK_U8 };
 	static const int adts[] = { NK_F32, NK_F64, NK_BF16, NK_F16, NK_I64 };

@@ -65,6 +65,14 @@ CONV_CASES = [
     (2, 2, 3, 3, (5, 5), (5, 5), dict()),
     (3, 2, 2, 4, (5, 6, 7), (3, 3, 3), dict(padding=1)),
     (3, 1, 4, 4, (6, 5, 7), (2, 3, 2), dict(stride=(1, 2, 2), dilation=(2, 1, 1), groups=2, padding=(1, 0, 1))),
+    # [h-cnn] the benchmark CNN's layer shapes (batch 3) and wider odd ones: conv_avx512.c's implicit GEMM
+    # (forward, stride-1 backward data) and tiled backward weight, several 14-row panels, partial tiles
+    (2, 3, 3, 32, (32, 32), (3, 3), dict(padding=1)),
+    (2, 3, 32, 64, (16, 16), (3, 3), dict(padding=1)),
+    (2, 3, 64, 128, (8, 8), (3, 3), dict(padding=1)),
+    (2, 2, 5, 30, (13, 37), (3, 5), dict(padding=(1, 2), dilation=(1, 1))),
+    (2, 2, 6, 33, (11, 29), (3, 3), dict(padding=2, dilation=2, groups=3)),
+    (2, 2, 4, 17, (15, 23), (3, 3), dict(stride=2, padding=1)),
 ]
 
 

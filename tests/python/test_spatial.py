@@ -318,3 +318,65 @@ def test_grid_sample_bad_input():
             F.grid_sample(*args, align_corners=False)
         with pytest.raises(RuntimeError, match=msg):
             F.grid_sample(*(_dev(a) for a in args), align_corners=False)
+
+
+# [h-cnn] rows wide enough for the AVX-512 max-pool kernel's 16-output blocks (pool_avx512.c): stride 1, 2
+# (permuted loads) and 3 (gathers), padding, dilation, ceil_mode overhang, odd sizes, sliced input; values,
+# indices (ties: first max; NaN: last NaN; all -inf windows) and the backward scatter equal the CPU's.
+WIDE_MAX_CASES = [
+    dict(kernel_size=2, stride=2),
+    dict(kernel_size=2, stride=2, ceil_mode=True),
+    dict(kernel_size=3, stride=1, padding=1),
+    dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+    dict(kernel_size=(2, 3), stride=(1, 3), padding=(0, 1)),
+    dict(kernel_size=3, stride=2, padding=1, dilation=2),
+    dict(kernel_size=(3, 4), stride=(2, 5), padding=(1, 2), dilation=(1, 2), ceil_mode=True),
+]
+
+
+@pytest.mark.parametrize("case", range(len(WIDE_MAX_CASES)))
+@pytest.mark.parametrize("ties", [False, True])
+def test_max_pool_wide_rows_match_cpu(case, ties):
+    import torchneuron
+
+    kw = WIDE_MAX_CASES[case]
+    g = torch.Generator().manual_seed(case)
+    if ties:
+        x = torch.randint(0, 3, (2, 3, 13, 71), generator=g).float()
+        x[0, 1, 2:6, 10:40] = float("-inf")
+        x[1, 0, 3, 5:60:7] = float("nan")
+        x[1, 2, 4:6, 30:34] = float("nan")
+    else:
+        x = torch.randn(2, 3, 13, 71, generator=g)
+    for xl in (x, torch.cat([x, x], -1)[..., 1::2][..., :71], x.transpose(2, 3).contiguous().transpose(2, 3)):
+        xc = xl.clone().requires_grad_(True)
+        xd = _dev(xl.detach()).requires_grad_(True)
+        v, i = F.max_pool2d(xc, return_indices=True, **kw)
+        vd, id_ = F.max_pool2d(xd, return_indices=True, **kw)
+        assert torch.equal(id_.cpu(), i), kw
+        torch.testing.assert_close(vd.cpu(), v, equal_nan=True, rtol=0, atol=0)
+        gy = torch.randn(v.shape, generator=g)
+        (gc,) = torch.autograd.grad(v, xc, gy)
+        (gd,) = torch.autograd.grad(vd, xd, _dev(gy))
+        torch.testing.assert_close(gd.cpu(), gc, rtol=0, atol=0)
+    assert not {o for o in torchneuron._C._fallback_ops() if "max_pool" in o}
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 64, 1000, 70001])
+def test_relu_threshold_backward_dense_match_cpu(n):
+    """relu / relu_ and threshold_backward on dense f32 (the AVX-512 pointwise loop): -0, NaN, ties."""
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g)
+    x[::7] = 0.0
+    x[1::11] = -0.0
+    x[2::13] = float("nan")
+    gy = torch.randn(n, generator=g)
+    xd, gyd = _dev(x), _dev(gy)
+    assert torch.equal(torch.relu(xd).cpu().view(torch.int32), torch.relu(x).view(torch.int32))
+    xi = xd.clone()
+    xi.relu_()
+    assert torch.equal(xi.cpu().view(torch.int32), torch.relu(x).view(torch.int32))
+    for thr in (0.0, 0.5):
+        want = torch.ops.aten.threshold_backward(gy, x, thr)
+        got = torch.ops.aten.threshold_backward(gyd, xd, thr).cpu()
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
