@@ -362,6 +362,9 @@ static const gcase_t shapes[] = {
 	{ 29, 65, 300, 2 }, { 2, 3, 4, 3 },      { 1, 300, 70, 2 },   { 300, 1, 70, 2 },
 	{ 64, 600, 40, 1 }, { 250, 70, 600, 1 }, { 130, 130, 1030, 1 }, { 1, 129, 1000, 1 },
 	{ 463, 40, 530, 1 }, /* 34 row panels: the shared driver pairs them, the last pair ragged */
+	/* the small-M driver (gemm_small): M not a multiple of MR, N not of NR, K over several slices
+	 * with an odd last slice (bf16 pairs), a few batch entries */
+	{ 45, 300, 1031, 1 }, { 20, 200, 77, 3 }, { 3, 129, 600, 1 },
 };
 
 static void test_gemm_layouts(void)
@@ -406,7 +409,7 @@ static void test_gemm_portable_driver(void)
 static void test_gemm_drivers_agree(void)
 {
 	static const int64_t sz[][3] = { { 130, 200, 1100 }, { 40, 700, 300 }, { 300, 65, 517 }, { 128, 768, 768 },
-					  { 463, 70, 600 } };
+					  { 463, 70, 600 }, { 45, 300, 1031 }, { 300, 700, 520 } };
 	nk_gemm_isa_t isa = nk_gemm_isa_select();
 
 	for (int d = 0; d < 2; d++)
