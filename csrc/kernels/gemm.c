@@ -162,6 +162,18 @@ void nk_sgemm_ref_14x32(int64_t k, const float *a, const float *b, float *c, int
 	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
 }
 
+void nk_sgemm_ref_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+			  int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	float acc[MR * NR] = { 0 };
+
+	for (int64_t p = 0; p < k; p++)
+		for (int i = 0; i < MR; i++)
+			for (int j = 0; j < NR; j++)
+				acc[i * NR + j] += a[p * MR + i] * b[p * ldb + j];
+	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
+}
+
 void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
 			 int64_t cs_c, float alpha, float beta, int m, int n)
 {
@@ -334,6 +346,7 @@ void nk_gemm_pack_b_pairs_ref(const void *src, int64_t rs, int64_t cs, int64_t k
 const nk_gemm_isa_t nk_gemm_isa_ref = {
 	.name = "portable",
 	.sgemm = nk_sgemm_ref_14x32,
+	.sgemm_b = nk_sgemm_ref_14x32_b,
 	.sbgemm = NULL,
 	.sbgemm_bf16c = NULL,
 	.dgemm = nk_dgemm_ref_14x16,
@@ -925,6 +938,7 @@ typedef struct {
 	float *ap;                  /* packed A: panel r at ap + r*MR*kwords, slice s at + MR*small_off(s) */
 	atomic_int *state;          /* per row panel of ap: 0 not packed, 1 being packed, 2 ready */
 	bool acc;                   /* C is bf16/f16: accumulate in f32 */
+	bool inplace_b;             /* f32 B with unit column stride: full panels read in place (sgemm_b) */
 } small_t;
 
 /* Words of packed k before slice s (full slices hold kcmax k, kcmax/2 pairs), and in slice s. */
@@ -987,16 +1001,19 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 	int64_t q0 = t * sm->cw, q1 = min64(sm->panels_n, q0 + sm->cw), j0 = q0 * NR;
 	int64_t ncols = min64(g->N, q1 * NR) - j0, ldacc = sm->cw * NR, es = (int64_t)pl->es;
 	bool direct = pl->pairs && pl->isa->sbgemm_bf16c && g->cs_c == 1;
+	/* row-major f32 B: full panels are read in place (sgemm_b), only a ragged last panel is packed */
+	int64_t qpack = sm->inplace_b ? ncols / NR : 0;
 
-	for (int64_t s = 0; s < sm->nslices; s++) {
-		int64_t kc = small_kc(sm, s);
-		const void *src = at(g->B, sm->b * g->bs_b + s * sm->kcmax * g->rs_b + j0 * g->cs_b, pl->es);
+	for (int64_t s = 0; s < sm->nslices && qpack * NR < ncols; s++) {
+		int64_t kc = small_kc(sm, s), jp = j0 + qpack * NR;
+		const void *src = at(g->B, sm->b * g->bs_b + s * sm->kcmax * g->rs_b + jp * g->cs_b, pl->es);
 		float *dst = bp + small_off(sm, s) * ldacc;
 
 		if (pl->pairs)
-			pl->isa->pack_b_pairs(src, g->rs_b, g->cs_b, kc, ncols, (uint32_t *)dst);
+			pl->isa->pack_b_pairs(src, g->rs_b, g->cs_b, kc, ncols - qpack * NR,
+					      (uint32_t *)dst + qpack * ((kc + 1) / 2) * NR);
 		else
-			pl->isa->pack_b(src, g->dtype, g->rs_b, g->cs_b, kc, ncols, dst);
+			pl->isa->pack_b(src, g->dtype, g->rs_b, g->cs_b, kc, ncols - qpack * NR, dst + qpack * kc * NR);
 	}
 	for (int64_t r = 0; r < sm->panels_m; r++) {
 		int64_t ir = r * MR;
@@ -1024,6 +1041,11 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 							1.0f, first ? 0.0f : 1.0f, mr, nr);
 				else if (sm->acc)
 					pl->isa->sgemm(kc, as, bq, acc + jr, ldacc, 1, 1.0f, first ? 0.0f : 1.0f, mr, nr);
+				else if (q < qpack)
+					pl->isa->sgemm_b(kc, as,
+							 (const float *)g->B + sm->b * g->bs_b + s * sm->kcmax * g->rs_b + j0 + jr,
+							 g->rs_b, C + jr * g->cs_c, g->rs_c, g->cs_c, pl->alpha,
+							 first ? pl->beta : 1.0f, mr, nr);
 				else
 					pl->isa->sgemm(kc, as, bq, C + jr * g->cs_c, g->rs_c, g->cs_c, pl->alpha,
 						       first ? pl->beta : 1.0f, mr, nr);
@@ -1064,7 +1086,7 @@ static void small_compute(void *ctx, int64_t u0, int64_t u1)
 static bool gemm_small(gemm_plan_t *pl, int nt)
 {
 	const nk_gemm_args_t *g = pl->g;
-	small_t sm = { .pl = pl, .acc = g->dtype != NK_F32 };
+	small_t sm = { .pl = pl, .acc = g->dtype != NK_F32, .inplace_b = g->dtype == NK_F32 && g->cs_b == 1 && pl->isa->sgemm_b };
 	size_t abytes;
 
 	if (g->dtype == NK_F64)

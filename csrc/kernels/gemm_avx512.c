@@ -80,8 +80,8 @@ static void store_tile_strided(const float *t, float *c, int64_t rs_c, int64_t c
 	} while (0)
 
 static inline __attribute__((always_inline)) void sgemm_body(const int R, const bool H, int64_t k, const float *a,
-							     const float *b, float *c, int64_t rs_c, int64_t cs_c,
-							     float alpha, float beta, int m, int n)
+							     const float *b, int64_t ldb, float *c, int64_t rs_c,
+							     int64_t cs_c, float alpha, float beta, int m, int n)
 {
 	ROWS(DECL_R)
 	if (cs_c == 1) {
@@ -95,13 +95,13 @@ static inline __attribute__((always_inline)) void sgemm_body(const int R, const 
 			c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);    \
 	}
 	for (int64_t p = 0; p < k; p++) {
-		__m512 b0 = _mm512_load_ps(b), b1 = H ? b0 : _mm512_load_ps(b + 16);
+		__m512 b0 = _mm512_loadu_ps(b), b1 = H ? b0 : _mm512_loadu_ps(b + 16);
 
-		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
-		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * ldb), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * ldb + 16), _MM_HINT_T0);
 		ROWS(FMA_ROW)
 		a += MR;
-		b += NR;
+		b += ldb;
 	}
 #undef FMA_ROW
 	STORE_TILE_R();
@@ -219,9 +219,9 @@ static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R,
 #define SG_CASE(r)                                                                                  \
 	case r:                                                                                     \
 		if (n > 16)                                                                         \
-			sgemm_body(r, false, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);            \
+			sgemm_body(r, false, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);       \
 		else                                                                                \
-			sgemm_body(r, true, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);             \
+			sgemm_body(r, true, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);        \
 		return;
 #define SB_CASE(r)                                                                                  \
 	case r:                                                                                     \
@@ -256,13 +256,29 @@ void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t 
 void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
 			   float alpha, float beta, int m, int n)
 {
+	const int64_t ldb = NR;
+
 	switch (m) {
 	ALL_CASES(SG_CASE)
 	default:
 		if (n > 16)
-			sgemm_body(MR, false, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+			sgemm_body(MR, false, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
 		else
-			sgemm_body(MR, true, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+			sgemm_body(MR, true, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
+	}
+}
+
+/* The same over B rows read in place (row p at b + p*ldb, unaligned): row-major f32 B needs no packing. */
+void nk_sgemm_avx512_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+			     int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	switch (m) {
+	ALL_CASES(SG_CASE)
+	default:
+		if (n > 16)
+			sgemm_body(MR, false, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
+		else
+			sgemm_body(MR, true, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
 	}
 }
 
@@ -685,6 +701,7 @@ void nk_dot4_f32_avx512(const float *x, const float *y, int64_t ldy, int64_t n, 
 const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.name = "avx512",
 	.sgemm = nk_sgemm_avx512_14x32,
+	.sgemm_b = nk_sgemm_avx512_14x32_b,
 	.sbgemm = nk_sbgemm_avx512_14x32,
 	.sbgemm_bf16c = nk_sbgemm_avx512_14x32_bf16c,
 	.dgemm = nk_dgemm_avx512_14x16,

@@ -57,6 +57,46 @@ static void test_sgemm_ukr(void)
 					check_ukr_case(ks[a], mn[b][0], mn[b][1], betas[c], s);
 }
 
+/* sgemm_b (B rows read in place, row stride ldb, unaligned) against the packed-B kernel on the same
+ * numbers: the same products in the same order, so the results are equal. */
+static void test_sgemm_b_ukr(void)
+{
+	static const int mn[][2] = { { 14, 32 }, { 1, 1 }, { 13, 17 }, { 14, 16 }, { 2, 32 } };
+	static const int64_t ks[] = { 0, 1, 7, 300 };
+	int64_t ldb = NK_GEMM_NR + 13;
+	float *a = nkt_alloc(NK_F32, NK_GEMM_MR * 300), *bp = nkt_alloc(NK_F32, 300 * NK_GEMM_NR);
+	float *bs = nkt_alloc(NK_F32, 300 * ldb + 1), *b = bs + 1; /* not 64-byte aligned */
+	float c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40], c2[NK_GEMM_MR * 40], init[NK_GEMM_MR * 40];
+
+	nkt_fill(a, NK_F32, NK_GEMM_MR * 300, -1, 1);
+	nkt_fill(bs, NK_F32, 300 * ldb + 1, -1, 1);
+	for (int64_t p = 0; p < 300; p++)
+		memcpy(bp + p * NK_GEMM_NR, b + p * ldb, NK_GEMM_NR * sizeof(float));
+	for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++)
+		for (size_t t = 0; t < sizeof mn / sizeof mn[0]; t++)
+			for (int v = 0; v < 2; v++) {
+				float beta = v ? 0.5f : 0.0f;
+				int m = mn[t][0], n = mn[t][1];
+
+				for (int i = 0; i < NK_GEMM_MR * 40; i++)
+					init[i] = c0[i] = c1[i] = c2[i] = v ? (float)nkt_uniform(-1, 1) : NAN;
+				nk_sgemm_ref_14x32(ks[q], a, bp, c0, 40, 1, 0.75f, beta, m, n);
+				nk_sgemm_ref_14x32_b(ks[q], a, b, ldb, c1, 40, 1, 0.75f, beta, m, n);
+				for (int i = 0; i < NK_GEMM_MR * 40; i++)
+					CHECK(isnan(c0[i]) ? isnan(c1[i]) : c0[i] == c1[i],
+					      "sgemm_ref_b k=%lld m=%d n=%d at %d", (long long)ks[q], m, n, i);
+				if (!have_avx512)
+					continue;
+				memcpy(c0, init, sizeof c0);
+				nk_sgemm_avx512_14x32(ks[q], a, bp, c0, 40, 1, 0.75f, beta, m, n);
+				nk_sgemm_avx512_14x32_b(ks[q], a, b, ldb, c2, 40, 1, 0.75f, beta, m, n);
+				for (int i = 0; i < NK_GEMM_MR * 40; i++)
+					CHECK(isnan(c0[i]) ? isnan(c2[i]) : c0[i] == c2[i],
+					      "sgemm_avx512_b k=%lld m=%d n=%d at %d", (long long)ks[q], m, n, i);
+			}
+	free(a), free(bp), free(bs);
+}
+
 static void check_sbukr_case(int64_t kp, int m, int n, float beta)
 {
 	uint32_t a[NK_GEMM_MR * 200] __attribute__((aligned(64)));
@@ -501,6 +541,7 @@ int main(void)
 	have_bf16 = have_avx512 && __builtin_cpu_supports("avx512bf16");
 	nkt_seed(1);
 	RUN(test_sgemm_ukr);
+	RUN(test_sgemm_b_ukr);
 	RUN(test_sbgemm_ukr);
 	RUN(test_sbgemm_bf16c_ukr);
 	RUN(test_dgemm_ukr);
