@@ -561,14 +561,22 @@ void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_
 		return;
 	}
 	if (cs == 1) {
-		/* row-major B: up to 4 panels per sweep down the row pairs (as nk_gemm_pack_b_avx512) */
+		/* row-major B: up to 4 panels per sweep down the row pairs (as nk_gemm_pack_b_avx512); the
+		 * 32 columns of a panel interleaved in two unpacks (pairs of columns 0-3, 8-11, .. and
+		 * 4-7, 12-15, .. per 128-bit lane) and put in order by two qword permutes */
+		const __m512i lo_idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+		const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+
 		for (int64_t q0 = 0; q0 * NR < n; q0 += 4) {
 			int nq = (int)((n - q0 * NR + NR - 1) / NR < 4 ? (n - q0 * NR + NR - 1) / NR : 4);
 			int64_t w = n - q0 * NR < 4 * NR ? n - q0 * NR : 4 * NR;
-			__mmask16 mk[8];
+			__mmask32 mk[4];
 
-			for (int h = 0; h < 8; h++)
-				mk[h] = mask_n((int)(w - 16 * h));
+			for (int h = 0; h < 4; h++) {
+				int64_t c = w - 32 * h;
+
+				mk[h] = c >= 32 ? (__mmask32)0xffffffffu : c <= 0 ? 0 : (__mmask32)((1u << c) - 1);
+			}
 			for (int64_t pp = 0; pp < kp; pp++) {
 				const uint16_t *r0 = s + 2 * pp * rs + q0 * NR;
 				const uint16_t *r1 = 2 * pp + 1 < k ? r0 + rs : NULL;
@@ -580,10 +588,12 @@ void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_
 					}
 				for (int qq = 0; qq < nq; qq++) {
 					uint32_t *d = dst + (q0 + qq) * kp * NR + pp * NR;
-					const uint16_t *a = r0 + qq * NR, *b = r1 ? r1 + qq * NR : NULL;
+					__m512i x0 = _mm512_maskz_loadu_epi16(mk[qq], r0 + qq * NR);
+					__m512i x1 = r1 ? _mm512_maskz_loadu_epi16(mk[qq], r1 + qq * NR) : _mm512_setzero_si512();
+					__m512i lo = _mm512_unpacklo_epi16(x0, x1), hi = _mm512_unpackhi_epi16(x0, x1);
 
-					_mm512_store_si512(d, pairs16(a, b, mk[2 * qq]));
-					_mm512_store_si512(d + 16, pairs16(a + 16, b ? b + 16 : NULL, mk[2 * qq + 1]));
+					_mm512_store_si512(d, _mm512_permutex2var_epi64(lo, lo_idx, hi));
+					_mm512_store_si512(d + 16, _mm512_permutex2var_epi64(lo, hi_idx, hi));
 				}
 			}
 		}
