@@ -6,10 +6,12 @@
  *   - the packed, cache-blocked driver (BLIS-style) for f32/bf16/f16/f64 with the micro-kernels and packers
  *     of the best ISA table (nk_gemm_isa_select: AVX-512 in gemm_avx512.c, else the portable ones here).
  * The micro-kernel contract (packed panels, edge tiles, strides) is written out in docs/kernels.md.
- * Threading (nrt_parallel_for): with several threads and few batch entries, B is packed once per
- * call by all threads (a pack job), then tasks of one 14-row panel (times a column chunk when there
- * are few panels) are claimed dynamically (gemm_shared); otherwise tasks are rectangles of C (and
- * batch entries) that pack their own panels.  No task writes another's C and every element is summed
+ * Threading (nrt_parallel_for): with few batch entries and a small packed A (at most 1 MiB: M x K of
+ * a few hundred rows), tasks are column chunks over all rows, claimed dynamically, each packing its own
+ * B panels (f32: none, read in place) while A is packed once on first use (gemm_small); with several
+ * threads and few batch entries otherwise, B is packed once per call by all threads (a pack job), then
+ * tasks of one 14-row panel (times a column chunk when there are few panels) are claimed dynamically
+ * (gemm_shared); otherwise tasks are rectangles of C (and batch entries) that pack their own panels.  No task writes another's C and every element is summed
  * over the same k-slices in the same order, so results do not depend on the thread count.
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
