@@ -1102,8 +1102,9 @@ static bool gemm_small(gemm_plan_t *pl, int nt)
 	if ((size_t)(sm.panels_m * MR * sm.kwords) * sizeof(float) > SMALL_A_BYTES ||
 	    (size_t)(sm.kwords * NR) * sizeof(float) > SMALL_PANEL_BYTES || sm.panels_n < 2 * (int64_t)nt)
 		return false;
-	/* about 6 tasks per thread, at most SMALL_CHUNK_PANELS panels (and SMALL_PANEL_BYTES) each */
-	sm.cw = min64(SMALL_CHUNK_PANELS, sm.panels_n / (6 * (int64_t)nt));
+	/* at least 8 tasks per thread where there are enough panels (a late thread costs half a task on
+	 * average), at most SMALL_CHUNK_PANELS panels (and SMALL_PANEL_BYTES) each */
+	sm.cw = min64(SMALL_CHUNK_PANELS, sm.panels_n / (16 * (int64_t)nt));
 	sm.cw = min64(sm.cw, (int64_t)(SMALL_PANEL_BYTES / ((size_t)(sm.kwords * NR) * sizeof(float))));
 	if (sm.cw < 1)
 		sm.cw = 1;
