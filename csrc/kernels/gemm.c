@@ -85,6 +85,40 @@ static int gemm_check(const nk_gemm_args_t *g)
 	return 0;
 }
 
+/* C[b][i0.., j0..] (m x n) = bias (same dtype: elements copied as they are). */
+static void bias_fill(const nk_gemm_args_t *g, int64_t b, int64_t i0, int64_t m, int64_t j0, int64_t n)
+{
+	size_t es = nk_fp_elem_size(g->dtype);
+
+	for (int64_t i = i0; i < i0 + m; i++) {
+		const char *src = (const char *)g->bias + (b * g->bs_bias + i * g->rs_bias + j0 * g->cs_bias) * (int64_t)es;
+		char *dst = (char *)g->C + (b * g->bs_c + i * g->rs_c + j0 * g->cs_c) * (int64_t)es;
+
+		if (g->cs_bias == 1 && g->cs_c == 1)
+			memcpy(dst, src, (size_t)n * es);
+		else
+			for (int64_t j = 0; j < n; j++)
+				memcpy(dst + j * g->cs_c * (int64_t)es, src + j * g->cs_bias * (int64_t)es, es);
+	}
+}
+
+static void bias_fill_rows(void *ctx, int64_t r0, int64_t r1)
+{
+	const nk_gemm_args_t *g = ctx;
+
+	for (int64_t r = r0; r < r1; r++)
+		bias_fill(g, r / g->M, r % g->M, 1, 0, g->N);
+}
+
+/* Copies the bias into C over the pool and drops it from g (the paths without a fused copy). */
+static void bias_prefill(nk_gemm_args_t *g)
+{
+	if (!g->bias)
+		return;
+	nrt_parallel_for(g->batch * g->M, cdiv(1 << 14, g->N), bias_fill_rows, g);
+	g->bias = NULL;
+}
+
 /* ---- reference ---------------------------------------------------------------------------------- */
 
 /* Rows [r0, r1) of the flattened (batch, M) rows: one dot product per element of C, accumulated in
@@ -96,6 +130,9 @@ static void gemm_ref_rows(void *ctx, int64_t r0, int64_t r1)
 	for (int64_t r = r0; r < r1; r++) {
 		int64_t b = r / g->M, i = r % g->M;
 		int64_t oa = b * g->bs_a + i * g->rs_a, ob = b * g->bs_b, oc = b * g->bs_c + i * g->rs_c;
+
+		if (g->bias && g->beta != 0)
+			bias_fill(g, b, i, 1, 0, g->N);
 
 		for (int64_t j = 0; j < g->N; j++) {
 			int64_t c = oc + j * g->cs_c;
@@ -1021,6 +1058,9 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 		int64_t ir = r * MR;
 		int mr = (int)min64(MR, g->M - ir);
 		const float *ar = small_a_panel(sm, r, own);
+
+		if (g->bias) /* C's old value: the bias, copied into the tile rows just before they are used */
+			bias_fill(g, sm->b, ir, mr, j0, ncols);
 		float *C = (float *)g->C + sm->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c;
 		char *Cb = (char *)g->C + (sm->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c) * es;
 
@@ -1130,14 +1170,28 @@ static bool gemm_small(gemm_plan_t *pl, int nt)
 int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 {
 	atomic_int failed = 0;
-	gemm_plan_t pl = gemm_plan(g, isa, &failed);
+	nk_gemm_args_t nb;
+	gemm_plan_t pl;
 	double fma = (double)g->M * (double)g->N * (double)g->K * (double)g->batch;
 	int nt = nrt_num_threads();
 	int64_t want = 1, ntasks;
 
+	if (g->bias && g->beta == 0) {
+		nb = *g;
+		nb.bias = NULL;
+		g = &nb;
+	}
+	pl = gemm_plan(g, isa, &failed);
+
 	/* small M: A packed once, B per column chunk in the thread's own buffer (gemm_small) */
 	if (fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt && gemm_small(&pl, nt))
 		return gemm_failed(&failed);
+	if (g->bias) {
+		/* the other drivers read the old C: the bias is copied there first */
+		nb = *g;
+		bias_prefill(&nb);
+		g = pl.g = &nb;
+	}
 	/* a few batch entries on several threads: B packed once and shared (gemm_shared) */
 	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt && g->dtype != NK_F64 && gemm_shared(&pl, nt))
 		return gemm_failed(&failed);
@@ -1155,7 +1209,18 @@ int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 int nk_gemm_packed_1t(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 {
 	atomic_int failed = 0;
-	gemm_plan_t pl = gemm_plan(g, isa, &failed);
+	nk_gemm_args_t nb;
+	gemm_plan_t pl;
+
+	if (g->bias) {
+		nb = *g;
+		if (g->beta != 0)
+			for (int64_t b = 0; b < g->batch; b++)
+				bias_fill(g, b, 0, g->M, 0, g->N);
+		nb.bias = NULL;
+		g = &nb;
+	}
+	pl = gemm_plan(g, isa, &failed);
 
 	gemm_partition(&pl, 1);
 	gemm_tasks(&pl, 0, g->batch * pl.tiles_m * pl.tiles_n);
@@ -1190,6 +1255,10 @@ int nk_gemm_run(void *args)
 	if (nk_using_reference())
 		return nk_gemm_ref(args);
 	g = *g0;
+	if (g.beta == 0)
+		g.bias = NULL;
+	if (!g.K || g.M == 1 || g.N == 1)
+		bias_prefill(&g);
 	if (!g.K) {
 		gemm_scale_c(&g);
 		return 0;
@@ -1204,6 +1273,7 @@ int nk_gemm_run(void *args)
 		t.A = g.B, t.rs_a = g.cs_b, t.cs_a = g.rs_b, t.bs_a = g.bs_b;
 		t.B = g.A, t.rs_b = g.cs_a, t.cs_b = g.rs_a, t.bs_b = g.bs_a;
 		t.rs_c = g.cs_c, t.cs_c = g.rs_c;
+		t.rs_bias = g.cs_bias, t.cs_bias = g.rs_bias;
 		g = t;
 	}
 	isa = nk_gemm_isa_select();

@@ -478,6 +478,69 @@ static void test_gemm_drivers_agree(void)
 			}
 }
 
+/* [gemm bias] C = alpha*A@B + beta*bias with C full of NaN (not read): against the reference run on a
+ * C that holds the expanded bias, for each driver (small-M, shared, per-task f64, GEMV, K = 0, col-major
+ * C) and bias layouts (addmm's row of N, a column, a full matrix). */
+static void test_gemm_bias(void)
+{
+	static const int64_t sz[][4] = { { 45, 300, 1031, 1 }, { 1000, 100, 300, 1 }, { 1, 300, 70, 1 },
+					  { 5, 7, 0, 1 }, { 20, 200, 77, 3 }, { 130, 130, 64, 1 } };
+	static const int dts[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
+
+	for (size_t q = 0; q < sizeof sz / sizeof sz[0]; q++)
+		for (int d = 0; d < 4; d++)
+			for (int lay = 0; lay < 4; lay++) {
+				int dt = dts[d];
+				int64_t M = sz[q][0], N = sz[q][1], K = sz[q][2], B = sz[q][3];
+				size_t es = nk_fp_elem_size(dt);
+				bool cm = lay == 3; /* column-major C */
+				void *A = nkt_alloc(dt, B * M * K + 1), *Bm = nkt_alloc(dt, B * K * N + 1);
+				void *bias = nkt_alloc(dt, B * M * N), *C0 = nkt_alloc(dt, B * M * N), *C1 = nkt_alloc(dt, B * M * N);
+				nk_gemm_args_t g = { .dtype = dt, .M = M, .N = N, .K = K, .batch = B, .alpha = 0.5, .beta = 0.75,
+						     .A = A, .rs_a = K, .cs_a = 1, .bs_a = M * K, .B = Bm, .rs_b = N, .cs_b = 1,
+						     .bs_b = K * N, .rs_c = cm ? 1 : N, .cs_c = cm ? M : 1, .bs_c = M * N };
+				double err;
+
+				nkt_fill(A, dt, B * M * K + 1, -1, 1);
+				nkt_fill(Bm, dt, B * K * N + 1, -1, 1);
+				nkt_fill(bias, dt, B * M * N, -1, 1);
+				/* lay 0: a row of N (addmm), 1: a column of M, 2 and 3: a full M x N matrix per batch */
+				g.rs_bias = lay == 0 ? 0 : lay == 1 ? 1 : N;
+				g.cs_bias = lay == 0 ? 1 : lay == 1 ? 0 : 1;
+				g.bs_bias = lay < 2 ? 0 : M * N;
+				for (int64_t b = 0; b < B; b++)
+					for (int64_t i = 0; i < M; i++)
+						for (int64_t j = 0; j < N; j++)
+							memcpy((char *)C0 + (b * g.bs_c + i * g.rs_c + j * g.cs_c) * es,
+							       (char *)bias + (b * g.bs_bias + i * g.rs_bias + j * g.cs_bias) * es, es);
+				g.C = C0;
+				CHECK(nk_gemm_ref(&g) == 0, "ref");
+				for (int64_t i = 0; i < B * M * N; i++)
+					nk_fp_stored(C1, dt, i, NAN);
+				g.C = C1;
+				g.bias = bias;
+				CHECK(nk_gemm_run(&g) == 0, "run with bias");
+				err = nkt_err(C1, C0, dt, B * M * N, 1e-4 * sqrt((double)K + 1), dt == NK_BF16 ? 1.0 / 128 : 1e-3);
+				CHECK(err <= 1, "bias %s %lldx%lldx%lld batch %lld layout %d: err %g", nkt_dtype_name(dt),
+				      (long long)M, (long long)N, (long long)K, (long long)B, lay, err);
+				/* the reference with a bias and a NaN C agrees too; beta = 0 ignores the bias */
+				for (int64_t i = 0; i < B * M * N; i++)
+					nk_fp_stored(C1, dt, i, NAN);
+				CHECK(nk_gemm_ref(&g) == 0, "ref with bias");
+				CHECK(nkt_err(C1, C0, dt, B * M * N, 1e-4 * sqrt((double)K + 1), dt == NK_BF16 ? 1.0 / 128 : 1e-3) <= 1,
+				      "ref with bias %s layout %d", nkt_dtype_name(dt), lay);
+				if (K && !cm && M > 1 && N > 1) {
+					for (int64_t i = 0; i < B * M * N; i++)
+						nk_fp_stored(C1, dt, i, NAN);
+					g.beta = 0;
+					CHECK(nk_gemm_run(&g) == 0, "run beta 0");
+					for (int64_t i = 0; i < B * M * N; i++)
+						CHECK(!isnan(nk_fp_loadd(C1, dt, i)), "beta 0 with bias left C unwritten at %lld", (long long)i);
+				}
+				free(A), free(Bm), free(bias), free(C0), free(C1);
+			}
+}
+
 static void test_gemm_k0_and_errors(void)
 {
 	float c[6] = { 1, 2, 3, 4, 5, 6 };
@@ -550,6 +613,7 @@ int main(void)
 	RUN(test_gemm_layouts);
 	RUN(test_gemm_portable_driver);
 	RUN(test_gemm_drivers_agree);
+	RUN(test_gemm_bias);
 	RUN(test_gemm_k0_and_errors);
 	if (!NK_TEST_SMALL && !nk_using_reference()) {
 		bench(NK_F32, 512, 5);
