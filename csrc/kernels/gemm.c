@@ -973,6 +973,7 @@ typedef struct {
 	int64_t kcmax, nslices;     /* k per slice (KC, or KCB for pairs), slices of K */
 	int64_t kwords;             /* 32-bit words of one packed row of A (or column of B) over all of K */
 	int64_t panels_m, panels_n, cw, ntasks; /* task t: B panels t*cw .. t*cw+cw-1 */
+	int64_t nt;                 /* threads of the pool */
 	atomic_int_fast64_t next;   /* next unclaimed task */
 	float *ap;                  /* packed A: panel r at ap + r*MR*kwords, slice s at + MR*small_off(s) */
 	atomic_int *state;          /* per row panel of ap: 0 not packed, 1 being packed, 2 ready */
@@ -1054,8 +1055,12 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 		else
 			pl->isa->pack_b(src, g->dtype, g->rs_b, g->cs_b, kc, ncols - qpack * NR, dst + qpack * kc * NR);
 	}
-	for (int64_t r = 0; r < sm->panels_m; r++) {
-		int64_t ir = r * MR;
+	/* the first tasks (one per thread, run at the same time) start at different row panels, so that they
+	 * pack different panels of A instead of both wanting panel 0 */
+	int64_t r0 = t % sm->nt * sm->panels_m / sm->nt;
+
+	for (int64_t ri = 0; ri < sm->panels_m; ri++) {
+		int64_t r = (r0 + ri) % sm->panels_m, ir = r * MR;
 		int mr = (int)min64(MR, g->M - ir);
 		const float *ar = small_a_panel(sm, r, own);
 
@@ -1149,6 +1154,7 @@ static bool gemm_small(gemm_plan_t *pl, int nt)
 	if (sm.cw < 1)
 		sm.cw = 1;
 	sm.ntasks = cdiv(sm.panels_n, sm.cw);
+	sm.nt = nt;
 	/* packed A, then the panel states */
 	abytes = (size_t)(sm.panels_m * MR * sm.kwords) * sizeof(float);
 	sm.ap = nk_ws_get(NK_WS_GEMM_B, abytes + (size_t)sm.panels_m * sizeof(atomic_int));
