@@ -6,10 +6,12 @@
  *   - the packed, cache-blocked driver (BLIS-style) for f32/bf16/f16/f64 with the micro-kernels and packers
  *     of the best ISA table (nk_gemm_isa_select: AVX-512 in gemm_avx512.c, else the portable ones here).
  * The micro-kernel contract (packed panels, edge tiles, strides) is written out in docs/kernels.md.
- * Threading (nrt_parallel_for): with several threads and few batch entries, B is packed once per
- * call by all threads (a pack job), then tasks of one 14-row panel (times a column chunk when there
- * are few panels) are claimed dynamically (gemm_shared); otherwise tasks are rectangles of C (and
- * batch entries) that pack their own panels.  No task writes another's C and every element is summed
+ * Threading (nrt_parallel_for): with few batch entries and a small packed A (at most 1 MiB: M x K of
+ * a few hundred rows), tasks are column chunks over all rows, claimed dynamically, each packing its own
+ * B panels (f32: none, read in place) while A is packed once on first use (gemm_small); with several
+ * threads and few batch entries otherwise, B is packed once per call by all threads (a pack job), then
+ * tasks of one 14-row panel (times a column chunk when there are few panels) are claimed dynamically
+ * (gemm_shared); otherwise tasks are rectangles of C (and batch entries) that pack their own panels.  No task writes another's C and every element is summed
  * over the same k-slices in the same order, so results do not depend on the thread count.
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
@@ -83,6 +85,40 @@ static int gemm_check(const nk_gemm_args_t *g)
 	return 0;
 }
 
+/* C[b][i0.., j0..] (m x n) = bias (same dtype: elements copied as they are). */
+static void bias_fill(const nk_gemm_args_t *g, int64_t b, int64_t i0, int64_t m, int64_t j0, int64_t n)
+{
+	size_t es = nk_fp_elem_size(g->dtype);
+
+	for (int64_t i = i0; i < i0 + m; i++) {
+		const char *src = (const char *)g->bias + (b * g->bs_bias + i * g->rs_bias + j0 * g->cs_bias) * (int64_t)es;
+		char *dst = (char *)g->C + (b * g->bs_c + i * g->rs_c + j0 * g->cs_c) * (int64_t)es;
+
+		if (g->cs_bias == 1 && g->cs_c == 1)
+			memcpy(dst, src, (size_t)n * es);
+		else
+			for (int64_t j = 0; j < n; j++)
+				memcpy(dst + j * g->cs_c * (int64_t)es, src + j * g->cs_bias * (int64_t)es, es);
+	}
+}
+
+static void bias_fill_rows(void *ctx, int64_t r0, int64_t r1)
+{
+	const nk_gemm_args_t *g = ctx;
+
+	for (int64_t r = r0; r < r1; r++)
+		bias_fill(g, r / g->M, r % g->M, 1, 0, g->N);
+}
+
+/* Copies the bias into C over the pool and drops it from g (the paths without a fused copy). */
+static void bias_prefill(nk_gemm_args_t *g)
+{
+	if (!g->bias)
+		return;
+	nrt_parallel_for(g->batch * g->M, cdiv(1 << 14, g->N), bias_fill_rows, g);
+	g->bias = NULL;
+}
+
 /* ---- reference ---------------------------------------------------------------------------------- */
 
 /* Rows [r0, r1) of the flattened (batch, M) rows: one dot product per element of C, accumulated in
@@ -94,6 +130,9 @@ static void gemm_ref_rows(void *ctx, int64_t r0, int64_t r1)
 	for (int64_t r = r0; r < r1; r++) {
 		int64_t b = r / g->M, i = r % g->M;
 		int64_t oa = b * g->bs_a + i * g->rs_a, ob = b * g->bs_b, oc = b * g->bs_c + i * g->rs_c;
+
+		if (g->bias && g->beta != 0)
+			bias_fill(g, b, i, 1, 0, g->N);
 
 		for (int64_t j = 0; j < g->N; j++) {
 			int64_t c = oc + j * g->cs_c;
@@ -159,6 +198,18 @@ void nk_sgemm_ref_14x32(int64_t k, const float *a, const float *b, float *c, int
 		for (int i = 0; i < MR; i++)
 			for (int j = 0; j < NR; j++)
 				acc[i * NR + j] += a[p * MR + i] * b[p * NR + j];
+	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
+}
+
+void nk_sgemm_ref_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+			  int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	float acc[MR * NR] = { 0 };
+
+	for (int64_t p = 0; p < k; p++)
+		for (int i = 0; i < MR; i++)
+			for (int j = 0; j < NR; j++)
+				acc[i * NR + j] += a[p * MR + i] * b[p * ldb + j];
 	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
 }
 
@@ -334,6 +385,7 @@ void nk_gemm_pack_b_pairs_ref(const void *src, int64_t rs, int64_t cs, int64_t k
 const nk_gemm_isa_t nk_gemm_isa_ref = {
 	.name = "portable",
 	.sgemm = nk_sgemm_ref_14x32,
+	.sgemm_b = nk_sgemm_ref_14x32_b,
 	.sbgemm = NULL,
 	.sbgemm_bf16c = NULL,
 	.dgemm = nk_dgemm_ref_14x16,
@@ -903,14 +955,249 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 	return true;
 }
 
+/* ---- small M: A packed once and shared, B packed per column chunk by the thread that uses it ------- */
+
+/* When all of packed A fits in L2 (M x K small), every task is a chunk of columns over all rows: its
+ * thread packs the chunk's B panels (all of K) into its own buffer, where they stay in L2 while all the
+ * row panels of A pass over them.  B is packed exactly once, by the thread that reads it, and never
+ * goes through L3 (the shared driver's packed block is written by one core and read by both, and each
+ * row panel streams it again).  Each element of C sums the same k-slices in the same order as the other
+ * drivers. */
+#define SMALL_A_BYTES ((size_t)1 << 20)    /* packed A (all row panels, all of K) at most: L2 */
+#define SMALL_PANEL_BYTES ((size_t)256 << 10) /* one packed B panel (all of K) at most */
+#define SMALL_CHUNK_PANELS 4                /* B panels per task at most */
+
+typedef struct {
+	const gemm_plan_t *pl;
+	int64_t b;                  /* batch entry */
+	int64_t kcmax, nslices;     /* k per slice (KC, or KCB for pairs), slices of K */
+	int64_t kwords;             /* 32-bit words of one packed row of A (or column of B) over all of K */
+	int64_t panels_m, panels_n, cw, ntasks; /* task t: B panels t*cw .. t*cw+cw-1 */
+	int64_t nt;                 /* threads of the pool */
+	atomic_int_fast64_t next;   /* next unclaimed task */
+	float *ap;                  /* packed A: panel r at ap + r*MR*kwords, slice s at + MR*small_off(s) */
+	atomic_int *state;          /* per row panel of ap: 0 not packed, 1 being packed, 2 ready */
+	bool acc;                   /* C is bf16/f16: accumulate in f32 */
+	bool inplace_b;             /* f32 B with unit column stride: full panels read in place (sgemm_b) */
+} small_t;
+
+/* Words of packed k before slice s (full slices hold kcmax k, kcmax/2 pairs), and in slice s. */
+static int64_t small_off(const small_t *sm, int64_t s)
+{
+	return s * (sm->pl->pairs ? sm->kcmax / 2 : sm->kcmax);
+}
+
+static int64_t small_kc(const small_t *sm, int64_t s)
+{
+	return min64(sm->kcmax, sm->pl->g->K - s * sm->kcmax);
+}
+
+/* Packs row panel r of A (all slices) into dst. */
+static void small_pack_a(const small_t *sm, int64_t r, float *dst)
+{
+	const gemm_plan_t *pl = sm->pl;
+	const nk_gemm_args_t *g = pl->g;
+	int mr = (int)min64(MR, g->M - r * MR);
+
+	for (int64_t s = 0; s < sm->nslices; s++) {
+		int64_t kc = small_kc(sm, s);
+		const void *src = at(g->A, sm->b * g->bs_a + r * MR * g->rs_a + s * sm->kcmax * g->cs_a, pl->es);
+		float *d = dst + MR * small_off(sm, s);
+
+		if (pl->pairs)
+			pl->isa->pack_a_pairs(src, g->rs_a, g->cs_a, mr, kc, (uint32_t *)d);
+		else
+			pl->isa->pack_a(src, g->dtype, g->rs_a, g->cs_a, mr, kc, d);
+	}
+}
+
+/* Row panel r of packed A: the first thread to need it packs it into the shared buffer; a thread that
+ * finds it being packed by another packs its own copy into `own` rather than wait. */
+static const float *small_a_panel(const small_t *sm, int64_t r, float *own)
+{
+	atomic_int *st = &sm->state[r];
+	int v = atomic_load_explicit(st, memory_order_acquire);
+	float *dst = sm->ap + r * MR * sm->kwords;
+
+	if (v == 2)
+		return dst;
+	if (v == 0 && atomic_compare_exchange_strong_explicit(st, &v, 1, memory_order_acquire, memory_order_acquire)) {
+		small_pack_a(sm, r, dst);
+		atomic_store_explicit(st, 2, memory_order_release);
+		return dst;
+	}
+	if (v == 2)
+		return dst;
+	small_pack_a(sm, r, own);
+	return own;
+}
+
+/* Task t: packs its B panels (slice s of the chunk at bp + small_off(s)*cw*NR, panel q of it at
+ * + q*words(s)*NR), then runs every row panel of A over them. */
+static void small_task(const small_t *sm, float *bp, float *acc, float *own, int64_t t)
+{
+	const gemm_plan_t *pl = sm->pl;
+	const nk_gemm_args_t *g = pl->g;
+	int64_t q0 = t * sm->cw, q1 = min64(sm->panels_n, q0 + sm->cw), j0 = q0 * NR;
+	int64_t ncols = min64(g->N, q1 * NR) - j0, ldacc = sm->cw * NR, es = (int64_t)pl->es;
+	bool direct = pl->pairs && pl->isa->sbgemm_bf16c && g->cs_c == 1;
+	/* row-major f32 B: full panels are read in place (sgemm_b), only a ragged last panel is packed */
+	int64_t qpack = sm->inplace_b ? ncols / NR : 0;
+
+	for (int64_t s = 0; s < sm->nslices && qpack * NR < ncols; s++) {
+		int64_t kc = small_kc(sm, s), jp = j0 + qpack * NR;
+		const void *src = at(g->B, sm->b * g->bs_b + s * sm->kcmax * g->rs_b + jp * g->cs_b, pl->es);
+		float *dst = bp + small_off(sm, s) * ldacc;
+
+		if (pl->pairs)
+			pl->isa->pack_b_pairs(src, g->rs_b, g->cs_b, kc, ncols - qpack * NR,
+					      (uint32_t *)dst + qpack * ((kc + 1) / 2) * NR);
+		else
+			pl->isa->pack_b(src, g->dtype, g->rs_b, g->cs_b, kc, ncols - qpack * NR, dst + qpack * kc * NR);
+	}
+	/* the first tasks (one per thread, run at the same time) start at different row panels, so that they
+	 * pack different panels of A instead of both wanting panel 0 */
+	int64_t r0 = t % sm->nt * sm->panels_m / sm->nt;
+
+	for (int64_t ri = 0; ri < sm->panels_m; ri++) {
+		int64_t r = (r0 + ri) % sm->panels_m, ir = r * MR;
+		int mr = (int)min64(MR, g->M - ir);
+		const float *ar = small_a_panel(sm, r, own);
+
+		if (g->bias) /* C's old value: the bias, copied into the tile rows just before they are used */
+			bias_fill(g, sm->b, ir, mr, j0, ncols);
+		float *C = (float *)g->C + sm->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c;
+		char *Cb = (char *)g->C + (sm->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c) * es;
+
+		for (int64_t s = 0; s < sm->nslices; s++) {
+			int64_t kc = small_kc(sm, s), kw = pl->pairs ? (kc + 1) / 2 : kc;
+			const float *as = ar + MR * small_off(sm, s), *bs = bp + small_off(sm, s) * ldacc;
+			bool first = s == 0, last = s == sm->nslices - 1;
+
+			for (int64_t q = 0; q < q1 - q0; q++) {
+				int64_t jr = q * NR;
+				int nr = (int)min64(NR, ncols - jr);
+				const float *bq = bs + q * kw * NR;
+
+				if (pl->pairs && direct && last)
+					pl->isa->sbgemm_bf16c(kw, (const uint32_t *)as, (const uint32_t *)bq,
+							      first ? NULL : acc + jr, ldacc, (uint16_t *)Cb + jr, g->rs_c,
+							      pl->alpha, pl->beta, mr, nr);
+				else if (pl->pairs)
+					pl->isa->sbgemm(kw, (const uint32_t *)as, (const uint32_t *)bq, acc + jr, ldacc, 1,
+							1.0f, first ? 0.0f : 1.0f, mr, nr);
+				else if (sm->acc)
+					pl->isa->sgemm(kc, as, bq, acc + jr, ldacc, 1, 1.0f, first ? 0.0f : 1.0f, mr, nr);
+				else if (q < qpack)
+					pl->isa->sgemm_b(kc, as,
+							 (const float *)g->B + sm->b * g->bs_b + s * sm->kcmax * g->rs_b + j0 + jr,
+							 g->rs_b, C + jr * g->cs_c, g->rs_c, g->cs_c, pl->alpha,
+							 first ? pl->beta : 1.0f, mr, nr);
+				else
+					pl->isa->sgemm(kc, as, bq, C + jr * g->cs_c, g->rs_c, g->cs_c, pl->alpha,
+						       first ? pl->beta : 1.0f, mr, nr);
+			}
+		}
+		if (sm->acc && !direct)
+			shared_acc_store(pl, acc, ldacc, Cb, mr, ncols);
+	}
+}
+
+/* Phase 2 entry, once per thread: claims tasks one at a time until none is left. */
+static void small_compute(void *ctx, int64_t u0, int64_t u1)
+{
+	small_t *sm = ctx;
+	/* the B chunk, then a private A panel */
+	size_t bbytes = (size_t)(sm->kwords * sm->cw * NR) * sizeof(float);
+	size_t abytes = (size_t)(MR * sm->kwords) * sizeof(float);
+	float *bp = nk_ws_get(NK_WS_GEMM_A, bbytes + abytes > WS_A_BYTES ? bbytes + abytes : WS_A_BYTES), *acc = NULL;
+
+	if (sm->acc)
+		acc = nk_ws_get(NK_WS_GEMM_C, (size_t)MR * (size_t)(sm->cw * NR) * sizeof(float));
+	if (!bp || (sm->acc && !acc)) {
+		atomic_store(sm->pl->failed, 1);
+		return;
+	}
+	for (int64_t u = u0; u < u1; u++)
+		for (;;) {
+			int64_t t = atomic_fetch_add(&sm->next, 1);
+
+			if (t >= sm->ntasks)
+				break;
+			small_task(sm, bp, acc, bp + bbytes / sizeof(float), t);
+		}
+}
+
+/* The small-M driver when the shape suits it (packed A and one B panel small enough, and enough
+ * column panels for the threads); returns false otherwise. */
+static bool gemm_small(gemm_plan_t *pl, int nt)
+{
+	const nk_gemm_args_t *g = pl->g;
+	small_t sm = { .pl = pl, .acc = g->dtype != NK_F32, .inplace_b = g->dtype == NK_F32 && g->cs_b == 1 && pl->isa->sgemm_b };
+	size_t abytes;
+
+	if (g->dtype == NK_F64)
+		return false;
+	sm.kcmax = pl->pairs ? KCB : KC;
+	sm.nslices = cdiv(g->K, sm.kcmax);
+	sm.kwords = small_off(&sm, sm.nslices - 1) + (pl->pairs ? (small_kc(&sm, sm.nslices - 1) + 1) / 2 :
+							   small_kc(&sm, sm.nslices - 1));
+	sm.panels_m = cdiv(g->M, MR);
+	sm.panels_n = cdiv(g->N, NR);
+	if ((size_t)(sm.panels_m * MR * sm.kwords) * sizeof(float) > SMALL_A_BYTES ||
+	    (size_t)(sm.kwords * NR) * sizeof(float) > SMALL_PANEL_BYTES || sm.panels_n < 2 * (int64_t)nt)
+		return false;
+	/* at least 8 tasks per thread where there are enough panels (a late thread costs half a task on
+	 * average), at most SMALL_CHUNK_PANELS panels (and SMALL_PANEL_BYTES) each */
+	sm.cw = min64(SMALL_CHUNK_PANELS, sm.panels_n / (16 * (int64_t)nt));
+	sm.cw = min64(sm.cw, (int64_t)(SMALL_PANEL_BYTES / ((size_t)(sm.kwords * NR) * sizeof(float))));
+	if (sm.cw < 1)
+		sm.cw = 1;
+	sm.ntasks = cdiv(sm.panels_n, sm.cw);
+	sm.nt = nt;
+	/* packed A, then the panel states */
+	abytes = (size_t)(sm.panels_m * MR * sm.kwords) * sizeof(float);
+	sm.ap = nk_ws_get(NK_WS_GEMM_B, abytes + (size_t)sm.panels_m * sizeof(atomic_int));
+	if (!sm.ap) {
+		atomic_store(pl->failed, 1);
+		return true;
+	}
+	sm.state = (atomic_int *)((char *)sm.ap + abytes);
+	for (int64_t b = 0; b < g->batch; b++) {
+		sm.b = b;
+		for (int64_t r = 0; r < sm.panels_m; r++)
+			atomic_store_explicit(&sm.state[r], 0, memory_order_relaxed);
+		atomic_store(&sm.next, 0);
+		nrt_parallel_for(nt, 1, small_compute, &sm);
+	}
+	return true;
+}
+
 int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 {
 	atomic_int failed = 0;
-	gemm_plan_t pl = gemm_plan(g, isa, &failed);
+	nk_gemm_args_t nb;
+	gemm_plan_t pl;
 	double fma = (double)g->M * (double)g->N * (double)g->K * (double)g->batch;
 	int nt = nrt_num_threads();
 	int64_t want = 1, ntasks;
 
+	if (g->bias && g->beta == 0) {
+		nb = *g;
+		nb.bias = NULL;
+		g = &nb;
+	}
+	pl = gemm_plan(g, isa, &failed);
+
+	/* small M: A packed once, B per column chunk in the thread's own buffer (gemm_small) */
+	if (fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt && gemm_small(&pl, nt))
+		return gemm_failed(&failed);
+	if (g->bias) {
+		/* the other drivers read the old C: the bias is copied there first */
+		nb = *g;
+		bias_prefill(&nb);
+		g = pl.g = &nb;
+	}
 	/* a few batch entries on several threads: B packed once and shared (gemm_shared) */
 	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt && g->dtype != NK_F64 && gemm_shared(&pl, nt))
 		return gemm_failed(&failed);
@@ -928,7 +1215,18 @@ int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 int nk_gemm_packed_1t(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 {
 	atomic_int failed = 0;
-	gemm_plan_t pl = gemm_plan(g, isa, &failed);
+	nk_gemm_args_t nb;
+	gemm_plan_t pl;
+
+	if (g->bias) {
+		nb = *g;
+		if (g->beta != 0)
+			for (int64_t b = 0; b < g->batch; b++)
+				bias_fill(g, b, 0, g->M, 0, g->N);
+		nb.bias = NULL;
+		g = &nb;
+	}
+	pl = gemm_plan(g, isa, &failed);
 
 	gemm_partition(&pl, 1);
 	gemm_tasks(&pl, 0, g->batch * pl.tiles_m * pl.tiles_n);
@@ -963,6 +1261,10 @@ int nk_gemm_run(void *args)
 	if (nk_using_reference())
 		return nk_gemm_ref(args);
 	g = *g0;
+	if (g.beta == 0)
+		g.bias = NULL;
+	if (!g.K || g.M == 1 || g.N == 1)
+		bias_prefill(&g);
 	if (!g.K) {
 		gemm_scale_c(&g);
 		return 0;
@@ -977,6 +1279,7 @@ int nk_gemm_run(void *args)
 		t.A = g.B, t.rs_a = g.cs_b, t.cs_a = g.rs_b, t.bs_a = g.bs_b;
 		t.B = g.A, t.rs_b = g.cs_a, t.cs_b = g.rs_a, t.bs_b = g.bs_a;
 		t.rs_c = g.cs_c, t.cs_c = g.rs_c;
+		t.rs_bias = g.cs_bias, t.cs_bias = g.rs_bias;
 		g = t;
 	}
 	isa = nk_gemm_isa_select();

@@ -80,8 +80,8 @@ static void store_tile_strided(const float *t, float *c, int64_t rs_c, int64_t c
 	} while (0)
 
 static inline __attribute__((always_inline)) void sgemm_body(const int R, const bool H, int64_t k, const float *a,
-							     const float *b, float *c, int64_t rs_c, int64_t cs_c,
-							     float alpha, float beta, int m, int n)
+							     const float *b, int64_t ldb, float *c, int64_t rs_c,
+							     int64_t cs_c, float alpha, float beta, int m, int n)
 {
 	ROWS(DECL_R)
 	if (cs_c == 1) {
@@ -95,13 +95,13 @@ static inline __attribute__((always_inline)) void sgemm_body(const int R, const 
 			c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);    \
 	}
 	for (int64_t p = 0; p < k; p++) {
-		__m512 b0 = _mm512_load_ps(b), b1 = H ? b0 : _mm512_load_ps(b + 16);
+		__m512 b0 = _mm512_loadu_ps(b), b1 = H ? b0 : _mm512_loadu_ps(b + 16);
 
-		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
-		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * ldb), _MM_HINT_T0);
+		_mm_prefetch((const char *)(b + 16 * ldb + 16), _MM_HINT_T0);
 		ROWS(FMA_ROW)
 		a += MR;
-		b += NR;
+		b += ldb;
 	}
 #undef FMA_ROW
 	STORE_TILE_R();
@@ -219,9 +219,9 @@ static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R,
 #define SG_CASE(r)                                                                                  \
 	case r:                                                                                     \
 		if (n > 16)                                                                         \
-			sgemm_body(r, false, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);            \
+			sgemm_body(r, false, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);       \
 		else                                                                                \
-			sgemm_body(r, true, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);             \
+			sgemm_body(r, true, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);        \
 		return;
 #define SB_CASE(r)                                                                                  \
 	case r:                                                                                     \
@@ -256,13 +256,29 @@ void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t 
 void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
 			   float alpha, float beta, int m, int n)
 {
+	const int64_t ldb = NR;
+
 	switch (m) {
 	ALL_CASES(SG_CASE)
 	default:
 		if (n > 16)
-			sgemm_body(MR, false, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+			sgemm_body(MR, false, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
 		else
-			sgemm_body(MR, true, k, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+			sgemm_body(MR, true, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
+	}
+}
+
+/* The same over B rows read in place (row p at b + p*ldb, unaligned): row-major f32 B needs no packing. */
+void nk_sgemm_avx512_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+			     int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	switch (m) {
+	ALL_CASES(SG_CASE)
+	default:
+		if (n > 16)
+			sgemm_body(MR, false, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
+		else
+			sgemm_body(MR, true, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
 	}
 }
 
@@ -545,14 +561,22 @@ void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_
 		return;
 	}
 	if (cs == 1) {
-		/* row-major B: up to 4 panels per sweep down the row pairs (as nk_gemm_pack_b_avx512) */
+		/* row-major B: up to 4 panels per sweep down the row pairs (as nk_gemm_pack_b_avx512); the
+		 * 32 columns of a panel interleaved in two unpacks (pairs of columns 0-3, 8-11, .. and
+		 * 4-7, 12-15, .. per 128-bit lane) and put in order by two qword permutes */
+		const __m512i lo_idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+		const __m512i hi_idx = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+
 		for (int64_t q0 = 0; q0 * NR < n; q0 += 4) {
 			int nq = (int)((n - q0 * NR + NR - 1) / NR < 4 ? (n - q0 * NR + NR - 1) / NR : 4);
 			int64_t w = n - q0 * NR < 4 * NR ? n - q0 * NR : 4 * NR;
-			__mmask16 mk[8];
+			__mmask32 mk[4];
 
-			for (int h = 0; h < 8; h++)
-				mk[h] = mask_n((int)(w - 16 * h));
+			for (int h = 0; h < 4; h++) {
+				int64_t c = w - 32 * h;
+
+				mk[h] = c >= 32 ? (__mmask32)0xffffffffu : c <= 0 ? 0 : (__mmask32)((1u << c) - 1);
+			}
 			for (int64_t pp = 0; pp < kp; pp++) {
 				const uint16_t *r0 = s + 2 * pp * rs + q0 * NR;
 				const uint16_t *r1 = 2 * pp + 1 < k ? r0 + rs : NULL;
@@ -564,10 +588,12 @@ void nk_gemm_pack_b_pairs_avx512(const void *src, int64_t rs, int64_t cs, int64_
 					}
 				for (int qq = 0; qq < nq; qq++) {
 					uint32_t *d = dst + (q0 + qq) * kp * NR + pp * NR;
-					const uint16_t *a = r0 + qq * NR, *b = r1 ? r1 + qq * NR : NULL;
+					__m512i x0 = _mm512_maskz_loadu_epi16(mk[qq], r0 + qq * NR);
+					__m512i x1 = r1 ? _mm512_maskz_loadu_epi16(mk[qq], r1 + qq * NR) : _mm512_setzero_si512();
+					__m512i lo = _mm512_unpacklo_epi16(x0, x1), hi = _mm512_unpackhi_epi16(x0, x1);
 
-					_mm512_store_si512(d, pairs16(a, b, mk[2 * qq]));
-					_mm512_store_si512(d + 16, pairs16(a + 16, b ? b + 16 : NULL, mk[2 * qq + 1]));
+					_mm512_store_si512(d, _mm512_permutex2var_epi64(lo, lo_idx, hi));
+					_mm512_store_si512(d + 16, _mm512_permutex2var_epi64(lo, hi_idx, hi));
 				}
 			}
 		}
@@ -685,6 +711,7 @@ void nk_dot4_f32_avx512(const float *x, const float *y, int64_t ldy, int64_t n, 
 const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.name = "avx512",
 	.sgemm = nk_sgemm_avx512_14x32,
+	.sgemm_b = nk_sgemm_avx512_14x32_b,
 	.sbgemm = nk_sbgemm_avx512_14x32,
 	.sbgemm_bf16c = nk_sbgemm_avx512_14x32_bf16c,
 	.dgemm = nk_dgemm_avx512_14x16,

@@ -148,6 +148,10 @@ typedef struct {
 	const void *A; int64_t rs_a, cs_a, bs_a;
 	const void *B; int64_t rs_b, cs_b, bs_b;
 	void *C; int64_t rs_c, cs_c, bs_c;
+	/* [gemm bias] optional (NULL: none; ignored when beta == 0): C's old value is taken from bias
+	 * instead, C = alpha * A@B + beta * bias, C not read; element (b, i, j) of bias (C's dtype) at
+	 * bias[b*bs_bias + i*rs_bias + j*cs_bias] (0 strides broadcast, e.g. addmm's row of N) */
+	const void *bias; int64_t rs_bias, cs_bias, bs_bias;
 } nk_gemm_args_t;
 int nk_gemm_run(void *args);
 int nk_gemm_ref(void *args);

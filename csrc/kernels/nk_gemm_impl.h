@@ -43,6 +43,10 @@
  * where beta == 0 does not read C.  Nothing outside the m x n tile is touched.  k may be 0. */
 typedef void (*nk_sgemm_ukr_t)(int64_t k, const float *a, const float *b, float *c, int64_t rs_c,
 			       int64_t cs_c, float alpha, float beta, int m, int n);
+/* f32 micro-kernel over B read in place: the sgemm contract with b[p*ldb + j] (any alignment; the NR
+ * columns j < NR of each of the k rows must be readable, whatever n is). */
+typedef void (*nk_sgemm_b_ukr_t)(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+				 int64_t cs_c, float alpha, float beta, int m, int n);
 /* bf16 micro-kernel, same contract over kp k-pairs: a[pp*MR + i] holds the bf16 pair
  * (A[i][2pp], A[i][2pp+1]) in its low and high half, b[pp*NR + j] holds (B[2pp][j], B[2pp+1][j]);
  * products are summed in f32 (vdpbf16ps). */
@@ -78,6 +82,7 @@ typedef void (*nk_gemm_pack_b_pairs_t)(const void *src, int64_t rs, int64_t cs, 
 typedef struct {
 	const char *name;
 	nk_sgemm_ukr_t sgemm;
+	nk_sgemm_b_ukr_t sgemm_b; /* may be NULL (then B is packed) */
 	nk_sbgemm_ukr_t sbgemm;
 	nk_sbgemm_bf16c_ukr_t sbgemm_bf16c; /* with sbgemm; may be NULL (then f32 partials, rounded after) */
 	nk_dgemm_ukr_t dgemm;
@@ -100,6 +105,10 @@ void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float
 			 int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c,
 			   int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sgemm_ref_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+			  int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sgemm_avx512_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+			     int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
 			    int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc, int64_t ld_acc,

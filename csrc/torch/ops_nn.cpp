@@ -61,9 +61,13 @@ static void gemm3(const char *name, const at::Tensor &A, const at::Tensor &B, co
 }
 
 // gemm3 for 2-d operands without building the 3-d views (three dispatcher round trips per mm).
-static void gemm2(const char *name, const at::Tensor &A, const at::Tensor &B, const at::Tensor &C, double alpha, double beta)
+static void gemm2(const char *name, const at::Tensor &A, const at::Tensor &B, const at::Tensor &C, double alpha, double beta,
+		  const at::Tensor *bias = nullptr)
 {
 	nk_gemm_args_t g{};
+	if (bias) { // [gemm bias] C's old value read from the (expanded) bias inside the GEMM kernel
+		g.bias = bias->const_data_ptr(), g.rs_bias = bias->stride(0), g.cs_bias = bias->stride(1), g.bs_bias = 0;
+	}
 	g.dtype = nk_dtype(C.scalar_type(), name);
 	g.batch = 1, g.M = C.size(0), g.N = C.size(1), g.K = A.size(1);
 	g.alpha = alpha, g.beta = beta;
@@ -102,6 +106,14 @@ static at::Tensor &mm_into(const char *name, const at::Tensor &a, const at::Tens
 	DeviceScope g(a.device().index());
 	at::native::resize_output(out, {a.size(0), b.size(1)});
 	bool use_bias = bias.defined() && beta != 0;
+	// [gemm bias] a floating bias of out's dtype that does not share out's memory goes to the GEMM kernel
+	// itself (one launch, and the small-M driver copies it into each tile just before using it)
+	if (use_bias && a.size(1) != 0 && at::isFloatingType(out.scalar_type()) && bias.scalar_type() == out.scalar_type() &&
+	    bias.device() == out.device() && !bias.storage().is_alias_of(out.storage())) {
+		at::Tensor e = bias.expand({a.size(0), b.size(1)});
+		gemm2(name, a, b, out, alpha, beta, &e);
+		return out;
+	}
 	if (use_bias)
 		out.copy_(bias.expand({a.size(0), b.size(1)}));
 	if (a.size(1) == 0) { // K == 0: out = beta*bias

@@ -57,6 +57,46 @@ static void test_sgemm_ukr(void)
 					check_ukr_case(ks[a], mn[b][0], mn[b][1], betas[c], s);
 }
 
+/* sgemm_b (B rows read in place, row stride ldb, unaligned) against the packed-B kernel on the same
+ * numbers: the same products in the same order, so the results are equal. */
+static void test_sgemm_b_ukr(void)
+{
+	static const int mn[][2] = { { 14, 32 }, { 1, 1 }, { 13, 17 }, { 14, 16 }, { 2, 32 } };
+	static const int64_t ks[] = { 0, 1, 7, 300 };
+	int64_t ldb = NK_GEMM_NR + 13;
+	float *a = nkt_alloc(NK_F32, NK_GEMM_MR * 300), *bp = nkt_alloc(NK_F32, 300 * NK_GEMM_NR);
+	float *bs = nkt_alloc(NK_F32, 300 * ldb + 1), *b = bs + 1; /* not 64-byte aligned */
+	float c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40], c2[NK_GEMM_MR * 40], init[NK_GEMM_MR * 40];
+
+	nkt_fill(a, NK_F32, NK_GEMM_MR * 300, -1, 1);
+	nkt_fill(bs, NK_F32, 300 * ldb + 1, -1, 1);
+	for (int64_t p = 0; p < 300; p++)
+		memcpy(bp + p * NK_GEMM_NR, b + p * ldb, NK_GEMM_NR * sizeof(float));
+	for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++)
+		for (size_t t = 0; t < sizeof mn / sizeof mn[0]; t++)
+			for (int v = 0; v < 2; v++) {
+				float beta = v ? 0.5f : 0.0f;
+				int m = mn[t][0], n = mn[t][1];
+
+				for (int i = 0; i < NK_GEMM_MR * 40; i++)
+					init[i] = c0[i] = c1[i] = c2[i] = v ? (float)nkt_uniform(-1, 1) : NAN;
+				nk_sgemm_ref_14x32(ks[q], a, bp, c0, 40, 1, 0.75f, beta, m, n);
+				nk_sgemm_ref_14x32_b(ks[q], a, b, ldb, c1, 40, 1, 0.75f, beta, m, n);
+				for (int i = 0; i < NK_GEMM_MR * 40; i++)
+					CHECK(isnan(c0[i]) ? isnan(c1[i]) : c0[i] == c1[i],
+					      "sgemm_ref_b k=%lld m=%d n=%d at %d", (long long)ks[q], m, n, i);
+				if (!have_avx512)
+					continue;
+				memcpy(c0, init, sizeof c0);
+				nk_sgemm_avx512_14x32(ks[q], a, bp, c0, 40, 1, 0.75f, beta, m, n);
+				nk_sgemm_avx512_14x32_b(ks[q], a, b, ldb, c2, 40, 1, 0.75f, beta, m, n);
+				for (int i = 0; i < NK_GEMM_MR * 40; i++)
+					CHECK(isnan(c0[i]) ? isnan(c2[i]) : c0[i] == c2[i],
+					      "sgemm_avx512_b k=%lld m=%d n=%d at %d", (long long)ks[q], m, n, i);
+			}
+	free(a), free(bp), free(bs);
+}
+
 static void check_sbukr_case(int64_t kp, int m, int n, float beta)
 {
 	uint32_t a[NK_GEMM_MR * 200] __attribute__((aligned(64)));
@@ -362,6 +402,9 @@ static const gcase_t shapes[] = {
 	{ 29, 65, 300, 2 }, { 2, 3, 4, 3 },      { 1, 300, 70, 2 },   { 300, 1, 70, 2 },
 	{ 64, 600, 40, 1 }, { 250, 70, 600, 1 }, { 130, 130, 1030, 1 }, { 1, 129, 1000, 1 },
 	{ 463, 40, 530, 1 }, /* 34 row panels: the shared driver pairs them, the last pair ragged */
+	/* the small-M driver (gemm_small): M not a multiple of MR, N not of NR, K over several slices
+	 * with an odd last slice (bf16 pairs), a few batch entries */
+	{ 45, 300, 1031, 1 }, { 20, 200, 77, 3 }, { 3, 129, 600, 1 },
 };
 
 static void test_gemm_layouts(void)
@@ -406,7 +449,7 @@ static void test_gemm_portable_driver(void)
 static void test_gemm_drivers_agree(void)
 {
 	static const int64_t sz[][3] = { { 130, 200, 1100 }, { 40, 700, 300 }, { 300, 65, 517 }, { 128, 768, 768 },
-					  { 463, 70, 600 } };
+					  { 463, 70, 600 }, { 45, 300, 1031 }, { 300, 700, 520 } };
 	nk_gemm_isa_t isa = nk_gemm_isa_select();
 
 	for (int d = 0; d < 2; d++)
@@ -432,6 +475,69 @@ static void test_gemm_drivers_agree(void)
 				CHECK(!memcmp(C0, C1, (size_t)(M * N) * es), "drivers differ: %s %lldx%lldx%lld beta %g",
 				      nkt_dtype_name(dt), (long long)M, (long long)N, (long long)K, g.beta);
 				free(A), free(B), free(C0), free(C1);
+			}
+}
+
+/* [gemm bias] C = alpha*A@B + beta*bias with C full of NaN (not read): against the reference run on a
+ * C that holds the expanded bias, for each driver (small-M, shared, per-task f64, GEMV, K = 0, col-major
+ * C) and bias layouts (addmm's row of N, a column, a full matrix). */
+static void test_gemm_bias(void)
+{
+	static const int64_t sz[][4] = { { 45, 300, 1031, 1 }, { 1000, 100, 300, 1 }, { 1, 300, 70, 1 },
+					  { 5, 7, 0, 1 }, { 20, 200, 77, 3 }, { 130, 130, 64, 1 } };
+	static const int dts[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
+
+	for (size_t q = 0; q < sizeof sz / sizeof sz[0]; q++)
+		for (int d = 0; d < 4; d++)
+			for (int lay = 0; lay < 4; lay++) {
+				int dt = dts[d];
+				int64_t M = sz[q][0], N = sz[q][1], K = sz[q][2], B = sz[q][3];
+				size_t es = nk_fp_elem_size(dt);
+				bool cm = lay == 3; /* column-major C */
+				void *A = nkt_alloc(dt, B * M * K + 1), *Bm = nkt_alloc(dt, B * K * N + 1);
+				void *bias = nkt_alloc(dt, B * M * N), *C0 = nkt_alloc(dt, B * M * N), *C1 = nkt_alloc(dt, B * M * N);
+				nk_gemm_args_t g = { .dtype = dt, .M = M, .N = N, .K = K, .batch = B, .alpha = 0.5, .beta = 0.75,
+						     .A = A, .rs_a = K, .cs_a = 1, .bs_a = M * K, .B = Bm, .rs_b = N, .cs_b = 1,
+						     .bs_b = K * N, .rs_c = cm ? 1 : N, .cs_c = cm ? M : 1, .bs_c = M * N };
+				double err;
+
+				nkt_fill(A, dt, B * M * K + 1, -1, 1);
+				nkt_fill(Bm, dt, B * K * N + 1, -1, 1);
+				nkt_fill(bias, dt, B * M * N, -1, 1);
+				/* lay 0: a row of N (addmm), 1: a column of M, 2 and 3: a full M x N matrix per batch */
+				g.rs_bias = lay == 0 ? 0 : lay == 1 ? 1 : N;
+				g.cs_bias = lay == 0 ? 1 : lay == 1 ? 0 : 1;
+				g.bs_bias = lay < 2 ? 0 : M * N;
+				for (int64_t b = 0; b < B; b++)
+					for (int64_t i = 0; i < M; i++)
+						for (int64_t j = 0; j < N; j++)
+							memcpy((char *)C0 + (b * g.bs_c + i * g.rs_c + j * g.cs_c) * es,
+							       (char *)bias + (b * g.bs_bias + i * g.rs_bias + j * g.cs_bias) * es, es);
+				g.C = C0;
+				CHECK(nk_gemm_ref(&g) == 0, "ref");
+				for (int64_t i = 0; i < B * M * N; i++)
+					nk_fp_stored(C1, dt, i, NAN);
+				g.C = C1;
+				g.bias = bias;
+				CHECK(nk_gemm_run(&g) == 0, "run with bias");
+				err = nkt_err(C1, C0, dt, B * M * N, 1e-4 * sqrt((double)K + 1), dt == NK_BF16 ? 1.0 / 128 : 1e-3);
+				CHECK(err <= 1, "bias %s %lldx%lldx%lld batch %lld layout %d: err %g", nkt_dtype_name(dt),
+				      (long long)M, (long long)N, (long long)K, (long long)B, lay, err);
+				/* the reference with a bias and a NaN C agrees too; beta = 0 ignores the bias */
+				for (int64_t i = 0; i < B * M * N; i++)
+					nk_fp_stored(C1, dt, i, NAN);
+				CHECK(nk_gemm_ref(&g) == 0, "ref with bias");
+				CHECK(nkt_err(C1, C0, dt, B * M * N, 1e-4 * sqrt((double)K + 1), dt == NK_BF16 ? 1.0 / 128 : 1e-3) <= 1,
+				      "ref with bias %s layout %d", nkt_dtype_name(dt), lay);
+				if (K && !cm && M > 1 && N > 1) {
+					for (int64_t i = 0; i < B * M * N; i++)
+						nk_fp_stored(C1, dt, i, NAN);
+					g.beta = 0;
+					CHECK(nk_gemm_run(&g) == 0, "run beta 0");
+					for (int64_t i = 0; i < B * M * N; i++)
+						CHECK(!isnan(nk_fp_loadd(C1, dt, i)), "beta 0 with bias left C unwritten at %lld", (long long)i);
+				}
+				free(A), free(Bm), free(bias), free(C0), free(C1);
 			}
 }
 
@@ -498,6 +604,7 @@ int main(void)
 	have_bf16 = have_avx512 && __builtin_cpu_supports("avx512bf16");
 	nkt_seed(1);
 	RUN(test_sgemm_ukr);
+	RUN(test_sgemm_b_ukr);
 	RUN(test_sbgemm_ukr);
 	RUN(test_sbgemm_bf16c_ukr);
 	RUN(test_dgemm_ukr);
@@ -506,6 +613,7 @@ int main(void)
 	RUN(test_gemm_layouts);
 	RUN(test_gemm_portable_driver);
 	RUN(test_gemm_drivers_agree);
+	RUN(test_gemm_bias);
 	RUN(test_gemm_k0_and_errors);
 	if (!NK_TEST_SMALL && !nk_using_reference()) {
 		bench(NK_F32, 512, 5);
