@@ -839,6 +839,8 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 		float *C = (float *)g->C + sh->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c;
 		char *Cb = (char *)g->C + (sh->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c) * (int64_t)pl->es;
 
+		if (g->bias && sh->pc0 == 0) /* C's old value: the bias, copied into these rows just before use */
+			bias_fill(g, sh->b, ir, mr, j0, ncols);
 		for (int64_t s = 0; s < nslices; s++) {
 			int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
 			const float *bs = sh->bp + s * slice;
@@ -1192,15 +1194,16 @@ int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 	/* small M: A packed once, B per column chunk in the thread's own buffer (gemm_small) */
 	if (fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt && gemm_small(&pl, nt))
 		return gemm_failed(&failed);
+	/* a few batch entries on several threads: B packed once and shared (gemm_shared; it copies the
+	 * bias into each task's rows of C just before their first k-slice) */
+	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt && g->dtype != NK_F64 && gemm_shared(&pl, nt))
+		return gemm_failed(&failed);
 	if (g->bias) {
 		/* the other drivers read the old C: the bias is copied there first */
 		nb = *g;
 		bias_prefill(&nb);
 		g = pl.g = &nb;
 	}
-	/* a few batch entries on several threads: B packed once and shared (gemm_shared) */
-	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt && g->dtype != NK_F64 && gemm_shared(&pl, nt))
-		return gemm_failed(&failed);
 	/* per-task packing (f64, many batch entries, K too long for the shared bf16/f16 block): one
 	 * task per thread for big matrices (each task packs all of its B), two for load balance
 	 * otherwise */
