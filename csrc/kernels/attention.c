@@ -614,10 +614,41 @@ static void query_stats(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, i
 		dd[r] = 0, lse[r] = -INFINITY;
 }
 
+/* Rows of query block (h, i0) that a dk/dv task reads into f: Q, dO and O. */
+static void kv_block_pf(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, att_pf_t *f)
+{
+	const nk_attention_bwd_args_t *g = p->g;
+	const nk_attention_args_t *a = &g->f;
+	int64_t nq = min64(QB1, a->Tq - i0);
+
+	memset(f, 0, sizeof *f);
+	if (b < 0 || nq <= 0)
+		return;
+	pf_add(f, a->q, a->dtype, a->sq, b, h, i0, nq, a->D);
+	pf_add(f, g->dout, a->dtype, g->sdo, b, h, i0, nq, a->Dv);
+	pf_add(f, a->out, a->dtype, a->so, b, h, i0, nq, a->Dv);
+}
+
+/* Products (pf_step calls) of query block i0 against keys [j0g, j0g + nkg) in att_bwd_kv_task. */
+static int64_t kv_block_steps(const att_plan_t *p, int64_t j0g, int64_t nkg, int64_t i0, int64_t nq)
+{
+	const nk_attention_args_t *a = &p->g->f;
+	int64_t steps = 0;
+
+	for (int64_t j0 = j0g; j0 < j0g + nkg; j0 += W) {
+		int64_t r0 = a->causal && j0 > i0 ? (j0 - i0) / MR * MR : 0;
+
+		if (a->causal && j0 > i0 + nq - 1)
+			break;
+		steps += cdiv(nq - r0, MR) + cdiv(a->Dv, MR) + cdiv(a->D, MR);
+	}
+	return steps;
+}
+
 /* dK, dV of keys [kg*KG, kg*KG + KG) of kv head hk, summed over the group's query heads and all queries.
  * Row tiles (queries x W keys): S = scale Q K^T, dP = dO V^T, P and dS; dV^T += dO^T P, dK^T += scale Q^T dS,
  * with K^T, V^T packed as B panels of W keys once and Q, dO packed both ways per block of QB1 queries. */
-static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t hk, int64_t kg)
+static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t hk, int64_t kg, int64_t next)
 {
 	const nk_attention_bwd_args_t *g = p->g;
 	const nk_attention_args_t *a = &g->f;
@@ -648,10 +679,31 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 	}
 	memset(dKt, 0, (size_t)(nkp * D * W) * sizeof(float));
 	memset(dVt, 0, (size_t)(nkp * Dv * W) * sizeof(float));
+	/* prefetch: the next task's K, V over the whole task, the next query block's rows over each block */
+	int64_t nb = next >= 0 ? next / p->ngk / a->Hkv : -1, nhk = next >= 0 ? next / p->ngk % a->Hkv : 0;
+	int64_t nj0g = next >= 0 ? next % p->ngk * p->KG : 0, nqstart = a->causal ? nj0g / QB1 * QB1 : 0;
+	int64_t tsteps = 0;
+	att_pf_t pft, pfq;
+
+	memset(&pft, 0, sizeof pft);
+	if (nb >= 0) {
+		pf_add(&pft, a->k, a->dtype, a->sk, nb, nhk, nj0g, min64(p->KG, a->Tk - nj0g), D);
+		pf_add(&pft, a->v, a->dtype, a->sv, nb, nhk, nj0g, min64(p->KG, a->Tk - nj0g), Dv);
+	}
+	for (int64_t i0 = qstart; i0 < a->Tq; i0 += QB1)
+		tsteps += p->group * kv_block_steps(p, j0g, nkg, i0, min64(QB1, a->Tq - i0));
+	pf_plan(&pft, tsteps);
 	for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++)
 		for (int64_t i0 = qstart; i0 < a->Tq; i0 += QB1) {
 			int64_t nq = min64(QB1, a->Tq - i0);
 
+			if (i0 + QB1 < a->Tq)
+				kv_block_pf(p, b, h, i0 + QB1, &pfq);
+			else if (h + 1 < (hk + 1) * p->group)
+				kv_block_pf(p, b, h + 1, qstart, &pfq);
+			else
+				kv_block_pf(p, nb, nhk * p->group, nqstart, &pfq);
+			pf_plan(&pfq, kv_block_steps(p, j0g, nkg, i0, nq));
 			pack_rows_a(p, a->q, a->sq, b, h, i0, nq, D, Qa);
 			pack_rows_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOa);
 			pack_cols_a(p, a->q, a->sq, b, h, i0, nq, D, QTa, QB1);
@@ -671,18 +723,26 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 				for (int64_t r = r0; r < nq; r += MR) {
 					ukr(p, D, Qa + r * D, Kb + kp * D * W, S + r * W, W, p->scale, 0, nq - r, W);
 					ukr(p, Dv, dOa + r * Dv, Vb + kp * Dv * W, dP + r * W, W, 1, 0, nq - r, W);
+					pf_step(&pfq);
+					pf_step(&pft);
 				}
 				add_bias(p, b, h, S0, false, i0 + r0, j0, nr, nkk);
 				if (a->dropout_p > 0)
 					bwd_dropout(p, b, h, S0, dP0, false, i0 + r0, j0, nr, nkk, lse + r0, dd + r0);
 				else
 					p->ops->bwd_rows(S0, dP0, nr, lse + r0, dd + r0);
-				for (int64_t t = 0; t * MR < Dv; t++)
+				for (int64_t t = 0; t * MR < Dv; t++) {
 					ukr(p, nr, dOTa + t * MR * QB1 + r0 * MR, S0, dVt + kp * Dv * W + t * MR * W, W, 1, 1,
 					    Dv - t * MR, W);
-				for (int64_t t = 0; t * MR < D; t++)
+					pf_step(&pfq);
+					pf_step(&pft);
+				}
+				for (int64_t t = 0; t * MR < D; t++) {
 					ukr(p, nr, QTa + t * MR * QB1 + r0 * MR, dP0, dKt + kp * D * W + t * MR * W, W, p->scale, 1,
 					    D - t * MR, W);
+					pf_step(&pfq);
+					pf_step(&pft);
+				}
 				if (!fq)
 					continue;
 				p->ops->tr_rows(dP0, nr, dSa);
@@ -771,7 +831,7 @@ static void att_bwd_kv_tasks(void *ctx, int64_t t0, int64_t t1)
 	for (int64_t t = t0; t < t1 && ws; t++) {
 		int64_t kg = t % p->ngk, bh = t / p->ngk;
 
-		att_bwd_kv_task(p, ws, bh / p->a->Hkv, bh % p->a->Hkv, kg);
+		att_bwd_kv_task(p, ws, bh / p->a->Hkv, bh % p->a->Hkv, kg, t + 1 < t1 ? t + 1 : -1);
 	}
 }
 
