@@ -28,6 +28,9 @@
  * (nk_attention_impl.h; tests/c/test_attention.c compares them).  f64 runs the f64 reference (one
  * query row at a time: memory-efficient but serial and slower).
  * Rows with no visible key give 0 output and lse = -inf (PyTorch's math path gives NaN there).
+ * Prefetch: the forward and the dk/dv pass prefetch the next task's inputs (and the dk/dv pass the
+ * next query block's Q, dO, O) a few cache lines per micro-kernel call (att_pf_t): packing a slice
+ * straight from memory stalled on it.
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
  * headers so that their inline helpers get the same options and stay inlinable. */
