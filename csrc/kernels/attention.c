@@ -602,6 +602,27 @@ static void query_stats(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, i
 	const float *lsrc = (const float *)a->lse + (b * a->Hq + h) * a->Tq + i0;
 	int64_t es = (int64_t)nk_fp_elem_size(a->dtype);
 
+	if (a->dtype == NK_F32 && g->sdo[3] == 1 && a->so[3] == 1) { /* in place, 16 partial sums */
+		for (int64_t r = 0; r < n; r++) {
+			const float *x = (const float *)row_ptr(g->dout, a->dtype, g->sdo, b, h, i0 + r);
+			const float *y = (const float *)row_ptr(a->out, a->dtype, a->so, b, h, i0 + r);
+			float acc[16] = { 0 }, s = 0;
+			int64_t d = 0;
+
+			for (; d + 16 <= a->Dv; d += 16)
+				for (int j = 0; j < 16; j++)
+					acc[j] += x[d + j] * y[d + j];
+			for (; d < a->Dv; d++)
+				s += x[d] * y[d];
+			for (int j = 0; j < 16; j++)
+				s += acc[j];
+			dd[r] = s;
+			lse[r] = lsrc[r];
+		}
+		for (int64_t r = n; r < pad; r++)
+			dd[r] = 0, lse[r] = -INFINITY;
+		return;
+	}
 	for (int64_t r = 0; r < n; r++) {
 		float s = 0;
 
