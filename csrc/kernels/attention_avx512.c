@@ -1,8 +1,9 @@
 /* attention_avx512.c - AVX-512 tile operations of the tiled attention (nk_attention_impl.h);
  * compiled with the AVX-512 flags and called only through nk_attops_avx512 after the CPU check.
  * A tile row is NK_ATT_W = 32 floats, two zmm.  exp: the Cephes reduction and polynomial of
- * softmax_avx512.c, with x < -87.3 giving exactly 0 (exp(-inf) = 0 for masked scores, no clamp needed
- * below). */
+ * softmax_avx512.c (exp0, for the running-max corrections) and a cheaper 2^n 2^r form for the
+ * scores minus their max or lse, which are <= 0 (exp_neg); both give exactly 0 for x < -87.3
+ * (exp(-inf) = 0 for masked scores, no clamp needed below). */
 #include <immintrin.h>
 #include <math.h>
 
