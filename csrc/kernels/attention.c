@@ -28,6 +28,9 @@
  * (nk_attention_impl.h; tests/c/test_attention.c compares them).  f64 runs the f64 reference (one
  * query row at a time: memory-efficient but serial and slower).
  * Rows with no visible key give 0 output and lse = -inf (PyTorch's math path gives NaN there).
+ * Prefetch: the forward and the dk/dv pass prefetch the next task's inputs (and the dk/dv pass the
+ * next query block's Q, dO, O) a few cache lines per micro-kernel call (att_pf_t): packing a slice
+ * straight from memory stalled on it.
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
  * headers so that their inline helpers get the same options and stay inlinable. */
@@ -149,6 +152,46 @@ static const char *row_ptr(const void *x, int dtype, const int64_t *s, int64_t b
 	return (const char *)x + (b * s[0] + h * s[1] + r * s[2]) * (int64_t)nk_fp_elem_size(dtype);
 }
 
+/* Software prefetch of the next task's inputs, a few cache lines at a time between the products of
+ * this task: a (batch, head) slice is usually in no cache, and packing it stalls on memory (measured
+ * ~7x slower than from L1/L2) unless it was fetched while the previous task computed.  Only slices
+ * whose rows are contiguous (one byte range) are prefetched. */
+typedef struct {
+	const char *p[4];
+	int64_t len[4], n, i, off, per_step;
+} att_pf_t;
+
+static void pf_add(att_pf_t *f, const void *x, int dtype, const int64_t *s, int64_t b, int64_t h, int64_t r0, int64_t n,
+		   int64_t cols)
+{
+	int64_t es = (int64_t)nk_fp_elem_size(dtype);
+
+	if (!x || n <= 0 || cols <= 0 || s[3] != 1 || (n > 1 && s[2] != cols) || f->n == 4)
+		return;
+	f->p[f->n] = (const char *)x + (b * s[0] + h * s[1] + r0 * s[2]) * es;
+	f->len[f->n++] = n * cols * es;
+}
+
+/* Spreads the ranges over `steps` calls of pf_step. */
+static void pf_plan(att_pf_t *f, int64_t steps)
+{
+	int64_t lines = 0;
+
+	for (int64_t r = 0; r < f->n; r++)
+		lines += cdiv(f->len[r], 64);
+	f->per_step = steps > 0 ? cdiv(lines, steps) : lines;
+}
+
+static inline void pf_step(att_pf_t *f)
+{
+	for (int64_t k = 0; k < f->per_step && f->i < f->n; k++) {
+		__builtin_prefetch(f->p[f->i] + f->off, 0, 3);
+		f->off += 64;
+		if (f->off >= f->len[f->i])
+			f->i++, f->off = 0;
+	}
+}
+
 static void store_rows(void *x, int dtype, const int64_t *s, int64_t b, int64_t h, int64_t r0, int64_t n,
 		       int64_t cols, const float *src, int64_t ld)
 {
@@ -212,6 +255,24 @@ static void pack_cols_a(const att_plan_t *p, const void *x, const int64_t *s, in
 	int dt = p->a->dtype;
 	int64_t es = (int64_t)nk_fp_elem_size(dt);
 
+	if (dt == NK_F32 && s[3] == 1) { /* no transpose: MR consecutive columns of each row */
+		const float *x0 = (const float *)row_ptr(x, dt, s, b, h, r0);
+
+		for (int64_t t = 0; t * MR < cols; t++) {
+			int64_t nd = min64(MR, cols - t * MR);
+			float *d = dst + t * MR * ld;
+			const float *src = x0 + t * MR;
+
+			if (nd == MR)
+				for (int64_t r = 0; r < n; r++)
+					memcpy(d + r * MR, src + r * s[2], MR * sizeof(float));
+			else
+				for (int64_t r = 0; r < n; r++)
+					for (int64_t i = 0; i < MR; i++)
+						d[r * MR + i] = i < nd ? src[r * s[2] + i] : 0.0f;
+		}
+		return;
+	}
 	for (int64_t t = 0; t * MR < cols; t++)
 		p->isa->pack_a(row_ptr(x, dt, s, b, h, r0) + t * MR * s[3] * es, dt, s[3], s[2],
 			       (int)min64(MR, cols - t * MR), n, dst + t * MR * ld);
@@ -394,10 +455,25 @@ static float *carve(float **ws, int64_t n)
 
 /* ---- forward ----------------------------------------------------------------------------------- */
 
+/* The inputs of forward task t (its queries, the keys and values it reads) into f. */
+static void att_fwd_pf(const att_plan_t *p, int64_t t, att_pf_t *f)
+{
+	const nk_attention_args_t *a = p->a;
+	int64_t g = t % p->ngq, bh = t / p->ngq, b = bh / a->Hq, h = bh % a->Hq, hk = h / p->group;
+	int64_t g0 = g * p->G, gq = min64(p->G, a->Tq - g0), kend = a->causal ? min64(a->Tk, g0 + gq) : a->Tk;
+
+	memset(f, 0, sizeof *f);
+	if (t < 0)
+		return;
+	pf_add(f, a->q, a->dtype, a->sq, b, h, g0, gq, a->D);
+	pf_add(f, a->k, a->dtype, a->sk, b, hk, 0, min64(kend, p->KC), a->D);
+	pf_add(f, a->v, a->dtype, a->sv, b, hk, 0, min64(kend, p->KC), a->Dv);
+}
+
 /* Queries [g*G, g*G + G) of (b, h): for each chunk of keys, K (A panels of MR keys by D) and V^T (A
  * panels of MR value dims by the chunk's keys) are packed once; per block of W queries and KB keys
  * S^T = scale K Q^T (column tile), online softmax, O^T += V^T P^T. */
-static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, int64_t g)
+static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, int64_t g, int64_t next)
 {
 	const nk_attention_args_t *a = p->a;
 	int64_t D = a->D, Dv = a->Dv, hk = h / p->group, KC = p->KC;
@@ -406,7 +482,18 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 	float *Kp = carve(&ws, KC * D), *Vp = carve(&ws, rup(Dv, MR) * KC), *Qp = carve(&ws, nqb * D * W);
 	float *Ot = carve(&ws, nqb * Dv * W), *m = carve(&ws, nqb * W), *l = carve(&ws, nqb * W);
 	float *S = carve(&ws, KB * W), *buf = carve(&ws, W * Dv);
+	int64_t ntiles = 0;
+	att_pf_t pf;
 
+	/* the next task's inputs, spread over this task's tiles (a step per product) */
+	att_fwd_pf(p, next, &pf);
+	for (int64_t c0 = 0; c0 < kend; c0 += KC)
+		for (int64_t qb = 0; qb < nqb; qb++) {
+			int64_t i0 = g0 + qb * W, jend = a->causal ? min64(min64(c0 + KC, kend), i0 + W) : min64(c0 + KC, kend);
+
+			ntiles += jend > c0 ? cdiv(jend - c0, KB) : 0;
+		}
+	pf_plan(&pf, ntiles * (KB / MR + cdiv(Dv, MR)));
 	for (int64_t qb = 0; qb < nqb; qb++)
 		pack_b_rows(p, a->q, a->sq, b, h, g0 + qb * W, min64(W, a->Tq - g0 - qb * W), D, Qp + qb * D * W);
 	memset(Ot, 0, (size_t)(nqb * Dv * W) * sizeof(float));
@@ -422,17 +509,23 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 			int64_t jend = a->causal ? min64(c0 + nc, i0 + nq) : c0 + nc;
 			float *Q = Qp + qb * D * W, *O = Ot + qb * Dv * W;
 
+
 			for (int64_t j0 = c0; j0 < jend; j0 += KB) {
 				int64_t nk = min64(KB, jend - j0);
 
-				for (int64_t r = 0; r < nk; r += MR)
-					ukr(p, D, Kp + (j0 - c0 + r) * D, Q, S + r * W, W, p->scale, 0, MR, W);
+				for (int64_t r = 0; r < KB; r += MR) {
+					if (r < nk)
+						ukr(p, D, Kp + (j0 - c0 + r) * D, Q, S + r * W, W, p->scale, 0, MR, W);
+					pf_step(&pf);
+				}
 				add_bias(p, b, h, S, true, i0, j0, nk, nq);
 				p->ops->fwd_cols(S, nk, m + qb * W, l + qb * W, O, Dv);
 				if (a->dropout_p > 0)
 					dropout_cols(p, b, h, S, i0, j0, nk, nq);
-				for (int64_t t = 0; t * MR < Dv; t++)
+				for (int64_t t = 0; t * MR < Dv; t++) {
 					ukr(p, nk, Vp + t * MR * KC + (j0 - c0) * MR, S, O + t * MR * W, W, 1, 1, Dv - t * MR, W);
+					pf_step(&pf);
+				}
 			}
 		}
 	}
@@ -456,7 +549,7 @@ static void att_fwd_tasks(void *ctx, int64_t t0, int64_t t1)
 	for (int64_t t = t0; t < t1 && ws; t++) {
 		int64_t g = t % p->ngq, bh = t / p->ngq;
 
-		att_fwd_task(p, ws, bh / p->a->Hq, bh % p->a->Hq, g);
+		att_fwd_task(p, ws, bh / p->a->Hq, bh % p->a->Hq, g, t + 1 < t1 ? t + 1 : -1);
 	}
 }
 
@@ -509,6 +602,27 @@ static void query_stats(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, i
 	const float *lsrc = (const float *)a->lse + (b * a->Hq + h) * a->Tq + i0;
 	int64_t es = (int64_t)nk_fp_elem_size(a->dtype);
 
+	if (a->dtype == NK_F32 && g->sdo[3] == 1 && a->so[3] == 1) { /* in place, 16 partial sums */
+		for (int64_t r = 0; r < n; r++) {
+			const float *x = (const float *)row_ptr(g->dout, a->dtype, g->sdo, b, h, i0 + r);
+			const float *y = (const float *)row_ptr(a->out, a->dtype, a->so, b, h, i0 + r);
+			float acc[16] = { 0 }, s = 0;
+			int64_t d = 0;
+
+			for (; d + 16 <= a->Dv; d += 16)
+				for (int j = 0; j < 16; j++)
+					acc[j] += x[d + j] * y[d + j];
+			for (; d < a->Dv; d++)
+				s += x[d] * y[d];
+			for (int j = 0; j < 16; j++)
+				s += acc[j];
+			dd[r] = s;
+			lse[r] = lsrc[r];
+		}
+		for (int64_t r = n; r < pad; r++)
+			dd[r] = 0, lse[r] = -INFINITY;
+		return;
+	}
 	for (int64_t r = 0; r < n; r++) {
 		float s = 0;
 
@@ -524,10 +638,41 @@ static void query_stats(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, i
 		dd[r] = 0, lse[r] = -INFINITY;
 }
 
+/* Rows of query block (h, i0) that a dk/dv task reads into f: Q, dO and O. */
+static void kv_block_pf(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, att_pf_t *f)
+{
+	const nk_attention_bwd_args_t *g = p->g;
+	const nk_attention_args_t *a = &g->f;
+	int64_t nq = min64(QB1, a->Tq - i0);
+
+	memset(f, 0, sizeof *f);
+	if (b < 0 || nq <= 0)
+		return;
+	pf_add(f, a->q, a->dtype, a->sq, b, h, i0, nq, a->D);
+	pf_add(f, g->dout, a->dtype, g->sdo, b, h, i0, nq, a->Dv);
+	pf_add(f, a->out, a->dtype, a->so, b, h, i0, nq, a->Dv);
+}
+
+/* Products (pf_step calls) of query block i0 against keys [j0g, j0g + nkg) in att_bwd_kv_task. */
+static int64_t kv_block_steps(const att_plan_t *p, int64_t j0g, int64_t nkg, int64_t i0, int64_t nq)
+{
+	const nk_attention_args_t *a = &p->g->f;
+	int64_t steps = 0;
+
+	for (int64_t j0 = j0g; j0 < j0g + nkg; j0 += W) {
+		int64_t r0 = a->causal && j0 > i0 ? (j0 - i0) / MR * MR : 0;
+
+		if (a->causal && j0 > i0 + nq - 1)
+			break;
+		steps += cdiv(nq - r0, MR) + cdiv(a->Dv, MR) + cdiv(a->D, MR);
+	}
+	return steps;
+}
+
 /* dK, dV of keys [kg*KG, kg*KG + KG) of kv head hk, summed over the group's query heads and all queries.
  * Row tiles (queries x W keys): S = scale Q K^T, dP = dO V^T, P and dS; dV^T += dO^T P, dK^T += scale Q^T dS,
  * with K^T, V^T packed as B panels of W keys once and Q, dO packed both ways per block of QB1 queries. */
-static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t hk, int64_t kg)
+static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t hk, int64_t kg, int64_t next)
 {
 	const nk_attention_bwd_args_t *g = p->g;
 	const nk_attention_args_t *a = &g->f;
@@ -558,10 +703,31 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 	}
 	memset(dKt, 0, (size_t)(nkp * D * W) * sizeof(float));
 	memset(dVt, 0, (size_t)(nkp * Dv * W) * sizeof(float));
+	/* prefetch: the next task's K, V over the whole task, the next query block's rows over each block */
+	int64_t nb = next >= 0 ? next / p->ngk / a->Hkv : -1, nhk = next >= 0 ? next / p->ngk % a->Hkv : 0;
+	int64_t nj0g = next >= 0 ? next % p->ngk * p->KG : 0, nqstart = a->causal ? nj0g / QB1 * QB1 : 0;
+	int64_t tsteps = 0;
+	att_pf_t pft, pfq;
+
+	memset(&pft, 0, sizeof pft);
+	if (nb >= 0) {
+		pf_add(&pft, a->k, a->dtype, a->sk, nb, nhk, nj0g, min64(p->KG, a->Tk - nj0g), D);
+		pf_add(&pft, a->v, a->dtype, a->sv, nb, nhk, nj0g, min64(p->KG, a->Tk - nj0g), Dv);
+	}
+	for (int64_t i0 = qstart; i0 < a->Tq; i0 += QB1)
+		tsteps += p->group * kv_block_steps(p, j0g, nkg, i0, min64(QB1, a->Tq - i0));
+	pf_plan(&pft, tsteps);
 	for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++)
 		for (int64_t i0 = qstart; i0 < a->Tq; i0 += QB1) {
 			int64_t nq = min64(QB1, a->Tq - i0);
 
+			if (i0 + QB1 < a->Tq)
+				kv_block_pf(p, b, h, i0 + QB1, &pfq);
+			else if (h + 1 < (hk + 1) * p->group)
+				kv_block_pf(p, b, h + 1, qstart, &pfq);
+			else
+				kv_block_pf(p, nb, nhk * p->group, nqstart, &pfq);
+			pf_plan(&pfq, kv_block_steps(p, j0g, nkg, i0, nq));
 			pack_rows_a(p, a->q, a->sq, b, h, i0, nq, D, Qa);
 			pack_rows_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOa);
 			pack_cols_a(p, a->q, a->sq, b, h, i0, nq, D, QTa, QB1);
@@ -581,18 +747,26 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 				for (int64_t r = r0; r < nq; r += MR) {
 					ukr(p, D, Qa + r * D, Kb + kp * D * W, S + r * W, W, p->scale, 0, nq - r, W);
 					ukr(p, Dv, dOa + r * Dv, Vb + kp * Dv * W, dP + r * W, W, 1, 0, nq - r, W);
+					pf_step(&pfq);
+					pf_step(&pft);
 				}
 				add_bias(p, b, h, S0, false, i0 + r0, j0, nr, nkk);
 				if (a->dropout_p > 0)
 					bwd_dropout(p, b, h, S0, dP0, false, i0 + r0, j0, nr, nkk, lse + r0, dd + r0);
 				else
 					p->ops->bwd_rows(S0, dP0, nr, lse + r0, dd + r0);
-				for (int64_t t = 0; t * MR < Dv; t++)
+				for (int64_t t = 0; t * MR < Dv; t++) {
 					ukr(p, nr, dOTa + t * MR * QB1 + r0 * MR, S0, dVt + kp * Dv * W + t * MR * W, W, 1, 1,
 					    Dv - t * MR, W);
-				for (int64_t t = 0; t * MR < D; t++)
+					pf_step(&pfq);
+					pf_step(&pft);
+				}
+				for (int64_t t = 0; t * MR < D; t++) {
 					ukr(p, nr, QTa + t * MR * QB1 + r0 * MR, dP0, dKt + kp * D * W + t * MR * W, W, p->scale, 1,
 					    D - t * MR, W);
+					pf_step(&pfq);
+					pf_step(&pft);
+				}
 				if (!fq)
 					continue;
 				p->ops->tr_rows(dP0, nr, dSa);
@@ -681,7 +855,7 @@ static void att_bwd_kv_tasks(void *ctx, int64_t t0, int64_t t1)
 	for (int64_t t = t0; t < t1 && ws; t++) {
 		int64_t kg = t % p->ngk, bh = t / p->ngk;
 
-		att_bwd_kv_task(p, ws, bh / p->a->Hkv, bh % p->a->Hkv, kg);
+		att_bwd_kv_task(p, ws, bh / p->a->Hkv, bh % p->a->Hkv, kg, t + 1 < t1 ? t + 1 : -1);
 	}
 }
 

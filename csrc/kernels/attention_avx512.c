@@ -1,8 +1,9 @@
 /* attention_avx512.c - AVX-512 tile operations of the tiled attention (nk_attention_impl.h);
  * compiled with the AVX-512 flags and called only through nk_attops_avx512 after the CPU check.
  * A tile row is NK_ATT_W = 32 floats, two zmm.  exp: the Cephes reduction and polynomial of
- * softmax_avx512.c, with x < -87.3 giving exactly 0 (exp(-inf) = 0 for masked scores, no clamp needed
- * below). */
+ * softmax_avx512.c (exp0, for the running-max corrections) and a cheaper 2^n 2^r form for the
+ * scores minus their max or lse, which are <= 0 (exp_neg); both give exactly 0 for x < -87.3
+ * (exp(-inf) = 0 for masked scores, no clamp needed below). */
 #include <immintrin.h>
 #include <math.h>
 
@@ -31,6 +32,27 @@ static inline __m512 exp0(__m512 x)
 	return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
+/* exp(x) for x <= 0 (and -inf, NaN) in fewer operations than exp0, for scores minus their column max
+ * (forward) or their row's lse (backward): t = x log2(e), 2^t = 2^n 2^r with n = round(t), |r| <= 1/2,
+ * 2^r by a degree-6 polynomial fitted for relative error (1.0e-7 evaluated in f32).  Rounding t costs
+ * a relative error of about |x| 6e-8 (1e-6 only for values below 1e-8, negligible in sums of ~1). */
+static inline __m512 exp_neg(__m512 x)
+{
+	__mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_NLT_UQ); /* x >= lo or NaN */
+	__m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), n, r, p;
+
+	n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	r = _mm512_sub_ps(t, n);
+	p = _mm512_set1_ps(1.5353583148680627e-4f);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3398966984823346e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(9.61843691766262e-3f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.5503323674201965e-2f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(2.4022647738456726e-1f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(6.931471824645996e-1f));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
 void nk_att_fwd_cols_avx512(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv)
 {
 	__m512 mx0 = _mm512_loadu_ps(m), mx1 = _mm512_loadu_ps(m + 16), s0 = _mm512_setzero_ps(), s1 = s0;
@@ -47,8 +69,8 @@ void nk_att_fwd_cols_avx512(float *S, int64_t n, float *m, float *l, float *Ot, 
 	c0 = exp0(_mm512_sub_ps(_mm512_loadu_ps(m), sub0));
 	c1 = exp0(_mm512_sub_ps(_mm512_loadu_ps(m + 16), sub1));
 	for (int64_t r = 0; r < n; r++) {
-		__m512 e0 = exp0(_mm512_sub_ps(_mm512_loadu_ps(S + r * 32), sub0));
-		__m512 e1 = exp0(_mm512_sub_ps(_mm512_loadu_ps(S + r * 32 + 16), sub1));
+		__m512 e0 = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(S + r * 32), sub0));
+		__m512 e1 = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(S + r * 32 + 16), sub1));
 
 		_mm512_storeu_ps(S + r * 32, e0);
 		_mm512_storeu_ps(S + r * 32 + 16, e1);
@@ -83,8 +105,8 @@ void nk_att_bwd_cols_avx512(float *S, float *dP, int64_t n, const float *lse, co
 
 	for (int64_t r = 0; r < n; r++) {
 		float *s = S + r * 32, *dp = dP + r * 32;
-		__m512 p0 = exp0(_mm512_sub_ps(_mm512_loadu_ps(s), l0));
-		__m512 p1 = exp0(_mm512_sub_ps(_mm512_loadu_ps(s + 16), l1));
+		__m512 p0 = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(s), l0));
+		__m512 p1 = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(s + 16), l1));
 
 		_mm512_storeu_ps(s, p0);
 		_mm512_storeu_ps(s + 16, p1);
@@ -98,8 +120,8 @@ void nk_att_bwd_rows_avx512(float *S, float *dP, int64_t n, const float *lse, co
 	for (int64_t r = 0; r < n; r++) {
 		float *s = S + r * 32, *dp = dP + r * 32;
 		__m512 l = lse_sub(_mm512_set1_ps(lse[r])), d = _mm512_set1_ps(dd[r]);
-		__m512 p0 = exp0(_mm512_sub_ps(_mm512_loadu_ps(s), l));
-		__m512 p1 = exp0(_mm512_sub_ps(_mm512_loadu_ps(s + 16), l));
+		__m512 p0 = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(s), l));
+		__m512 p1 = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(s + 16), l));
 
 		_mm512_storeu_ps(s, p0);
 		_mm512_storeu_ps(s + 16, p1);

@@ -127,3 +127,30 @@ def test_sdpa_strided_head_dim(fused_only):
     for a, b in zip(dev_in, ref_in):
         torch.testing.assert_close(a.grad.cpu().double(), b.grad, atol=2e-4, rtol=2e-4)
     _check(2, 4, 2, 70, 70, 48, 48, torch.bfloat16, causal=True, bthd=True, ops=fused_only)
+
+
+@pytest.mark.parametrize("shape", [
+    (4, 4, 2, 200, 131, 80, 80),    # GQA, Tq > Tk, D = 80, 8 kv tasks (one-pass backward, prefetching)
+    (2, 4, 4, 97, 260, 128, 128),   # Tq < Tk, D = 128
+    (1, 2, 2, 70, 1500, 32, 32),    # two kv tasks: several key groups and the dq pass
+])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_multi_task_shapes(shape, causal, fused_only):
+    """Several tasks per thread (the next task's inputs are prefetched) at odd sizes."""
+    _check(*shape, torch.float32, causal=causal, ops=fused_only)
+
+
+def test_sdpa_sharp_softmax(fused_only):
+    """Large scores (scale 2): the softmax's exp over a wide range, forward and backward vs f64."""
+    g = torch.Generator().manual_seed(11)
+    q, k, v, go = (torch.randn((2, 3, 150, 64), generator=g) for _ in range(4))
+    for causal in (False, True):
+        ref_in = [t.double().clone().requires_grad_() for t in (q, k, v)]
+        ref = F.scaled_dot_product_attention(*ref_in, is_causal=causal, scale=2.0)
+        dev_in = [t.to("neuron").requires_grad_() for t in (q, k, v)]
+        out = F.scaled_dot_product_attention(*dev_in, is_causal=causal, scale=2.0)
+        torch.testing.assert_close(out.cpu().double(), ref.detach(), atol=5e-5, rtol=5e-5)
+        ref.backward(go.double())
+        out.backward(go.to("neuron"))
+        for a, b in zip(dev_in, ref_in):
+            torch.testing.assert_close(a.grad.cpu().double(), b.grad, atol=1e-3, rtol=1e-4)
