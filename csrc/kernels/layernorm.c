@@ -200,18 +200,6 @@ static void affine(float *y, const float *x, int64_t n, float shift, float scale
 			y[j] = (x[j] - shift) * scale + bias;
 }
 
-static void fwd_rows(float *y, const float *x, int64_t nr, int64_t n, const float *w, const float *b, double eps,
-		     double *mean, double *rstd, int stream)
-{
-	for (int64_t r = 0; r < nr; r++) {
-		const float *xr = x + r * n;
-
-		mean[r] = lanes_sum(xr, n) / (double)n;
-		rstd[r] = 1.0 / sqrt(lanes_sqdev(xr, n, (float)mean[r]) / (double)n + eps);
-		affine(y + r * n, xr, n, (float)mean[r], (float)rstd[r], 0, w, b, stream);
-	}
-}
-
 /* The (shift, scale, bias) of affine() for a row of `dtype` with moments mean, rstd. */
 static void affine_consts(int dtype, double mean, double rstd, float *shift, float *scale, float *bias)
 {
@@ -330,38 +318,11 @@ static void ln_row_f64(const nk_layernorm_args_t *a, int64_t r)
 		((double *)a->rstd)[r] = rstd;
 }
 
-/* f32 rows [r0, r1) in groups through fwd_rows (a few rows at a time share the w, b loads). */
-static void ln_rows_f32(const nk_layernorm_args_t *a, int64_t r0, int64_t r1)
-{
-	const nk_lnops_t *L = lnops();
-	int stream = a->rows * a->cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512();
-	double mean[16], rstd[16];
-
-	for (int64_t r = r0; r < r1; r += 16) {
-		int64_t nr = min64(16, r1 - r);
-
-		L->fwd_rows((float *)a->y + r * a->cols, (const float *)a->x + r * a->cols, nr, a->cols, a->w, a->b,
-			    a->eps, mean, rstd, stream);
-		for (int64_t i = 0; i < nr; i++) {
-			if (a->mean)
-				((float *)a->mean)[r + i] = (float)mean[i];
-			if (a->rstd)
-				((float *)a->rstd)[r + i] = (float)rstd[i];
-		}
-	}
-	if (stream)
-		nk_stream_fence();
-}
-
 static void ln_rows(void *ctx, int64_t r0, int64_t r1)
 {
 	const nk_layernorm_args_t *a = ctx;
 	ln_params_t prm;
 
-	if (a->dtype == NK_F32 && a->cols > 0) {
-		ln_rows_f32(a, r0, r1);
-		return;
-	}
 	if (a->dtype != NK_F64)
 		ln_params_load(&prm, a->w, a->b, a->dtype, a->cols);
 	for (int64_t r = r0; r < r1; r++) {
@@ -522,7 +483,6 @@ static const nk_lnops_t lnops_ref = {
 	.sqdev = lanes_sqdev,
 	.dot = lanes_dot,
 	.affine = affine,
-	.fwd_rows = fwd_rows,
 	.g_xhat = ln_g_xhat,
 	.dx_from = ln_dx_from,
 	.partials = ln_partials,

@@ -17,12 +17,6 @@ typedef struct {
 	 * stores, the caller fences) */
 	void (*affine)(float *y, const float *x, int64_t n, float shift, float scale, float bias, const float *w,
 		       const float *b, int stream);
-	/* Forward of nr whole f32 rows of n (row r at x + r*n, y + r*n; y may be x): mean = sum x / n, var =
-	 * sum (x - (float)mean)^2 / n (f32 lanes folded in f64), rstd = 1/sqrt(var + eps), y = (x - mean)*rstd
-	 * [* w] [+ b]; mean[r], rstd[r] out.  stream: non-temporal stores where y is 64-byte aligned, the
-	 * caller fences. */
-	void (*fwd_rows)(float *y, const float *x, int64_t nr, int64_t n, const float *w, const float *b, double eps,
-			 double *mean, double *rstd, int stream);
 	/* dy := dy*w (when dy and w), x := (x - mean)*rstd (unless mean == 0 and rstd == 1) */
 	void (*g_xhat)(float *dy, float *x, const float *w, int64_t n, float mean, float rstd);
 	/* g = rstd*(g - mg - xhat*mgx) */
