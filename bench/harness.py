@@ -107,6 +107,9 @@ class Result:
         return None
 
 
+SETTLE_S = 0.02  # idle gap before every timed round (not timed)
+
+
 def _timed(fn, n, dev):
     sync(dev)
     t0 = time.perf_counter()
@@ -209,6 +212,10 @@ class Runner:
                 for dev in order:
                     if dev not in fns:
                         continue
+                    # let the other device's threads go idle first: PyTorch's OpenMP workers (libgomp)
+                    # keep spinning ~10 ms after a parallel region (measured here), holding one of the
+                    # two cores during the start of the next round; our pool spins 30 us
+                    time.sleep(SETTLE_S)
                     try:
                         n = res.iters[dev]
                         dt, done = _timed_round(fns[dev], n, dev, 3 * self.target_s)
