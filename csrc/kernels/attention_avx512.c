@@ -8,27 +8,18 @@
 #include <math.h>
 
 #include "nk_attention_impl.h"
+#include "nk_avx512.h"
 
 _Static_assert(NK_ATT_W == 32, "a tile row is two zmm");
 
 static inline __m512 exp0(__m512 x)
 {
 	__mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_NLT_UQ); /* x >= lo or NaN */
-	__m512 n, r, p;
+	__m512 n, p;
 
 	x = _mm512_min_ps(_mm512_set1_ps(88.37626f), x); /* below -87.3 (and -inf, which gives NaN here) is
 							      * zeroed by the mask */
-	n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-				 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-	p = _mm512_set1_ps(1.9875691500e-4f);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-	p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+	p = nk_v_exp_core(x, &n, 1);
 	return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
