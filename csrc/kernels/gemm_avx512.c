@@ -107,6 +107,27 @@ static inline __attribute__((always_inline)) void sgemm_body(const int R, const 
 	STORE_TILE_R();
 }
 
+/* The bf16 pair loop of both bf16 micro-kernels: kp k-pairs of R rows (one broadcast pair of a each)
+ * against the 32 (H: 16) columns of the packed B panel, accumulated in c<i>_0 / c<i>_1. */
+#define SB_DP_ROW(i)                                                           \
+	if (i < R) {                                                           \
+		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);          \
+		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                 \
+		if (!H)                                                        \
+			c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);         \
+	}
+#define SB_KLOOP()                                                                         \
+	for (int64_t p = 0; p < kp; p++) {                                                 \
+		__m512bh b0 = (__m512bh)_mm512_load_si512(b);                              \
+		__m512bh b1 = H ? b0 : (__m512bh)_mm512_load_si512(b + 16);                \
+                                                                                           \
+		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);                    \
+		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);               \
+		ROWS(SB_DP_ROW)                                                            \
+		a += MR;                                                                   \
+		b += NR;                                                                   \
+	}
+
 static inline __attribute__((always_inline)) void sbgemm_body(const int R, const bool H, int64_t kp,
 							      const uint32_t *a, const uint32_t *b, float *c,
 							      int64_t rs_c, int64_t cs_c, float alpha, float beta,
@@ -116,24 +137,7 @@ static inline __attribute__((always_inline)) void sbgemm_body(const int R, const
 	if (cs_c == 1) {
 		ROWS(PREFETCH_R)
 	}
-#define DP_ROW(i)                                                              \
-	if (i < R) {                                                           \
-		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);          \
-		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                 \
-		if (!H)                                                        \
-			c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);         \
-	}
-	for (int64_t p = 0; p < kp; p++) {
-		__m512bh b0 = (__m512bh)_mm512_load_si512(b);
-		__m512bh b1 = H ? b0 : (__m512bh)_mm512_load_si512(b + 16);
-
-		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
-		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
-		ROWS(DP_ROW)
-		a += MR;
-		b += NR;
-	}
-#undef DP_ROW
+	SB_KLOOP()
 	STORE_TILE_R();
 }
 
@@ -190,24 +194,7 @@ static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R,
 	if (beta != 0) {
 		ROWS(PREFETCH_BF16_R)
 	}
-#define DP_ROW(i)                                                              \
-	if (i < R) {                                                           \
-		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);          \
-		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                 \
-		if (!H)                                                        \
-			c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);         \
-	}
-	for (int64_t p = 0; p < kp; p++) {
-		__m512bh b0 = (__m512bh)_mm512_load_si512(b);
-		__m512bh b1 = H ? b0 : (__m512bh)_mm512_load_si512(b + 16);
-
-		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);
-		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);
-		ROWS(DP_ROW)
-		a += MR;
-		b += NR;
-	}
-#undef DP_ROW
+	SB_KLOOP()
 	{
 		__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
 		__mmask16 m0 = mask_n(n), m1 = H ? 0 : mask_n(n - 16);
