@@ -203,29 +203,18 @@ static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R,
 	}
 }
 
-#define SG_CASE(r)                                                                                  \
-	case r:                                                                                     \
-		if (n > 16)                                                                         \
-			sgemm_body(r, false, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);       \
-		else                                                                                \
-			sgemm_body(r, true, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);        \
+/* One case of the row-count switch: the body for R = r rows, full (32) or half (16) column tile. */
+#define TILE_CASE(r, body, ...)                                  \
+	case r:                                                  \
+		if (n > 16)                                      \
+			body(r, false, __VA_ARGS__);             \
+		else                                             \
+			body(r, true, __VA_ARGS__);              \
 		return;
-#define SB_CASE(r)                                                                                  \
-	case r:                                                                                     \
-		if (n > 16)                                                                         \
-			sbgemm_body(r, false, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);          \
-		else                                                                                \
-			sbgemm_body(r, true, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);           \
-		return;
+#define SG_CASE(r) TILE_CASE(r, sgemm_body, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n)
+#define SB_CASE(r) TILE_CASE(r, sbgemm_body, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n)
+#define SBC_CASE(r) TILE_CASE(r, sbgemm_bf16c_body, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n)
 #define ALL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
-
-#define SBC_CASE(r)                                                                                    \
-	case r:                                                                                        \
-		if (n > 16)                                                                            \
-			sbgemm_bf16c_body(r, false, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n); \
-		else                                                                                   \
-			sbgemm_bf16c_body(r, true, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);  \
-		return;
 
 void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc,
 				  int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)

@@ -97,21 +97,25 @@ static void test_sgemm_b_ukr(void)
 	free(a), free(bp), free(bs);
 }
 
+/* n packed bf16 pairs (two random bf16 values in [-1, 1] per word), as the pair micro-kernels read them. */
+static void fill_pairs(uint32_t *p, int64_t n)
+{
+	uint16_t h[2];
+
+	for (int64_t i = 0; i < n; i++) {
+		nkt_fill(h, NK_BF16, 2, -1, 1);
+		p[i] = h[0] | (uint32_t)h[1] << 16;
+	}
+}
+
 static void check_sbukr_case(int64_t kp, int m, int n, float beta)
 {
 	uint32_t a[NK_GEMM_MR * 200] __attribute__((aligned(64)));
 	uint32_t b[200 * NK_GEMM_NR] __attribute__((aligned(64)));
 	float c0[NK_GEMM_MR * NK_GEMM_NR], c1[NK_GEMM_MR * NK_GEMM_NR];
-	uint16_t h[2];
 
-	for (int64_t i = 0; i < NK_GEMM_MR * kp; i++) {
-		nkt_fill(h, NK_BF16, 2, -1, 1);
-		a[i] = h[0] | (uint32_t)h[1] << 16;
-	}
-	for (int64_t i = 0; i < kp * NK_GEMM_NR; i++) {
-		nkt_fill(h, NK_BF16, 2, -1, 1);
-		b[i] = h[0] | (uint32_t)h[1] << 16;
-	}
+	fill_pairs(a, NK_GEMM_MR * kp);
+	fill_pairs(b, kp * NK_GEMM_NR);
 	for (int i = 0; i < NK_GEMM_MR * NK_GEMM_NR; i++)
 		c0[i] = c1[i] = beta == 0 ? NAN : (float)nkt_uniform(-1, 1);
 	nk_sbgemm_ref_14x32(kp, a, b, c0, NK_GEMM_NR, 1, 1.5f, beta, m, n);
@@ -145,17 +149,11 @@ static void check_sbc_case(int64_t kp, int m, int n, float beta, bool with_acc)
 	uint32_t a[NK_GEMM_MR * 200] __attribute__((aligned(64)));
 	uint32_t b[200 * NK_GEMM_NR] __attribute__((aligned(64)));
 	float acc[NK_GEMM_MR * 40];
-	uint16_t c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40], h[2];
+	uint16_t c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40];
 	int64_t rs = 37, ld = 40;
 
-	for (int64_t i = 0; i < NK_GEMM_MR * kp; i++) {
-		nkt_fill(h, NK_BF16, 2, -1, 1);
-		a[i] = h[0] | (uint32_t)h[1] << 16;
-	}
-	for (int64_t i = 0; i < kp * NK_GEMM_NR; i++) {
-		nkt_fill(h, NK_BF16, 2, -1, 1);
-		b[i] = h[0] | (uint32_t)h[1] << 16;
-	}
+	fill_pairs(a, NK_GEMM_MR * kp);
+	fill_pairs(b, kp * NK_GEMM_NR);
 	nkt_fill(acc, NK_F32, NK_GEMM_MR * 40, -4, 4);
 	nkt_fill(c0, NK_BF16, NK_GEMM_MR * 40, -1, 1);
 	if (beta == 0)
