@@ -234,8 +234,8 @@ static void ln_params_load(ln_params_t *p, const void *w, const void *b, int dty
 	}
 }
 
-/* One f32-computed row.  A row of up to CH columns is converted once; longer rows take three passes
- * over chunks (sum, squared deviations, output). */
+/* One bf16/f16 row, computed in f32.  A row of up to CH columns is converted once; longer rows take
+ * three passes over chunks (sum, squared deviations, output).  f32 rows go to fwd_rows. */
 static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int64_t r)
 {
 	float x[CH], w[CH], b[CH], m, sh, sc, bi;
@@ -243,16 +243,7 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 	const nk_lnops_t *L = lnops();
 	int64_t base = r * a->cols, C = a->cols;
 
-	if (a->dtype == NK_F32) { /* in place from x to y, any length */
-		const float *xp = (const float *)a->x + base;
-
-		mean = L->sum(xp, C) / (double)C;
-		var = L->sqdev(xp, C, (float)mean) / (double)C;
-		rstd = 1.0 / sqrt(var + a->eps);
-		affine_consts(a->dtype, mean, rstd, &sh, &sc, &bi);
-		L->affine((float *)a->y + base, xp, C, sh, sc, bi, a->w, a->b,
-			  a->rows * C * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512()); /* fenced in ln_rows */
-	} else if (C <= CH) {
+	if (C <= CH) {
 		load_f32(x, a->x, a->dtype, base, C);
 		mean = L->sum(x, C) / (double)C;
 		var = L->sqdev(x, C, (float)mean) / (double)C;
@@ -323,6 +314,16 @@ static void ln_rows(void *ctx, int64_t r0, int64_t r1)
 	const nk_layernorm_args_t *a = ctx;
 	ln_params_t prm;
 
+	if (a->dtype == NK_F32) {
+		int64_t C = a->cols;
+		int stream = a->rows * C * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512();
+
+		lnops()->fwd_rows((float *)a->y + r0 * C, (const float *)a->x + r0 * C, a->w, a->b, r1 - r0, C, a->eps,
+				  a->mean ? (float *)a->mean + r0 : NULL, a->rstd ? (float *)a->rstd + r0 : NULL, stream);
+		if (stream)
+			nk_stream_fence();
+		return;
+	}
 	if (a->dtype != NK_F64)
 		ln_params_load(&prm, a->w, a->b, a->dtype, a->cols);
 	for (int64_t r = r0; r < r1; r++) {
@@ -331,8 +332,6 @@ static void ln_rows(void *ctx, int64_t r0, int64_t r1)
 		else
 			ln_row_f32(a, &prm, r);
 	}
-	if (a->dtype == NK_F32 && a->rows * a->cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512())
-		nk_stream_fence();
 }
 
 int nk_layernorm_run(void *args)
@@ -477,6 +476,22 @@ static void bwd_rows(float *dx, const float *dy, const float *x, const float *w,
 	}
 }
 
+static void fwd_rows(float *y, const float *x, const float *w, const float *b, int64_t nr, int64_t n, double eps,
+		     float *mean, float *rstd, int stream)
+{
+	for (int64_t r = 0; r < nr; r++) {
+		const float *xr = x + r * n;
+		double m = lanes_sum(xr, n) / (double)n, var = lanes_sqdev(xr, n, (float)m) / (double)n;
+		double rs = 1.0 / sqrt(var + eps);
+
+		affine(y + r * n, xr, n, (float)m, (float)rs, 0, w, b, stream);
+		if (mean)
+			mean[r] = (float)m;
+		if (rstd)
+			rstd[r] = (float)rs;
+	}
+}
+
 /* The row primitives: these portable ones, or the AVX-512 ones of layernorm_avx512.c. */
 static const nk_lnops_t lnops_ref = {
 	.sum = lanes_sum,
@@ -489,6 +504,7 @@ static const nk_lnops_t lnops_ref = {
 	.ln_bwd_sums = ln_bwd_sums,
 	.ln_bwd_dx = ln_bwd_dx,
 	.bwd_rows = bwd_rows,
+	.fwd_rows = fwd_rows,
 	.scale_w = scale_w,
 	.dot3 = dot3,
 	.rms_dx = rms_dx,

@@ -19,30 +19,37 @@ static inline double fold(__m512 a, __m512 b)
 	return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 }
 
+/* Four accumulator chains: the row is L1-resident, so the add (and FMA) latency, not the loads, would
+ * bound two chains. */
 static double ln_sum(const float *x, int64_t n)
 {
-	__m512 s0 = _mm512_setzero_ps(), s1 = s0;
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
 	int64_t j = 0;
 
-	for (; j + 32 <= n; j += 32) {
+	for (; j + 64 <= n; j += 64) {
 		s0 = _mm512_add_ps(s0, _mm512_loadu_ps(x + j));
 		s1 = _mm512_add_ps(s1, _mm512_loadu_ps(x + j + 16));
+		s2 = _mm512_add_ps(s2, _mm512_loadu_ps(x + j + 32));
+		s3 = _mm512_add_ps(s3, _mm512_loadu_ps(x + j + 48));
 	}
 	for (; j < n; j += 16)
 		s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(nk_tail_mask16(n - j), x + j));
-	return fold(s0, s1);
+	return fold(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
 }
 
 static double ln_sqdev(const float *x, int64_t n, float m)
 {
-	__m512 s0 = _mm512_setzero_ps(), s1 = s0, vm = _mm512_set1_ps(m);
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, vm = _mm512_set1_ps(m);
 	int64_t j = 0;
 
-	for (; j + 32 <= n; j += 32) {
+	for (; j + 64 <= n; j += 64) {
 		__m512 d0 = _mm512_sub_ps(_mm512_loadu_ps(x + j), vm), d1 = _mm512_sub_ps(_mm512_loadu_ps(x + j + 16), vm);
+		__m512 d2 = _mm512_sub_ps(_mm512_loadu_ps(x + j + 32), vm), d3 = _mm512_sub_ps(_mm512_loadu_ps(x + j + 48), vm);
 
 		s0 = _mm512_fmadd_ps(d0, d0, s0);
 		s1 = _mm512_fmadd_ps(d1, d1, s1);
+		s2 = _mm512_fmadd_ps(d2, d2, s2);
+		s3 = _mm512_fmadd_ps(d3, d3, s3);
 	}
 	for (; j < n; j += 16) {
 		__mmask16 k = nk_tail_mask16(n - j);
@@ -50,7 +57,7 @@ static double ln_sqdev(const float *x, int64_t n, float m)
 
 		s0 = _mm512_fmadd_ps(d, d, s0);
 	}
-	return fold(s0, s1);
+	return fold(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
 }
 
 static double ln_dot(const float *x, const float *y, int64_t n)
@@ -70,8 +77,41 @@ static double ln_dot(const float *x, const float *y, int64_t n)
 	return fold(s0, s1);
 }
 
+#define AI inline __attribute__((always_inline))
+
 static inline void put(float *p, __m512 v, __mmask16 k, int nt);
 static inline int nt_ok(const float *p, int stream);
+
+/* The loop body of ln_affine for whole vectors (k all ones) or the masked tail; V is the normalised x. */
+#define LN_AFFINE_STEP(LOAD, k)                                                                           \
+	do {                                                                                              \
+		__m512 v = _mm512_sub_ps(LOAD(k, x + j), vsh);                                            \
+		v = bias0 ? _mm512_mul_ps(v, vsc) : _mm512_fmadd_ps(v, vsc, vbi);                         \
+		if (w && b)                                                                               \
+			v = _mm512_fmadd_ps(v, LOAD(k, w + j), LOAD(k, b + j));                           \
+		else if (w)                                                                               \
+			v = _mm512_mul_ps(v, LOAD(k, w + j));                                             \
+		else if (b)                                                                               \
+			v = _mm512_add_ps(v, LOAD(k, b + j));                                             \
+		put(y + j, v, k, nt);                                                                     \
+	} while (0)
+#define LN_LOAD_ALL(k, p) _mm512_loadu_ps(p)
+
+/* Whole vectors first, the tail masked.  bias0 (the f32 case) drops the "+ bias"; with w and b the
+ * product and sum fuse into one FMA (one rounding fewer than mul + add). */
+static AI void ln_affine_body(float *y, const float *x, int64_t n, __m512 vsh, __m512 vsc, __m512 vbi, int bias0,
+			      const float *w, const float *b, int nt)
+{
+	int64_t j = 0;
+
+	for (; j + 16 <= n; j += 16)
+		LN_AFFINE_STEP(LN_LOAD_ALL, (__mmask16)0xffff);
+	if (j < n) {
+		__mmask16 k = nk_tail_mask16(n - j);
+
+		LN_AFFINE_STEP(_mm512_maskz_loadu_ps, k);
+	}
+}
 
 static void ln_affine(float *y, const float *x, int64_t n, float shift, float scale, float bias, const float *w,
 		      const float *b, int stream)
@@ -79,19 +119,16 @@ static void ln_affine(float *y, const float *x, int64_t n, float shift, float sc
 	const __m512 vsh = _mm512_set1_ps(shift), vsc = _mm512_set1_ps(scale), vbi = _mm512_set1_ps(bias);
 	int nt = nt_ok(y, stream);
 
-	for (int64_t j = 0; j < n; j += 16) {
-		__mmask16 k = nk_tail_mask16(n - j);
-		__m512 v = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vsh), vsc, vbi);
-
-		if (w)
-			v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, w + j));
-		if (b)
-			v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
-		put(y + j, v, k, nt);
-	}
+	/* one specialised loop per case, so that no test is left in the loop */
+	if (bias == 0 && w && b)
+		ln_affine_body(y, x, n, vsh, vsc, vbi, 1, w, b, nt);
+	else if (bias == 0 && w)
+		ln_affine_body(y, x, n, vsh, vsc, vbi, 1, w, NULL, nt);
+	else if (bias == 0)
+		ln_affine_body(y, x, n, vsh, vsc, vbi, 1, NULL, b, nt);
+	else
+		ln_affine_body(y, x, n, vsh, vsc, vbi, 0, w, b, nt);
 }
-
-#define AI inline __attribute__((always_inline))
 
 static void ln_g_xhat(float *dy, float *x, const float *w, int64_t n, float mean, float rstd)
 {
@@ -359,6 +396,142 @@ static void ln_bwd_rows(float *dx, const float *dy, const float *x, const float 
 #undef BWD_GROUP
 }
 
+/* ---- forward rows ----------------------------------------------------------------------------------
+ * The row is L1-resident after its first read and the loop is bound by the load and store ports, so the
+ * forward reads it as few times as it can:
+ * - moments in one pass, sum x and sum x^2 (four chains each, f32 lanes folded in f64), var = E[x^2] -
+ *   mean^2.  Its rounding error relative to var grows with mean^2 / var, so a row whose mean^2 exceeds
+ *   its var, whose x^2 overflowed f32, or that is not finite takes the exact second pass over
+ *   (x - mean)^2 instead, as before (at most twice the two-pass error otherwise);
+ * - the output two rows at a time, so each vector of w and b is loaded once for both rows.  Both rows'
+ *   x are loaded before either y is stored (no 4K-alias stall when y[r] and x[r + 1] share page
+ *   offsets). */
+static void ln_moments(const float *x, int64_t n, double eps, float *mean, float *rstd)
+{
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+	double m, var;
+	int64_t j = 0;
+
+	for (; j + 64 <= n; j += 64) {
+		__m512 v0 = _mm512_loadu_ps(x + j), v1 = _mm512_loadu_ps(x + j + 16);
+		__m512 v2 = _mm512_loadu_ps(x + j + 32), v3 = _mm512_loadu_ps(x + j + 48);
+
+		s0 = _mm512_add_ps(s0, v0);
+		s1 = _mm512_add_ps(s1, v1);
+		s2 = _mm512_add_ps(s2, v2);
+		s3 = _mm512_add_ps(s3, v3);
+		q0 = _mm512_fmadd_ps(v0, v0, q0);
+		q1 = _mm512_fmadd_ps(v1, v1, q1);
+		q2 = _mm512_fmadd_ps(v2, v2, q2);
+		q3 = _mm512_fmadd_ps(v3, v3, q3);
+	}
+	for (; j < n; j += 16) {
+		__m512 v = _mm512_maskz_loadu_ps(nk_tail_mask16(n - j), x + j);
+
+		s0 = _mm512_add_ps(s0, v);
+		q0 = _mm512_fmadd_ps(v, v, q0);
+	}
+	m = fold(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3)) / (double)n;
+	var = fold(_mm512_add_ps(q0, q2), _mm512_add_ps(q1, q3)) / (double)n - m * m;
+	if (!(m * m <= var) || !(var < HUGE_VAL)) /* cancellation, x^2 overflowed, or inf/nan: the exact pass */
+		var = ln_sqdev(x, n, (float)m) / (double)n;
+	*mean = (float)m;
+	*rstd = (float)(1.0 / sqrt(var + eps));
+}
+
+#define LN_Y(xv, vm, vs) _mm512_mul_ps(_mm512_sub_ps(xv, vm), vs)
+/* v * w + b, v * w, v + b or v */
+static AI __m512 ln_wb(__m512 v, const float *w, const float *b, int64_t j, __mmask16 k)
+{
+	if (w && b)
+		return _mm512_fmadd_ps(v, _mm512_maskz_loadu_ps(k, w + j), _mm512_maskz_loadu_ps(k, b + j));
+	if (w)
+		return _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, w + j));
+	if (b)
+		return _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
+	return v;
+}
+
+/* y0, y1 = rows x0, x1 normalised, w and b loaded once per vector for both (w, b constant per call site). */
+static AI void ln_out2(float *y0, float *y1, const float *x0, const float *x1, const float *w, const float *b,
+		       int64_t n, const float *mean, const float *rstd, int nt)
+{
+	const __m512 m0 = _mm512_set1_ps(mean[0]), r0 = _mm512_set1_ps(rstd[0]);
+	const __m512 m1 = _mm512_set1_ps(mean[1]), r1 = _mm512_set1_ps(rstd[1]);
+	int64_t j = 0;
+
+	for (; j + 16 <= n; j += 16) {
+		__m512 a = _mm512_loadu_ps(x0 + j), c = _mm512_loadu_ps(x1 + j);
+
+		if (w && b) {
+			__m512 wv = _mm512_loadu_ps(w + j), bv = _mm512_loadu_ps(b + j);
+
+			/* in registers: otherwise GCC folds each load into both FMAs, loading w and b twice */
+			__asm__("" : "+v"(wv), "+v"(bv));
+			a = _mm512_fmadd_ps(LN_Y(a, m0, r0), wv, bv);
+			c = _mm512_fmadd_ps(LN_Y(c, m1, r1), wv, bv);
+		} else {
+			a = ln_wb(LN_Y(a, m0, r0), w, b, j, 0xffff);
+			c = ln_wb(LN_Y(c, m1, r1), w, b, j, 0xffff);
+		}
+		put(y0 + j, a, 0xffff, nt);
+		put(y1 + j, c, 0xffff, nt);
+	}
+	if (j < n) {
+		__mmask16 k = nk_tail_mask16(n - j);
+
+		put(y0 + j, ln_wb(LN_Y(_mm512_maskz_loadu_ps(k, x0 + j), m0, r0), w, b, j, k), k, nt);
+		put(y1 + j, ln_wb(LN_Y(_mm512_maskz_loadu_ps(k, x1 + j), m1, r1), w, b, j, k), k, nt);
+	}
+}
+
+static AI void ln_fwd_rows_wb(float *y, const float *x, const float *w, const float *b, int64_t nr, int64_t n,
+			      double eps, float *mean, float *rstd, int stream)
+{
+	/* both rows' outputs must be 64-byte aligned for the streamed stores */
+	int nt = nt_ok(y, stream) && (n & 15) == 0;
+	int64_t r = 0;
+
+	for (; r < nr; r += 2) {
+		const float *x0 = x + r * n, *x1 = r + 1 < nr ? x0 + n : x0;
+		float *y0 = y + r * n, *y1 = r + 1 < nr ? y0 + n : y0; /* an odd last row is done twice */
+		float mr[2], rr[2];
+
+		ln_moments(x0, n, eps, &mr[0], &rr[0]);
+		if (x1 != x0)
+			ln_moments(x1, n, eps, &mr[1], &rr[1]);
+		else
+			mr[1] = mr[0], rr[1] = rr[0];
+		if (nt) /* a constant in each copy of the loop */
+			ln_out2(y0, y1, x0, x1, w, b, n, mr, rr, 1);
+		else
+			ln_out2(y0, y1, x0, x1, w, b, n, mr, rr, 0);
+		if (mean) {
+			mean[r] = mr[0];
+			if (r + 1 < nr)
+				mean[r + 1] = mr[1];
+		}
+		if (rstd) {
+			rstd[r] = rr[0];
+			if (r + 1 < nr)
+				rstd[r + 1] = rr[1];
+		}
+	}
+}
+
+static void ln_fwd_rows(float *y, const float *x, const float *w, const float *b, int64_t nr, int64_t n, double eps,
+			float *mean, float *rstd, int stream)
+{
+	if (w && b)
+		ln_fwd_rows_wb(y, x, w, b, nr, n, eps, mean, rstd, stream);
+	else if (w)
+		ln_fwd_rows_wb(y, x, w, NULL, nr, n, eps, mean, rstd, stream);
+	else if (b)
+		ln_fwd_rows_wb(y, x, NULL, b, nr, n, eps, mean, rstd, stream);
+	else
+		ln_fwd_rows_wb(y, x, NULL, NULL, nr, n, eps, mean, rstd, stream);
+}
+
 static void scale_w(float *y, const float *x, int64_t n, float s, const float *w, int stream)
 {
 	const __m512 vs = _mm512_set1_ps(s);
@@ -431,6 +604,7 @@ const nk_lnops_t nk_lnops_avx512 = {
 	.ln_bwd_sums = ln_bwd_sums,
 	.ln_bwd_dx = ln_bwd_dx,
 	.bwd_rows = ln_bwd_rows,
+	.fwd_rows = ln_fwd_rows,
 	.scale_w = scale_w,
 	.dot3 = dot3,
 	.rms_dx = rms_dx,

@@ -38,6 +38,11 @@ typedef struct {
 	 * then unused), w, sw, sb may be NULL. */
 	void (*bwd_rows)(float *dx, const float *dy, const float *x, const float *w, int64_t nr, int64_t n,
 			 const float *mean, const float *rstd, float *sw, float *sb, int stream);
+	/* Layer-norm forward of nr whole f32 rows of n (row r at x + r*n, y + r*n): the row's mean and
+	 * rstd = 1/sqrt(var + eps) (biased var, f64 from f32 lanes) into mean[r], rstd[r] (either may be
+	 * NULL) and y = (x - mean)*rstd [* w] [+ b] (w, b may be NULL; stream as above). */
+	void (*fwd_rows)(float *y, const float *x, const float *w, const float *b, int64_t nr, int64_t n, double eps,
+			 float *mean, float *rstd, int stream);
 	/* y = x*s [* w] (rms norm forward; stream as above) */
 	void (*scale_w)(float *y, const float *x, int64_t n, float s, const float *w, int stream);
 	/* sum of dy*w*x (w may be NULL) */

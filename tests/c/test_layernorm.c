@@ -1,7 +1,10 @@
 /* test_layernorm.c - layer norm forward (y, mean, rstd) and backward (dx, dw, db) against the reference
  * for every float dtype, odd sizes, with and without weight/bias; the backward against central
  * differences in f64; dw/db bitwise deterministic across runs. */
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctest.h"
@@ -159,6 +162,59 @@ static void test_layernorm_bwd_numerical(void)
 	}
 }
 
+/* The f32 forward's one-pass moments (E[x^2] - mean^2) and its exact fallback: rows whose mean^2 exceeds
+ * their variance (a large offset, a constant row, mean == std), rows whose squares overflow f32, and rows
+ * that stay on the one-pass path, against moments computed here in f64 by two passes. */
+static void test_layernorm_moments(void)
+{
+	enum { R = 8 };
+	static const int64_t widths[] = { 1000, 1024 };
+
+	for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+		int64_t C = widths[wi];
+		float *x = malloc(sizeof(float) * R * C), *y = malloc(sizeof(float) * R * C), m[R], r[R];
+		nk_layernorm_args_t f = { .dtype = NK_F32, .rows = R, .cols = C, .eps = 1e-5, .x = x, .y = y,
+					  .mean = m, .rstd = r };
+
+		nkt_fill(x, NK_F32, R * C, -1, 1);
+		for (int64_t j = 0; j < C; j++) {
+			x[0 * C + j] += 1000;		      /* mean^2 = 3e6 var */
+			x[1 * C + j] = 3;		      /* var 0 */
+			x[2 * C + j] = x[2 * C + j] * 1e-3f;  /* mean ~ 0, tiny var: one pass */
+			x[3 * C + j] = x[3 * C + j] + 1;       /* mean 1, var 1/3: exact pass */
+			x[4 * C + j] = x[4 * C + j] + 0.5f;    /* mean 0.5, var 1/3: one pass */
+			x[5 * C + j] = 1e20f + x[5 * C + j] * 1e18f; /* x^2 overflows f32, (x - mean)^2 does not */
+			x[6 * C + j] = x[6 * C + j] * 1e-20f;  /* x^2 underflows */
+		}
+		CHECK(nk_layernorm_run(&f) == 0, "run");
+		for (int i = 0; i < R; i++) {
+			const float *xr = x + i * C, *yr = y + i * C;
+			double mean = 0, var = 0, rstd, err = 0, amax = 0, tol;
+
+			for (int64_t j = 0; j < C; j++)
+				mean += xr[j];
+			mean /= (double)C;
+			for (int64_t j = 0; j < C; j++)
+				var += (xr[j] - mean) * (xr[j] - mean);
+			var /= (double)C;
+			rstd = 1 / sqrt(var + 1e-5);
+			for (int64_t j = 0; j < C; j++)
+				amax = fabs(xr[j]) > amax ? fabs(xr[j]) : amax;
+			/* x - mean is formed in f32: a few ulps of |x| scaled by rstd */
+			tol = 1e-5 + 8 * FLT_EPSILON * amax * rstd;
+			for (int64_t j = 0; j < C; j++) {
+				double e = fabs(yr[j] - (xr[j] - mean) * rstd);
+
+				err = e > err ? e : err;
+			}
+			CHECK(err <= tol, "layernorm moments row %d width %lld: max |y - exact| %g (tol %g)", i, (long long)C, err, tol);
+			CHECK(fabs(r[i] - rstd) <= 1e-5 * rstd, "row %d: rstd %g against %g", i, r[i], rstd);
+			CHECK(fabs(m[i] - mean) <= 1e-6 * fabs(mean) + 1e-30, "row %d: mean %g against %g", i, m[i], mean);
+		}
+		free(x), free(y);
+	}
+}
+
 static void test_layernorm_errors(void)
 {
 	nk_layernorm_args_t f = { .dtype = NK_I64, .rows = 1, .cols = 1 };
@@ -172,6 +228,7 @@ int main(void)
 	RUN(test_layernorm_vs_ref);
 	RUN(test_layernorm_row_groups);
 	RUN(test_layernorm_streamed);
+	RUN(test_layernorm_moments);
 	RUN(test_layernorm_bwd_numerical);
 	RUN(test_layernorm_errors);
 	return ctest_finish();
