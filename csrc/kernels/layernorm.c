@@ -1,7 +1,8 @@
 /* layernorm.c - layer norm over the last `cols` of a contiguous [rows, cols], as aten native_layer_norm
  * and native_layer_norm_backward.
  *
- * Forward (per row): mean, var = biased variance (two passes, f64 sums), rstd = 1/sqrt(var + eps),
+ * Forward (per row): mean, var = biased variance (two passes, f64 sums; the AVX-512 f32 rows take one pass,
+ * E[x^2] - mean^2, where that is exact enough: see layernorm_avx512.c), rstd = 1/sqrt(var + eps),
  * y = (x - mean)*rstd * w + b (bf16/f16: (x*rstd - rstd*mean) * w + b, as aten); mean and rstd are written in the input dtype.
  * Backward: xhat = (x - mean)*rstd, g = dy*w, dx = rstd*(g - mean(g) - xhat*mean(g*xhat)),
  * dw = sum over rows of dy*xhat, db = sum over rows of dy.
