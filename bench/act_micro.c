@@ -1,5 +1,6 @@
 /* act_micro.c - single-thread microbenchmark of the dedicated AVX-512 activation loops
- * (nk_act_f32_avx512, act_avx512.c): ns per element for gelu (erf, tanh) and gelu_backward (erf, tanh)
+ * (nk_act_f32_avx512, act_avx512.c): ns per element for gelu (erf, tanh), gelu_backward (erf, tanh), silu
+ * and silu_backward
  * on an L2-resident size and on a DRAM size (streamed stores), best of REPS.  Not part of any build target:
  *   cc -O2 -Icsrc/kernels -Icsrc/runtime bench/act_micro.c build/libneuron.a -lm -pthread -o /tmp/act_micro
  *   /tmp/act_micro [L2_ELEMS] [BIG_ELEMS] [REPS] [BLOCK]
@@ -48,7 +49,7 @@ static void run(double *best, int op, int ia, float *o, const float *x, const fl
 #else
 	act_fn fns[NFN] = { ACT_FN };
 #endif
-	int bin = op == NK_OP_GELU_BACKWARD;
+	int bin = op == NK_OP_GELU_BACKWARD || op == NK_OP_SILU_BACKWARD;
 	int inner = n < (1 << 20) ? (int)((1 << 21) / n) : 1;
 	int64_t b = stream && block > 0 ? block : n;
 
@@ -76,8 +77,9 @@ int main(int argc, char **argv)
 	int reps = argc > 3 ? atoi(argv[3]) : 7;
 	block = argc > 4 ? atoll(argv[4]) : 0;
 	float *x = aligned_alloc(64, big * 4), *g = aligned_alloc(64, big * 4), *o = aligned_alloc(64, big * 4);
-	static const int ops[][2] = { { NK_OP_GELU, 0 }, { NK_OP_GELU, 1 }, { NK_OP_GELU_BACKWARD, 0 }, { NK_OP_GELU_BACKWARD, 1 } };
-	static const char *names[] = { "gelu erf", "gelu tanh", "gelu_bwd erf", "gelu_bwd tanh" };
+	static const int ops[][2] = { { NK_OP_GELU, 0 }, { NK_OP_GELU, 1 }, { NK_OP_GELU_BACKWARD, 0 }, { NK_OP_GELU_BACKWARD, 1 },
+				      { NK_OP_SILU, 0 }, { NK_OP_SILU_BACKWARD, 0 } };
+	static const char *names[] = { "gelu erf", "gelu tanh", "gelu_bwd erf", "gelu_bwd tanh", "silu", "silu_bwd" };
 
 	srand(1);
 	for (int64_t i = 0; i < big; i++) {
@@ -85,7 +87,7 @@ int main(int argc, char **argv)
 		g[i] = (float)rand() / RAND_MAX * 2 - 1;
 	}
 	memset(o, 0, big * 4);
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < 6; k++) {
 		double a[NFN], c[NFN];
 
 		run(a, ops[k][0], ops[k][1], o, x, g, small, reps, false);
