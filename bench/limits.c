@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #if defined(__AVX512F__) || defined(__AVX2__) || defined(__FMA__)
 #include <immintrin.h>
@@ -207,11 +208,24 @@ static void *read_thread(void *arg) {
     return NULL;
 }
 
+/* Buffers as the device arena allocates them: 2 MiB-aligned and advised as transparent huge pages when
+ * at least 2 MiB (alloc.c), so that the limits and the ops stream through the same kind of pages. */
+static float *big_alloc(size_t bytes) {
+    size_t huge = (size_t)2 << 20;
+    void *p = NULL;
+    bytes = (bytes + 63) / 64 * 64;
+    if (posix_memalign(&p, bytes >= huge ? huge : 64, bytes)) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= huge) (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 static double readbw(long n, long reps) {
     n &= ~127L;
     triad_n = n;
     triad_reps = reps;
-    B = aligned_alloc(64, (size_t)n * sizeof(float));
+    B = big_alloc((size_t)n * sizeof(float));
     if (!B) { fprintf(stderr, "out of memory\n"); exit(1); }
     best_dt = 1e30;
     run_threads(read_thread);
@@ -223,9 +237,9 @@ static double triad(long n, long reps) {
     triad_n = n;
     triad_reps = reps;
     size_t bytes = (size_t)n * sizeof(float);
-    A = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    B = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    C = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    A = big_alloc(bytes);
+    B = big_alloc(bytes);
+    C = big_alloc(bytes);
     if (!A || !B || !C) { fprintf(stderr, "out of memory\n"); exit(1); }
     best_dt = 1e30;
     run_threads(triad_thread);

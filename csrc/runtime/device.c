@@ -174,6 +174,10 @@ static int parse_env(int *ndev, size_t *limit, bool *blocking)
 	if (v && !strcmp(v, "0"))
 		inline_bytes = 0;
 	nrt_set_inline_bytes(inline_bytes);
+	v = getenv("NEURON_HUGEPAGES");
+	if (v && strcmp(v, "0") && strcmp(v, "1"))
+		return env_error("NEURON_HUGEPAGES", v, "expected 0 or 1");
+	nrt_set_hugepages(!v || strcmp(v, "0") != 0);
 	return NRT_OK;
 }
 

@@ -79,6 +79,9 @@ int nrt_queue_launch_cost(nrt_queue_t *q, nrt_kernel_fn fn, const void *args, si
 			  size_t cost_bytes);
 void nrt_set_inline_bytes(size_t bytes);
 size_t nrt_inline_bytes(void);
+/* Whether new arena segments that are 2 MiB multiples are 2 MiB-aligned and advised as transparent huge
+ * pages (NEURON_HUGEPAGES, default on; existing segments keep what they got). */
+void nrt_set_hugepages(bool on);
 uint64_t nrt_inline_launches(void); /* launches that ran inline so far (statistics, tests) */
 /* Waits until all launched work is done.  Returns the sticky error (NRT_ERR_KERNEL, message
  * "<op>: <detail>") if a kernel failed since the last synchronizing call, and clears it. Kernels

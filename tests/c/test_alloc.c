@@ -3,6 +3,7 @@
  * seeded fuzz of alloc/free/record_queue on two queues. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -559,6 +560,36 @@ static void test_threads(void)
 	nrt_empty_cache(0);
 }
 
+/* Segments that are 2 MiB multiples start on a 2 MiB boundary (huge pages advised) unless switched
+ * off; either way the memory is usable to its last byte. */
+static void test_huge_page_segments(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+
+	for (int on = 1; on >= 0; on--) {
+		void *p = NULL, *r = NULL;
+
+		nrt_set_hugepages(on);
+		CHECK(nrt_empty_cache(0) == NRT_OK, "%s", nrt_last_error());
+		CHECK(nrt_malloc(q, 12 * MiB, &p) == NRT_OK && p, "12 MiB: %s", nrt_last_error());
+		CHECK(nrt_malloc(q, 3 * MiB, &r) == NRT_OK && r, "3 MiB: %s", nrt_last_error());
+		if (on)
+			CHECK((uintptr_t)p % (2 * MiB) == 0 && (uintptr_t)r % (2 * MiB) == 0, "2 MiB aligned: %p %p", p, r);
+		else
+			CHECK((uintptr_t)p % 4096 == 0, "page aligned: %p", p);
+		if (p && r) {
+			memset(p, 0x5a, 12 * MiB);
+			memset(r, 0xa5, 3 * MiB);
+			CHECK(((unsigned char *)p)[12 * MiB - 1] == 0x5a && ((unsigned char *)r)[3 * MiB - 1] == 0xa5, "contents");
+		}
+		nrt_free(p);
+		nrt_free(r);
+		nrt_device_synchronize(0);
+	}
+	nrt_set_hugepages(true);
+	check_no_live("huge pages");
+}
+
 int main(void)
 {
 	unsetenv("NEURON_RT_VISIBLE_CORES");
@@ -569,6 +600,7 @@ int main(void)
 		return 1;
 	}
 	RUN(test_stats_back_to_zero);
+	RUN(test_huge_page_segments);
 	RUN(test_split_merge_reuse);
 	RUN(test_record_queue);
 	RUN(test_oom);

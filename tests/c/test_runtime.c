@@ -159,7 +159,7 @@ static void test_env_init_errors(void)
 	static const struct { const char *var, *val; } bad[] = {
 		{ "NEURON_RT_VISIBLE_CORES", "abc" }, { "NEURON_RT_MEMORY_LIMIT", "lots" },
 		{ "NEURON_LAUNCH_BLOCKING", "yes" }, { "NEURON_NUM_THREADS", "-2" },
-		{ "NEURON_INLINE_BYTES", "small" },
+		{ "NEURON_INLINE_BYTES", "small" }, { "NEURON_HUGEPAGES", "yes" },
 	};
 	size_t lim = 0;
 
