@@ -646,7 +646,10 @@ float nk_dot_f32_avx512(const float *x, const float *y, int64_t n)
 	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
-/* Four columns at once (four DRAM streams per core, x loaded once): two 16-lane sums per column. */
+/* Four columns at once (four DRAM streams per core, x loaded once): two 16-lane sums per column.  No
+ * software prefetch: the hardware prefetcher keeps the four streams going, and prefetches 512 bytes
+ * ahead made 4096x14336 ~25 % slower (huge-page and 4 KiB-page weights alike, measured alternating in
+ * one process: 10.5-11.3 against 8.3-8.7 ms). */
 void nk_dot4_f32_avx512(const float *x, const float *y, int64_t ldy, int64_t n, float out[4])
 {
 	const float *y0 = y, *y1 = y + ldy, *y2 = y + 2 * ldy, *y3 = y + 3 * ldy;
@@ -656,10 +659,6 @@ void nk_dot4_f32_avx512(const float *x, const float *y, int64_t ldy, int64_t n, 
 	for (; i + 32 <= n; i += 32) {
 		__m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
 
-		_mm_prefetch((const char *)(y0 + i + 128), _MM_HINT_T0);
-		_mm_prefetch((const char *)(y1 + i + 128), _MM_HINT_T0);
-		_mm_prefetch((const char *)(y2 + i + 128), _MM_HINT_T0);
-		_mm_prefetch((const char *)(y3 + i + 128), _MM_HINT_T0);
 		a0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(y0 + i), a0);
 		a1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(y0 + i + 16), a1);
 		b0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(y1 + i), b0);
