@@ -357,7 +357,7 @@ static at::Tensor softmax_impl(const char *name, const at::Tensor &x, int64_t di
 	a.rows = a.cols ? xt.numel() / a.cols : 0;
 	a.x = xt.const_data_ptr(), a.y = y.data_ptr();
 	if (y.numel())
-		launch_cost(current_queue(x.device().index()), nk_softmax_run, a, name, 2 * (size_t)y.nbytes());
+		launch(current_queue(x.device().index()), nk_softmax_run, a, name);
 	return x.dim() == 0 ? y.view(at::IntArrayRef{}) : last ? y : y.transpose(d, -1);
 }
 static at::Tensor softmax(const at::Tensor &x, int64_t dim, bool h2f) { NEURON_TRACK("aten::_softmax"); return softmax_impl("aten::_softmax", x, dim, false, h2f); }
@@ -380,7 +380,7 @@ static at::Tensor softmax_bwd_impl(const char *name, const at::Tensor &dy, const
 	a.rows = a.cols ? yt.numel() / a.cols : 0;
 	a.dy = dyt.const_data_ptr(), a.y = yt.const_data_ptr(), a.dx = dx.data_ptr();
 	if (dx.numel())
-		launch_cost(current_queue(y.device().index()), nk_softmax_bwd_run, a, name, 3 * (size_t)dx.nbytes());
+		launch(current_queue(y.device().index()), nk_softmax_bwd_run, a, name);
 	at::Tensor r = y.dim() == 0 ? dx.view(at::IntArrayRef{}) : last ? dx : dx.transpose(d, -1);
 	return r.scalar_type() == in_dtype ? r : r.to(in_dtype);
 }
@@ -421,7 +421,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tenso
 	a.x = xc.const_data_ptr(), a.w = hw ? wc.const_data_ptr() : nullptr, a.b = hb ? bc.const_data_ptr() : nullptr;
 	a.y = y.data_ptr(), a.mean = mean.data_ptr(), a.rstd = rstd.data_ptr();
 	if (M > 0)
-		launch_cost(current_queue(x.device().index()), nk_layernorm_run, a, "aten::native_layer_norm", 2 * (size_t)y.nbytes());
+		launch(current_queue(x.device().index()), nk_layernorm_run, a, "aten::native_layer_norm");
 	return {y, mean, rstd};
 }
 
@@ -456,7 +456,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd(const at::T
 		a.dx = dx.defined() ? dx.data_ptr() : nullptr;
 		a.dw = dw.defined() ? dw.data_ptr() : nullptr;
 		a.db = db.defined() ? db.data_ptr() : nullptr;
-		launch_cost(current_queue(x.device().index()), nk_layernorm_bwd_run, a, "aten::native_layer_norm_backward", 3 * (size_t)xc.nbytes());
+		launch(current_queue(x.device().index()), nk_layernorm_bwd_run, a, "aten::native_layer_norm_backward");
 	}
 	if (dw.defined() && w->scalar_type() != dw.scalar_type())
 		dw = dw.to(w->scalar_type());

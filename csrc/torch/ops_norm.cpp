@@ -426,7 +426,7 @@ static std::tuple<at::Tensor, at::Tensor> rms_norm_f(const at::Tensor &x, at::In
 		a.dtype = nk_dtype(x.scalar_type(), op);
 		a.rows = rows, a.cols = cols, a.eps = e;
 		a.x = xc.const_data_ptr(), a.w = cptr(wc), a.y = y.data_ptr(), a.rstd = rstd.data_ptr();
-		launch_cost(queue_for(x), nk_rmsnorm_run, a, op, 2 * (size_t)y.nbytes());
+		launch(queue_for(x), nk_rmsnorm_run, a, op);
 	}
 	return {y, rstd};
 }
@@ -459,7 +459,7 @@ static std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor &dy, con
 		a.rows = rows, a.cols = cols;
 		a.dy = dyc.const_data_ptr(), a.x = xc.const_data_ptr(), a.rstd = rc.const_data_ptr(), a.w = cptr(wc);
 		a.dx = mptr(dx), a.dw = mptr(dw);
-		launch_cost(queue_for(x), nk_rmsnorm_bwd_run, a, op, 3 * (size_t)xc.nbytes());
+		launch(queue_for(x), nk_rmsnorm_bwd_run, a, op);
 	}
 	if (dw.defined() && dw.scalar_type() != w.scalar_type())
 		dw = dw.to(w.scalar_type());
