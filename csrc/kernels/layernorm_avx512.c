@@ -406,37 +406,52 @@ static void ln_bwd_rows(float *dx, const float *dy, const float *x, const float 
  * - the output two rows at a time, so each vector of w and b is loaded once for both rows.  Both rows'
  *   x are loaded before either y is stored (no 4K-alias stall when y[r] and x[r + 1] share page
  *   offsets). */
-static void ln_moments(const float *x, int64_t n, double eps, float *mean, float *rstd)
+/* mean and rstd of rows x0 and x1 (x1 may be x0) in one loop: eight independent accumulator chains,
+ * four f64 folds and one 2-lane square root and division, so that the two rows' latencies overlap. */
+static AI void ln_moments2(const float *x0, const float *x1, int64_t n, double eps, float *mean, float *rstd)
 {
-	__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
-	double m, var;
+	__m512 s0 = _mm512_setzero_ps(), s1 = s0, q0 = s0, q1 = s0, t0 = s0, t1 = s0, u0 = s0, u1 = s0;
+	double m[2], var[2];
 	int64_t j = 0;
 
-	for (; j + 64 <= n; j += 64) {
-		__m512 v0 = _mm512_loadu_ps(x + j), v1 = _mm512_loadu_ps(x + j + 16);
-		__m512 v2 = _mm512_loadu_ps(x + j + 32), v3 = _mm512_loadu_ps(x + j + 48);
+	for (; j + 32 <= n; j += 32) {
+		__m512 a0 = _mm512_loadu_ps(x0 + j), a1 = _mm512_loadu_ps(x0 + j + 16);
+		__m512 b0 = _mm512_loadu_ps(x1 + j), b1 = _mm512_loadu_ps(x1 + j + 16);
 
-		s0 = _mm512_add_ps(s0, v0);
-		s1 = _mm512_add_ps(s1, v1);
-		s2 = _mm512_add_ps(s2, v2);
-		s3 = _mm512_add_ps(s3, v3);
-		q0 = _mm512_fmadd_ps(v0, v0, q0);
-		q1 = _mm512_fmadd_ps(v1, v1, q1);
-		q2 = _mm512_fmadd_ps(v2, v2, q2);
-		q3 = _mm512_fmadd_ps(v3, v3, q3);
+		s0 = _mm512_add_ps(s0, a0);
+		s1 = _mm512_add_ps(s1, a1);
+		t0 = _mm512_add_ps(t0, b0);
+		t1 = _mm512_add_ps(t1, b1);
+		q0 = _mm512_fmadd_ps(a0, a0, q0);
+		q1 = _mm512_fmadd_ps(a1, a1, q1);
+		u0 = _mm512_fmadd_ps(b0, b0, u0);
+		u1 = _mm512_fmadd_ps(b1, b1, u1);
 	}
 	for (; j < n; j += 16) {
-		__m512 v = _mm512_maskz_loadu_ps(nk_tail_mask16(n - j), x + j);
+		__mmask16 k = nk_tail_mask16(n - j);
+		__m512 a = _mm512_maskz_loadu_ps(k, x0 + j), b = _mm512_maskz_loadu_ps(k, x1 + j);
 
-		s0 = _mm512_add_ps(s0, v);
-		q0 = _mm512_fmadd_ps(v, v, q0);
+		s0 = _mm512_add_ps(s0, a);
+		q0 = _mm512_fmadd_ps(a, a, q0);
+		t0 = _mm512_add_ps(t0, b);
+		u0 = _mm512_fmadd_ps(b, b, u0);
 	}
-	m = fold(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3)) / (double)n;
-	var = fold(_mm512_add_ps(q0, q2), _mm512_add_ps(q1, q3)) / (double)n - m * m;
-	if (!(m * m <= var) || !(var < HUGE_VAL)) /* cancellation, x^2 overflowed, or inf/nan: the exact pass */
-		var = ln_sqdev(x, n, (float)m) / (double)n;
-	*mean = (float)m;
-	*rstd = (float)(1.0 / sqrt(var + eps));
+	m[0] = fold(s0, s1) / (double)n;
+	m[1] = fold(t0, t1) / (double)n;
+	var[0] = fold(q0, q1) / (double)n - m[0] * m[0];
+	var[1] = fold(u0, u1) / (double)n - m[1] * m[1];
+	for (int r = 0; r < 2; r++)
+		if (!(m[r] * m[r] <= var[r]) || !(var[r] < HUGE_VAL)) /* cancellation, x^2 overflowed, inf/nan */
+			var[r] = ln_sqdev(r ? x1 : x0, n, (float)m[r]) / (double)n;
+	{
+		__m128d v = _mm_add_pd(_mm_set_pd(var[1], var[0]), _mm_set1_pd(eps));
+		__m128 rs = _mm_cvtpd_ps(_mm_div_pd(_mm_set1_pd(1.0), _mm_sqrt_pd(v)));
+
+		rstd[0] = _mm_cvtss_f32(rs);
+		rstd[1] = _mm_cvtss_f32(_mm_shuffle_ps(rs, rs, 1));
+	}
+	mean[0] = (float)m[0];
+	mean[1] = (float)m[1];
 }
 
 #define LN_Y(xv, vm, vs) _mm512_mul_ps(_mm512_sub_ps(xv, vm), vs)
@@ -497,11 +512,7 @@ static AI void ln_fwd_rows_wb(float *y, const float *x, const float *w, const fl
 		float *y0 = y + r * n, *y1 = r + 1 < nr ? y0 + n : y0; /* an odd last row is done twice */
 		float mr[2], rr[2];
 
-		ln_moments(x0, n, eps, &mr[0], &rr[0]);
-		if (x1 != x0)
-			ln_moments(x1, n, eps, &mr[1], &rr[1]);
-		else
-			mr[1] = mr[0], rr[1] = rr[0];
+		ln_moments2(x0, x1, n, eps, mr, rr);
 		if (nt) /* a constant in each copy of the loop */
 			ln_out2(y0, y1, x0, x1, w, b, n, mr, rr, 1);
 		else
