@@ -4,8 +4,9 @@
  * mutex costs no syscall), copy the arguments into the slot at tail and publish tail; the worker runs the
  * record at head and then publishes head + 1.  Idle workers spin for NRT_SPIN_NS and then park on
  * work_cv; a launcher signals only when worker_parked is set.  Threads waiting for head to move (queue
- * synchronize, events, a launcher facing a full ring, another queue's wait record) spin briefly and then
- * park on done_cv, counted in waiters, which the worker checks after each record.  Both handshakes store
+ * synchronize, events, another queue's wait record) spin briefly and then park on done_cv, counted in
+ * waiters, with the least head value they need in wake_at, which the worker checks after each record; a
+ * launcher facing a full ring parks at once until an eighth of the ring is free.  Both handshakes store
  * their own flag and then load the other side's with sequentially consistent atomics, so no wake-up is
  * lost.
  */
@@ -114,10 +115,14 @@ static int run_record(struct nrt_queue *q, struct nrt_launch_rec *r)
 	return ret;
 }
 
+/* Wakes the parked waiters once head has reached the least sequence number one of them needs (wake_at),
+ * not after every record: a synchronize behind a thousand records wakes once, not a thousand times.
+ * Waiters still short of their target lower wake_at again before they park (nrt_queue_wait_seq). */
 static void wake_waiters(struct nrt_queue *q)
 {
-	if (atomic_load(&q->waiters) > 0) {
+	if (atomic_load(&q->waiters) > 0 && atomic_load(&q->head) >= atomic_load(&q->wake_at)) {
 		pthread_mutex_lock(&q->lock);
+		atomic_store(&q->wake_at, UINT64_MAX);
 		pthread_cond_broadcast(&q->done_cv);
 		pthread_mutex_unlock(&q->lock);
 	}
@@ -266,14 +271,18 @@ static void help_until(struct nrt_queue *q, uint64_t seq)
 	wake_waiters(q);
 }
 
-void nrt_queue_wait_seq(struct nrt_queue *q, uint64_t seq)
+/* Waits for head >= seq: runs the records itself if nobody is (help_until), else spins (if spin) for
+ * NRT_SPIN_NS, then parks on done_cv.  A parking waiter lowers wake_at to seq and re-reads head after
+ * that (both sequentially consistent, as the worker's head store and its wake_at load), so either the
+ * worker sees the target or the waiter sees the head. */
+static void queue_wait(struct nrt_queue *q, uint64_t seq, bool spin)
 {
 	int64_t deadline;
 
 	if (nrt_queue_reached(q, seq))
 		return;
 	help_until(q, seq);
-	deadline = nrt_mono_ns() + NRT_SPIN_NS;
+	deadline = spin ? nrt_mono_ns() + NRT_SPIN_NS : 0;
 	while (nrt_mono_ns() < deadline) {
 		for (int i = 0; i < 64; i++) {
 			if (nrt_queue_reached(q, seq))
@@ -283,10 +292,22 @@ void nrt_queue_wait_seq(struct nrt_queue *q, uint64_t seq)
 	}
 	pthread_mutex_lock(&q->lock);
 	atomic_fetch_add(&q->waiters, 1);
-	while (atomic_load(&q->head) < seq)
+	for (;;) {
+		uint64_t w = atomic_load(&q->wake_at);
+
+		while (seq < w && !atomic_compare_exchange_weak(&q->wake_at, &w, seq))
+			;
+		if (atomic_load(&q->head) >= seq)
+			break;
 		pthread_cond_wait(&q->done_cv, &q->lock);
+	}
 	atomic_fetch_sub(&q->waiters, 1);
 	pthread_mutex_unlock(&q->lock);
+}
+
+void nrt_queue_wait_seq(struct nrt_queue *q, uint64_t seq)
+{
+	queue_wait(q, seq, true);
 }
 
 int nrt_queue_take_error(struct nrt_queue *q)
@@ -336,10 +357,12 @@ static int run_inline(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, s
 	return nrt_set_error(NRT_ERR_KERNEL, "%s: kernel failed (status %d)", name, ret);
 }
 
+/* A full ring: the slot is free once head > tail - NRT_RING_SLOTS.  The launcher parks at once until
+ * an eighth of the ring has drained (the worker has ~900 records left to run), so that a host far
+ * ahead of the device neither spins beside the workers nor wakes for every record. */
 static void wait_for_slot(struct nrt_queue *q, uint64_t tail)
 {
-	/* the slot is free once head > tail - NRT_RING_SLOTS */
-	nrt_queue_wait_seq(q, tail - NRT_RING_SLOTS + 1);
+	queue_wait(q, tail - NRT_RING_SLOTS + NRT_RING_SLOTS / 8, false);
 }
 
 int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size_t args_size,
@@ -430,6 +453,7 @@ int nrt_queue_start(struct nrt_queue *q, int dev, int id, int priority)
 	pthread_mutex_init(&q->err_lock, NULL);
 	pthread_cond_init(&q->work_cv, NULL);
 	pthread_cond_init(&q->done_cv, NULL);
+	atomic_store(&q->wake_at, UINT64_MAX);
 	err = pthread_attr_init(&attr);
 	if (!err) {
 		err = pthread_create(&q->worker, &attr, queue_worker, q);
