@@ -299,7 +299,7 @@ def build(groups, limits, info, meta):
               "Triad is `a[i] = b[i] + s*c[i]` on f32, 12 bytes counted per element (the write-allocate read of `a` "
               "is not counted, as for the ops); read is a vectorised sum, 4 bytes per element.  Buffers of 2 MiB "
               "or more are 2 MiB-aligned transparent huge pages, as the device arena allocates them (on this VM "
-              "4 KiB pages measured a third less bandwidth); PyTorch's CPU allocator uses 4 KiB pages unless "
+              "4 KiB pages measured a fifth to a third less: triad 27 against 34 GB/s, read 23-26 against 34-42 GB/s, alternating runs); PyTorch's CPU allocator uses 4 KiB pages unless "
               "`THP_MEM_ALLOC_ENABLE=1` is set, and the CPU rows run with its defaults.")
     md.append("")
     lrows = limits.rows() if limits is not None else [("skipped", "--no-limits", "")]
