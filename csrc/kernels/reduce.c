@@ -18,8 +18,9 @@
  *    results do not depend on the thread count), chunks reduce in parallel into partial states that
  *    are combined in order.  Otherwise outputs/tiles are split over the pool.
  * On AVX-512 CPUs dense f32 rows (sum, mean, var/std, 2-norm, extrema, arg-extrema), bf16/f64 row
- * sums and f32/bf16 column sums use the loops of reduce_avx512.c (four accumulators for sums, so the
- * rounding differs slightly from the sequential reference).
+ * sums and f32/bf16 column sums use the loops of reduce_avx512.c (four accumulators for sums; column
+ * sums add blocks of 8 rows in f32 before widening; so the rounding differs slightly from the
+ * sequential reference).
  * nk_reduce_ref: one output at a time, one element at a time, same formulas.
  */
 #include <stdatomic.h>
@@ -561,8 +562,7 @@ static void rd_cols(const rd_ctx_t *c, rd_tile_t *t, int64_t o, int64_t r0, int6
 	bool colsum = c->avx512 && (c->op == NK_RED_SUM || c->op == NK_RED_MEAN) &&
 		      (dt == NK_F32 || dt == NK_BF16);
 	if (colsum) {
-		for (int64_t r = r0; r < r1; r++)
-			nk_rd_colsum_avx512(t->d, base + r * rs, dt == NK_BF16, w);
+		nk_rd_colsum_rows_avx512(t->d, base + r0 * rs, rs, r1 - r0, dt == NK_BF16, w);
 		return;
 	}
 	if (!two_pass) {
