@@ -720,6 +720,11 @@ static int gemm_failed(atomic_int *failed)
  * jc..jc+nc and k-slices pc..; f32 blocks are KC x NC per slice, bf16/f16 C keeps all of K in one
  * super block so that each C panel is accumulated over all of K in f32 and rounded once. */
 #define SHARED_B_BYTES ((size_t)8 << 20)
+/* bf16/f16 C: all of packed A (all of K) is shared too when it is at most this big (e.g. 1024 x 1024
+ * bf16: 2 MiB); the pack job packs it with B, and the compute tasks can then be cut finer (column
+ * chunks of at most SHARED_CHUNK_BYTES of packed B, at least 16 tasks per thread) at no packing cost. */
+#define SHARED_A_BYTES ((size_t)4 << 20)
+#define SHARED_CHUNK_BYTES ((size_t)512 << 10)
 
 typedef struct {
 	const gemm_plan_t *pl;
@@ -732,11 +737,42 @@ typedef struct {
 	atomic_int_fast64_t next;   /* next unclaimed task of the compute job */
 	float *bp;            /* shared packed B: slice s at bp + s * (kcmax / div) * panels_n * NR */
 	bool acc;             /* C is bf16/f16: accumulate each panel in f32 over all of K */
+	/* packed A shared by the threads (NULL: each task packs its own A panel): row panel r at
+	 * ap + r * MR * kwords, its slice s at + MR * s * (kcmax / div); packed by the pack job of
+	 * the first column super block */
+	float *ap;
+	int64_t kwords;
+	bool pack_a;          /* this pack job also packs A (tasks past the B panels) */
 } shared_t;
 
 static int64_t shared_slice_words(const shared_t *sh)
 {
 	return (sh->pl->pairs ? sh->kcmax / 2 : sh->kcmax) * sh->panels_n * NR;
+}
+
+/* Words of packed k per full slice (kcmax k: kcmax / 2 pairs for bf16). */
+static int64_t shared_kslice_words(const shared_t *sh)
+{
+	return sh->pl->pairs ? sh->kcmax / 2 : sh->kcmax;
+}
+
+/* Packs row panel r of A, all slices of the super block's k range, into the shared ap. */
+static void shared_pack_a(const shared_t *sh, int64_t r)
+{
+	const gemm_plan_t *pl = sh->pl;
+	const nk_gemm_args_t *g = pl->g;
+	int mr = (int)min64(MR, g->M - r * MR);
+
+	for (int64_t s = 0; s * sh->kcmax < sh->kc_all; s++) {
+		int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
+		const void *src = at(g->A, sh->b * g->bs_a + r * MR * g->rs_a + pc * g->cs_a, pl->es);
+		float *d = sh->ap + r * MR * sh->kwords + MR * s * shared_kslice_words(sh);
+
+		if (pl->pairs)
+			pl->isa->pack_a_pairs(src, g->rs_a, g->cs_a, mr, kc, (uint32_t *)d);
+		else
+			pl->isa->pack_a(src, g->dtype, g->rs_a, g->cs_a, mr, kc, d);
+	}
 }
 
 /* Phase 1: packs panel (slice s, column panel q) of the super block; one task per panel. */
@@ -745,14 +781,20 @@ static void shared_pack(void *ctx, int64_t t0, int64_t t1)
 	const shared_t *sh = ctx;
 	const gemm_plan_t *pl = sh->pl;
 	const nk_gemm_args_t *g = pl->g;
+	int64_t npb = cdiv(sh->kc_all, sh->kcmax) * sh->panels_n; /* B panel tasks; then A panels */
 
 	for (int64_t t = t0, t2; t < t1; t = t2) {
+		if (t >= npb) {
+			shared_pack_a(sh, t - npb);
+			t2 = t + 1;
+			continue;
+		}
 		int64_t s = t / sh->panels_n, q = t % sh->panels_n;
 		int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
 		int64_t j = sh->jc + q * NR, n;
 
 		/* the consecutive panels of this slice in one call */
-		t2 = min64(t1, (s + 1) * sh->panels_n);
+		t2 = min64(min64(t1, npb), (s + 1) * sh->panels_n);
 		n = min64((t2 - t) * NR, sh->jc + sh->nc - j);
 		const void *src = at(g->B, sh->b * g->bs_b + pc * g->rs_b + j * g->cs_b, pl->es);
 		float *dst = sh->bp + s * shared_slice_words(sh) + q * (pl->pairs ? (kc + 1) / 2 : kc) * NR;
@@ -848,7 +890,9 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 			prefetch_t pf;
 
 			/* the next A panel to pack: the next slice of these rows, else the next rows */
-			if (s + 1 < nslices)
+			if (sh->ap)
+				pf = (prefetch_t){ 0 };
+			else if (s + 1 < nslices)
 				pf = prefetch_a_init(pl, A, ir, g->M, pc + kc, min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc), ncols);
 			else if (t + 1 < t1 && (t + 1) % sh->panels_m)
 				pf = prefetch_a_init(pl, A, ir + MR, g->M, sh->pc0, min64(sh->kcmax, sh->kc_all), ncols);
@@ -857,10 +901,16 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 			/* prefetch_a_init takes offsets from A's panel base: rows relative to the panel */
 			if (pf.row)
 				pf.row -= ir * g->rs_a * (int64_t)pl->es;
+			const float *as = ap;
+
+			if (sh->ap)
+				as = sh->ap + ir * sh->kwords + MR * s * shared_kslice_words(sh);
 			if (pl->pairs) {
 				int64_t kp = (kc + 1) / 2;
 
-				pl->isa->pack_a_pairs(at(A, pc * g->cs_a, pl->es), g->rs_a, g->cs_a, mr, kc, (uint32_t *)ap);
+				if (!sh->ap)
+					pl->isa->pack_a_pairs(at(A, pc * g->cs_a, pl->es), g->rs_a, g->cs_a, mr, kc,
+							      (uint32_t *)ap);
 				for (int64_t q = q0; q < q1; q++) {
 					int64_t jr = (q - q0) * NR;
 					int nr = (int)min64(NR, ncols - jr);
@@ -868,25 +918,26 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 
 					prefetch_a_step(&pf);
 					if (direct && s == nslices - 1)
-						pl->isa->sbgemm_bf16c(kp, (const uint32_t *)ap, bq, first ? NULL : acc + jr,
+						pl->isa->sbgemm_bf16c(kp, (const uint32_t *)as, bq, first ? NULL : acc + jr,
 								      ldacc, (uint16_t *)Cb + jr, g->rs_c, pl->alpha,
 								      pl->beta, mr, nr);
 					else
-						pl->isa->sbgemm(kp, (const uint32_t *)ap, bq, acc + jr, ldacc, 1, 1.0f,
+						pl->isa->sbgemm(kp, (const uint32_t *)as, bq, acc + jr, ldacc, 1, 1.0f,
 								first ? 0.0f : 1.0f, mr, nr);
 				}
 			} else {
-				pl->isa->pack_a(at(A, pc * g->cs_a, pl->es), g->dtype, g->rs_a, g->cs_a, mr, kc, ap);
+				if (!sh->ap)
+					pl->isa->pack_a(at(A, pc * g->cs_a, pl->es), g->dtype, g->rs_a, g->cs_a, mr, kc, ap);
 				for (int64_t q = q0; q < q1; q++) {
 					int64_t jr = (q - q0) * NR;
 					int nr = (int)min64(NR, ncols - jr);
 
 					prefetch_a_step(&pf);
 					if (sh->acc)
-						pl->isa->sgemm(kc, ap, bs + q * kc * NR, acc + jr, ldacc, 1, 1.0f,
+						pl->isa->sgemm(kc, as, bs + q * kc * NR, acc + jr, ldacc, 1, 1.0f,
 							       first ? 0.0f : 1.0f, mr, nr);
 					else
-						pl->isa->sgemm(kc, ap, bs + q * kc * NR, C + jr * g->cs_c, g->rs_c,
+						pl->isa->sgemm(kc, as, bs + q * kc * NR, C + jr * g->cs_c, g->rs_c,
 							       g->cs_c, pl->alpha, first ? pl->beta : 1.0f, mr, nr);
 				}
 			}
@@ -905,6 +956,7 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 	shared_t sh = { .pl = pl, .acc = g->dtype != NK_F32 };
 	int64_t elem = pl->pairs ? 2 : 4; /* bytes of packed B per k per column */
 	int64_t ncmax, kpad;
+	size_t abytes = 0;
 	float *bp;
 
 	sh.kcmax = pl->pairs ? KCB : KC;
@@ -917,13 +969,20 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 	} else {
 		ncmax = NC;
 	}
-	bp = nk_ws_get(NK_WS_GEMM_B, SHARED_B_BYTES);
+	sh.panels_m = cdiv(g->M, MR);
+	if (sh.acc) {
+		sh.kwords = cdiv(g->K, sh.kcmax) * shared_kslice_words(&sh);
+		abytes = (size_t)(sh.panels_m * MR * sh.kwords) * sizeof(float);
+		if (abytes > SHARED_A_BYTES)
+			abytes = 0;
+	}
+	bp = nk_ws_get(NK_WS_GEMM_B, SHARED_B_BYTES + abytes);
 	if (!bp) {
 		atomic_store(pl->failed, 1);
 		return true;
 	}
 	sh.bp = bp;
-	sh.panels_m = cdiv(g->M, MR);
+	sh.ap = abytes ? bp + SHARED_B_BYTES / sizeof(float) : NULL;
 	for (int64_t b = 0; b < g->batch; b++)
 		for (int64_t jc = 0; jc < g->N; jc += ncmax) {
 			int64_t ksb; /* k per super block (f32: as many KC slices as fit) */
@@ -936,8 +995,17 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 				ksb = g->K;
 			else
 				ksb = (int64_t)SHARED_B_BYTES / (sh.kcmax * sh.panels_n * NR * 4) * sh.kcmax;
-			/* enough tasks for a dynamic balance: split columns when there are few row panels */
+			/* enough tasks for a dynamic balance: split columns when there are few row panels
+			 * (shared A: chunks whose packed B stays in L2, at least 16 tasks per thread) */
 			sh.col_tasks = min64(sh.panels_n, cdiv(8 * (int64_t)nt, sh.panels_m));
+			if (sh.ap) {
+				int64_t cw = (int64_t)SHARED_CHUNK_BYTES / (sh.kwords * NR * (int64_t)sizeof(float));
+
+				sh.col_tasks = cdiv(sh.panels_n, cw < 1 ? 1 : cw);
+				if (sh.col_tasks * sh.panels_m < 16 * (int64_t)nt)
+					sh.col_tasks = cdiv(16 * (int64_t)nt, sh.panels_m);
+				sh.col_tasks = min64(sh.panels_n, sh.col_tasks);
+			}
 			sh.cols_per_task = cdiv(sh.panels_n, sh.col_tasks);
 			sh.col_tasks = cdiv(sh.panels_n, sh.cols_per_task);
 			for (int64_t pc0 = 0; pc0 < g->K; pc0 += ksb) {
@@ -946,10 +1014,14 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 				sh.pc0 = pc0;
 				sh.kc_all = min64(ksb, g->K - pc0);
 				np = cdiv(sh.kc_all, sh.kcmax) * sh.panels_n;
+				/* shared A: packed with the first column super block (all of K: pc0 is 0) */
+				sh.pack_a = sh.ap && jc == 0;
+				if (sh.pack_a)
+					np += sh.panels_m;
 				nrt_parallel_for(np, 1, shared_pack, &sh);
 				/* pairs of tasks per claim (the first prefetches the second's A rows) while
 				 * that leaves at least 4 claims per thread */
-				sh.claim = sh.panels_m * sh.col_tasks >= 8 * (int64_t)nt ? 2 : 1;
+				sh.claim = !sh.ap && sh.panels_m * sh.col_tasks >= 8 * (int64_t)nt ? 2 : 1;
 				atomic_store(&sh.next, 0);
 				nrt_parallel_for(nt, 1, shared_compute, &sh);
 			}
