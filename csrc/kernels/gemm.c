@@ -405,7 +405,8 @@ nk_gemm_isa_t nk_gemm_isa_select(void)
 	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
 		isa = nk_gemm_isa_avx512;
 		if (!__builtin_cpu_supports("avx512bf16"))
-			isa.sbgemm = NULL, isa.sbgemm_bf16c = NULL, isa.dot_bf16 = NULL;
+			isa.sbgemm = NULL, isa.sbgemm_bf16c = NULL, isa.sbgemm_a = NULL, isa.sbgemm_bf16c_a = NULL,
+			isa.dot_bf16 = NULL;
 	}
 #endif
 	return isa;
@@ -427,6 +428,7 @@ typedef struct {
 	const nk_gemm_args_t *g;
 	const nk_gemm_isa_t *isa;
 	bool pairs;          /* bf16 through the sbgemm (pair) micro-kernel */
+	bool inplace_a;      /* pairs read from A in place (sbgemm_a / sbgemm_bf16c_a; small and shared drivers) */
 	size_t es;           /* element size of A, B, C */
 	float alpha, beta;
 	int64_t tm, tn;      /* task rectangle */
@@ -697,6 +699,9 @@ static gemm_plan_t gemm_plan(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa, 
 		.g = g,
 		.isa = isa,
 		.pairs = g->dtype == NK_BF16 && isa->sbgemm,
+		/* row-major bf16 A with an even K: each pair is one 32-bit word of an A row, no packing */
+		.inplace_a = g->dtype == NK_BF16 && isa->sbgemm && isa->sbgemm_a && isa->sbgemm_bf16c_a && g->cs_a == 1 &&
+			     g->K % 2 == 0,
 		.es = nk_fp_elem_size(g->dtype),
 		.alpha = (float)g->alpha,
 		.beta = (float)g->beta,
@@ -712,6 +717,29 @@ static int gemm_failed(atomic_int *failed)
 		return 0;
 	nrt_kernel_fail("gemm: out of host memory for the packing workspace");
 	return -1;
+}
+
+/* One bf16 pair micro-kernel call of the small and shared drivers: the kp pairs of A (packed panel `ap`,
+ * or in place from `a16` with rows lda bytes apart when ap is NULL) against packed B panel bq; the last
+ * k-slice of a bf16 C with unit column stride (direct) adds the f32 partials (acc, unless first) and
+ * stores bf16, the others leave f32 partials in acc (overwritten on the first slice). */
+static void pairs_tile(const gemm_plan_t *pl, int64_t kp, const uint32_t *ap, const uint16_t *a16, int64_t lda,
+		       const uint32_t *bq, float *acc, int64_t ldacc, uint16_t *c, bool direct, bool first, bool last,
+		       int mr, int nr)
+{
+	const nk_gemm_args_t *g = pl->g;
+
+	if (direct && last) {
+		if (ap)
+			pl->isa->sbgemm_bf16c(kp, ap, bq, first ? NULL : acc, ldacc, c, g->rs_c, pl->alpha, pl->beta, mr, nr);
+		else
+			pl->isa->sbgemm_bf16c_a(kp, a16, lda, bq, first ? NULL : acc, ldacc, c, g->rs_c, pl->alpha, pl->beta,
+						mr, nr);
+	} else if (ap) {
+		pl->isa->sbgemm(kp, ap, bq, acc, ldacc, 1, 1.0f, first ? 0.0f : 1.0f, mr, nr);
+	} else {
+		pl->isa->sbgemm_a(kp, a16, lda, bq, acc, ldacc, 1, 1.0f, first ? 0.0f : 1.0f, mr, nr);
+	}
 }
 
 /* ---- shared packing: B packed once per call by all threads, then row panels over the pool ---------- */
@@ -890,7 +918,7 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 			prefetch_t pf;
 
 			/* the next A panel to pack: the next slice of these rows, else the next rows */
-			if (sh->ap)
+			if (sh->ap || pl->inplace_a)
 				pf = (prefetch_t){ 0 };
 			else if (s + 1 < nslices)
 				pf = prefetch_a_init(pl, A, ir, g->M, pc + kc, min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc), ncols);
@@ -908,7 +936,9 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 			if (pl->pairs) {
 				int64_t kp = (kc + 1) / 2;
 
-				if (!sh->ap)
+				if (pl->inplace_a)
+					as = NULL;
+				else if (!sh->ap)
 					pl->isa->pack_a_pairs(at(A, pc * g->cs_a, pl->es), g->rs_a, g->cs_a, mr, kc,
 							      (uint32_t *)ap);
 				for (int64_t q = q0; q < q1; q++) {
@@ -917,13 +947,9 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 					const uint32_t *bq = (const uint32_t *)bs + q * kp * NR;
 
 					prefetch_a_step(&pf);
-					if (direct && s == nslices - 1)
-						pl->isa->sbgemm_bf16c(kp, (const uint32_t *)as, bq, first ? NULL : acc + jr,
-								      ldacc, (uint16_t *)Cb + jr, g->rs_c, pl->alpha,
-								      pl->beta, mr, nr);
-					else
-						pl->isa->sbgemm(kp, (const uint32_t *)as, bq, acc + jr, ldacc, 1, 1.0f,
-								first ? 0.0f : 1.0f, mr, nr);
+					pairs_tile(pl, kp, (const uint32_t *)as, (const uint16_t *)A + pc, g->rs_a * 2, bq,
+						   acc + jr, ldacc, (uint16_t *)Cb + jr, direct, first, s == nslices - 1, mr,
+						   nr);
 				}
 			} else {
 				if (!sh->ap)
@@ -957,6 +983,7 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 	int64_t elem = pl->pairs ? 2 : 4; /* bytes of packed B per k per column */
 	int64_t ncmax, kpad;
 	size_t abytes = 0;
+	bool fine = false;    /* fine column chunks (A costs nothing per task) */
 	float *bp;
 
 	sh.kcmax = pl->pairs ? KCB : KC;
@@ -975,6 +1002,8 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 		abytes = (size_t)(sh.panels_m * MR * sh.kwords) * sizeof(float);
 		if (abytes > SHARED_A_BYTES)
 			abytes = 0;
+		if (pl->inplace_a) /* no packed A at all; tasks cut as finely as with a shared one */
+			abytes = 0, fine = true;
 	}
 	bp = nk_ws_get(NK_WS_GEMM_B, SHARED_B_BYTES + abytes);
 	if (!bp) {
@@ -983,6 +1012,7 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 	}
 	sh.bp = bp;
 	sh.ap = abytes ? bp + SHARED_B_BYTES / sizeof(float) : NULL;
+	fine = fine || sh.ap;
 	for (int64_t b = 0; b < g->batch; b++)
 		for (int64_t jc = 0; jc < g->N; jc += ncmax) {
 			int64_t ksb; /* k per super block (f32: as many KC slices as fit) */
@@ -998,7 +1028,7 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 			/* enough tasks for a dynamic balance: split columns when there are few row panels
 			 * (shared A: chunks whose packed B stays in L2, at least 16 tasks per thread) */
 			sh.col_tasks = min64(sh.panels_n, cdiv(8 * (int64_t)nt, sh.panels_m));
-			if (sh.ap) {
+			if (fine) {
 				int64_t cw = (int64_t)SHARED_CHUNK_BYTES / (sh.kwords * NR * (int64_t)sizeof(float));
 
 				sh.col_tasks = cdiv(sh.panels_n, cw < 1 ? 1 : cw);
@@ -1021,7 +1051,7 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 				nrt_parallel_for(np, 1, shared_pack, &sh);
 				/* pairs of tasks per claim (the first prefetches the second's A rows) while
 				 * that leaves at least 4 claims per thread */
-				sh.claim = !sh.ap && sh.panels_m * sh.col_tasks >= 8 * (int64_t)nt ? 2 : 1;
+				sh.claim = !fine && sh.panels_m * sh.col_tasks >= 8 * (int64_t)nt ? 2 : 1;
 				atomic_store(&sh.next, 0);
 				nrt_parallel_for(nt, 1, shared_compute, &sh);
 			}
@@ -1136,7 +1166,9 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 	for (int64_t ri = 0; ri < sm->panels_m; ri++) {
 		int64_t r = (r0 + ri) % sm->panels_m, ir = r * MR;
 		int mr = (int)min64(MR, g->M - ir);
-		const float *ar = small_a_panel(sm, r, own);
+		/* pairs read from A in place need no packed panel */
+		const float *ar = pl->inplace_a ? NULL : small_a_panel(sm, r, own);
+		const uint16_t *a16 = (const uint16_t *)g->A + sm->b * g->bs_a + ir * g->rs_a;
 
 		if (g->bias) /* C's old value: the bias, copied into the tile rows just before they are used */
 			bias_fill(g, sm->b, ir, mr, j0, ncols);
@@ -1145,7 +1177,7 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 
 		for (int64_t s = 0; s < sm->nslices; s++) {
 			int64_t kc = small_kc(sm, s), kw = pl->pairs ? (kc + 1) / 2 : kc;
-			const float *as = ar + MR * small_off(sm, s), *bs = bp + small_off(sm, s) * ldacc;
+			const float *as = ar ? ar + MR * small_off(sm, s) : NULL, *bs = bp + small_off(sm, s) * ldacc;
 			bool first = s == 0, last = s == sm->nslices - 1;
 
 			for (int64_t q = 0; q < q1 - q0; q++) {
@@ -1153,13 +1185,10 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 				int nr = (int)min64(NR, ncols - jr);
 				const float *bq = bs + q * kw * NR;
 
-				if (pl->pairs && direct && last)
-					pl->isa->sbgemm_bf16c(kw, (const uint32_t *)as, (const uint32_t *)bq,
-							      first ? NULL : acc + jr, ldacc, (uint16_t *)Cb + jr, g->rs_c,
-							      pl->alpha, pl->beta, mr, nr);
-				else if (pl->pairs)
-					pl->isa->sbgemm(kw, (const uint32_t *)as, (const uint32_t *)bq, acc + jr, ldacc, 1,
-							1.0f, first ? 0.0f : 1.0f, mr, nr);
+				if (pl->pairs)
+					pairs_tile(pl, kw, (const uint32_t *)as, a16 + s * sm->kcmax, g->rs_a * 2,
+						   (const uint32_t *)bq, acc + jr, ldacc, (uint16_t *)Cb + jr, direct, first,
+						   last, mr, nr);
 				else if (sm->acc)
 					pl->isa->sgemm(kc, as, bq, acc + jr, ldacc, 1, 1.0f, first ? 0.0f : 1.0f, mr, nr);
 				else if (q < qpack)

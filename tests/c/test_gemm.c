@@ -447,7 +447,9 @@ static void test_gemm_portable_driver(void)
 static void test_gemm_drivers_agree(void)
 {
 	static const int64_t sz[][3] = { { 130, 200, 1100 }, { 40, 700, 300 }, { 300, 65, 517 }, { 128, 768, 768 },
-					  { 463, 70, 600 }, { 45, 300, 1031 }, { 300, 700, 520 } };
+					  { 463, 70, 600 }, { 45, 300, 1031 }, { 300, 700, 520 },
+					  /* the shared driver with shared packed A (bf16): odd K, 2-3 k-slices */
+					  { 600, 96, 1100 }, { 1030, 33, 515 }, { 200, 40, 2100 } };
 	nk_gemm_isa_t isa = nk_gemm_isa_select();
 
 	for (int d = 0; d < 2; d++)
