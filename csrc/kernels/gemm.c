@@ -249,6 +249,50 @@ void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b,
 		}
 }
 
+/* The in-place-A bf16 references: row i's pair pp at the bytes (const char *)a + i*lda + 4*pp; the
+ * sums as nk_sbgemm_ref_14x32 (rows past m are not read). */
+static void sbgemm_ref_a_tile(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, int m, float *acc)
+{
+	for (int i = 0; i < MR * NR; i++)
+		acc[i] = 0;
+	for (int64_t p = 0; p < kp; p++)
+		for (int i = 0; i < m; i++) {
+			const uint16_t *r = (const uint16_t *)((const char *)a + i * lda) + 2 * p;
+			float a0 = nk_bf16_to_f32(r[0]), a1 = nk_bf16_to_f32(r[1]);
+
+			for (int j = 0; j < NR; j++) {
+				uint32_t y = b[p * NR + j];
+
+				acc[i * NR + j] += a0 * nk_bf16_to_f32((uint16_t)y) + a1 * nk_bf16_to_f32((uint16_t)(y >> 16));
+			}
+		}
+}
+
+void nk_sbgemm_ref_14x32_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c, int64_t rs_c,
+			   int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	float acc[MR * NR];
+
+	sbgemm_ref_a_tile(kp, a, lda, b, m, acc);
+	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
+}
+
+void nk_sbgemm_ref_14x32_bf16c_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, const float *acc,
+				 int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
+{
+	float t[MR * NR];
+
+	sbgemm_ref_a_tile(kp, a, lda, b, m, t);
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			float v = alpha * (t[i * NR + j] + (acc ? acc[i * ld_acc + j] : 0.0f));
+
+			if (beta != 0)
+				v += beta * nk_bf16_to_f32(c[i * rs_c + j]);
+			c[i * rs_c + j] = nk_f32_to_bf16(v);
+		}
+}
+
 void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
 			double alpha, double beta, int m, int n)
 {

@@ -125,6 +125,10 @@ void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b,
 			       uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n);
 void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc,
 				  int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n);
+void nk_sbgemm_ref_14x32_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c, int64_t rs_c,
+			   int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sbgemm_ref_14x32_bf16c_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, const float *acc,
+				 int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n);
 void nk_sbgemm_avx512_14x32_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c, int64_t rs_c,
 			      int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sbgemm_avx512_14x32_bf16c_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, const float *acc,

@@ -222,6 +222,18 @@ static void check_inplace_a_case(int64_t kp, int m, int n, float beta, bool with
 		same &= isnan(f0[i]) ? isnan(f1[i]) : f0[i] == f1[i];
 	CHECK(same, "in-place A ukr differs from packed: kp=%lld m=%d n=%d beta=%g acc=%d lda=%lld", (long long)kp, m, n,
 	      beta, with_acc, (long long)lda_el);
+	/* the portable in-place references against the packed ones: the same sums, bitwise */
+	memcpy(c1, c0, sizeof c0);
+	nk_sbgemm_ref_14x32_bf16c(kp, a, b, with_acc ? acc : NULL, ld, c0, rs, 0.5f, beta, m, n);
+	nk_sbgemm_ref_14x32_bf16c_a(kp, A, lda_el * 2, b, with_acc ? acc : NULL, ld, c1, rs, 0.5f, beta, m, n);
+	same = !memcmp(c0, c1, sizeof c0);
+	memcpy(f1, f0, sizeof f0);
+	nk_sbgemm_ref_14x32(kp, a, b, f0, ld, 1, 0.75f, beta, m, n);
+	nk_sbgemm_ref_14x32_a(kp, A, lda_el * 2, b, f1, ld, 1, 0.75f, beta, m, n);
+	for (int i = 0; i < NK_GEMM_MR * 40; i++)
+		same &= isnan(f0[i]) ? isnan(f1[i]) : f0[i] == f1[i];
+	CHECK(same, "in-place A reference differs from the packed one: kp=%lld m=%d n=%d beta=%g acc=%d", (long long)kp, m,
+	      n, beta, with_acc);
 	free(mem);
 }
 
