@@ -457,10 +457,6 @@ static void transpose_into(const char *src, int kind, int64_t row_bytes, int row
 
 		for (int i = 0; i < 16; i++)
 			r[i] = i < rows ? load_row16(src + i * row_bytes + p0 * es, kind, mk) : _mm512_setzero_ps();
-		/* the rows are far apart (up to 16 streams): their lines four blocks ahead are fetched now */
-		if (p0 + 64 < len)
-			for (int i = 0; i < rows && i < 16; i++)
-				_mm_prefetch(src + i * row_bytes + (p0 + 64) * es, _MM_HINT_T0);
 		transpose16(r);
 		for (int c = 0; c < l; c++)
 			_mm512_mask_storeu_ps(dst + (p0 + c) * ld_dst, store_mask, r[c]);
