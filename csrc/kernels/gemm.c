@@ -11,7 +11,9 @@
  * B panels (f32: none, read in place) while A is packed once on first use (gemm_small); with several
  * threads and few batch entries otherwise, B is packed once per call by all threads (a pack job), then
  * tasks of one 14-row panel (times a column chunk when there are few panels) are claimed dynamically
- * (gemm_shared); otherwise tasks are rectangles of C (and batch entries) that pack their own panels.  No task writes another's C and every element is summed
+ * (gemm_shared; bf16/f16 C with an A of at most 4 MiB: A read in place or packed once in the pack job,
+ * and column chunks that keep their packed B in L2); row-major bf16 A with an even K is read in place
+ * by the sbgemm_a kernels in gemm_small and (small A) gemm_shared; otherwise tasks are rectangles of C (and batch entries) that pack their own panels.  No task writes another's C and every element is summed
  * over the same k-slices in the same order, so results do not depend on the thread count.
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the

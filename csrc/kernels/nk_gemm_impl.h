@@ -19,7 +19,7 @@
 #define NK_GEMM_KC 512      /* k per block, f32 panels */
 #endif
 #ifndef NK_GEMM_KC_BF16
-#define NK_GEMM_KC_BF16 1024 /* k per block, bf16 pair panels (same bytes as f32) */
+#define NK_GEMM_KC_BF16 1024 /* k per block, bf16 pair panels (the A panel is 28 KiB: L2, see docs/kernels.md) */
 #endif
 #ifndef NK_GEMM_NC
 #define NK_GEMM_NC 2048     /* columns of B per block (the packed B block, 4 MiB, lives in L3) */

@@ -1,6 +1,6 @@
 """mm / addmm / bmm / linear against PyTorch CPU on the shapes of the GEMM drivers: the small-M driver (all
 of A packed once, B per column chunk: M up to a few hundred), M not a multiple of the 14-row tile, K over
-several 512-k slices with an odd last slice (bf16 pairs), transposed operands (nn.Linear weights), a bias,
+several 1024-k slices with an odd last slice (bf16 pairs; A read in place when K is even), transposed operands (nn.Linear weights), a bias,
 and the shared-packing driver for a larger M."""
 import pytest
 import torch
