@@ -119,3 +119,14 @@ def test_shared_a_driver(m, n, k, dtype):
     cn.addmm_(a2.to("neuron")[:, 2:k + 2], b.to("neuron"), beta=0.75)
     want = torch.addmm(c.float(), a2[:, 2:k + 2].float(), b.float(), beta=0.75).to(dtype)
     torch.testing.assert_close(cn.cpu().float(), want.float(), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,n,k", [(600, 96, 1100), (1030, 33, 515)])
+def test_shared_a_driver_batched(m, n, k, dtype):
+    """bmm over 3 entries through the shared driver: A (in place or packed and shared) per batch entry."""
+    a, b = _rand((3, m, k), dtype, 0), _rand((3, k, n), dtype, 1)
+    atol, rtol = TOL[dtype]
+    got = torch.bmm(a.to("neuron"), b.to("neuron")).cpu()
+    torch.testing.assert_close(got.float(), torch.bmm(a.float(), b.float()).to(dtype).float(),
+                               atol=2 * atol * k ** 0.5, rtol=rtol)
