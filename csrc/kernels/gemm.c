@@ -11,7 +11,9 @@
  * B panels (f32: none, read in place) while A is packed once on first use (gemm_small); with several
  * threads and few batch entries otherwise, B is packed once per call by all threads (a pack job), then
  * tasks of one 14-row panel (times a column chunk when there are few panels) are claimed dynamically
- * (gemm_shared); otherwise tasks are rectangles of C (and batch entries) that pack their own panels.  No task writes another's C and every element is summed
+ * (gemm_shared; bf16/f16 C with an A of at most 4 MiB: A read in place or packed once in the pack job,
+ * and column chunks that keep their packed B in L2); row-major bf16 A with an even K is read in place
+ * by the sbgemm_a kernels in gemm_small and (small A) gemm_shared; otherwise tasks are rectangles of C (and batch entries) that pack their own panels.  No task writes another's C and every element is summed
  * over the same k-slices in the same order, so results do not depend on the thread count.
  */
 /* The vectorizer's dynamic cost model for this file (what NK_VECTORIZE_FILE does), set before the
@@ -249,6 +251,50 @@ void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b,
 		}
 }
 
+/* The in-place-A bf16 references: row i's pair pp at the bytes (const char *)a + i*lda + 4*pp; the
+ * sums as nk_sbgemm_ref_14x32 (rows past m are not read). */
+static void sbgemm_ref_a_tile(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, int m, float *acc)
+{
+	for (int i = 0; i < MR * NR; i++)
+		acc[i] = 0;
+	for (int64_t p = 0; p < kp; p++)
+		for (int i = 0; i < m; i++) {
+			const uint16_t *r = (const uint16_t *)((const char *)a + i * lda) + 2 * p;
+			float a0 = nk_bf16_to_f32(r[0]), a1 = nk_bf16_to_f32(r[1]);
+
+			for (int j = 0; j < NR; j++) {
+				uint32_t y = b[p * NR + j];
+
+				acc[i * NR + j] += a0 * nk_bf16_to_f32((uint16_t)y) + a1 * nk_bf16_to_f32((uint16_t)(y >> 16));
+			}
+		}
+}
+
+void nk_sbgemm_ref_14x32_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c, int64_t rs_c,
+			   int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	float acc[MR * NR];
+
+	sbgemm_ref_a_tile(kp, a, lda, b, m, acc);
+	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
+}
+
+void nk_sbgemm_ref_14x32_bf16c_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, const float *acc,
+				 int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
+{
+	float t[MR * NR];
+
+	sbgemm_ref_a_tile(kp, a, lda, b, m, t);
+	for (int i = 0; i < m; i++)
+		for (int j = 0; j < n; j++) {
+			float v = alpha * (t[i * NR + j] + (acc ? acc[i * ld_acc + j] : 0.0f));
+
+			if (beta != 0)
+				v += beta * nk_bf16_to_f32(c[i * rs_c + j]);
+			c[i * rs_c + j] = nk_f32_to_bf16(v);
+		}
+}
+
 void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
 			double alpha, double beta, int m, int n)
 {
@@ -405,7 +451,8 @@ nk_gemm_isa_t nk_gemm_isa_select(void)
 	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
 		isa = nk_gemm_isa_avx512;
 		if (!__builtin_cpu_supports("avx512bf16"))
-			isa.sbgemm = NULL, isa.sbgemm_bf16c = NULL, isa.dot_bf16 = NULL;
+			isa.sbgemm = NULL, isa.sbgemm_bf16c = NULL, isa.sbgemm_a = NULL, isa.sbgemm_bf16c_a = NULL,
+			isa.dot_bf16 = NULL;
 	}
 #endif
 	return isa;
@@ -427,6 +474,7 @@ typedef struct {
 	const nk_gemm_args_t *g;
 	const nk_gemm_isa_t *isa;
 	bool pairs;          /* bf16 through the sbgemm (pair) micro-kernel */
+	bool inplace_a;      /* pairs read from A in place (sbgemm_a / sbgemm_bf16c_a; small and shared drivers) */
 	size_t es;           /* element size of A, B, C */
 	float alpha, beta;
 	int64_t tm, tn;      /* task rectangle */
@@ -697,6 +745,11 @@ static gemm_plan_t gemm_plan(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa, 
 		.g = g,
 		.isa = isa,
 		.pairs = g->dtype == NK_BF16 && isa->sbgemm,
+		/* row-major bf16 A with an even K: each pair is one 32-bit word of an A row, no packing.  Only
+		 * for K >= 512: with a short K the packing costs little and the kernel calls are short, and
+		 * 1024 x 4096 x 64 measured 0.88-0.98 of the packed A (4096 x 4096 x 4: 0.93-0.98) */
+		.inplace_a = g->dtype == NK_BF16 && isa->sbgemm && isa->sbgemm_a && isa->sbgemm_bf16c_a && g->cs_a == 1 &&
+			     g->K % 2 == 0 && g->K >= 512,
 		.es = nk_fp_elem_size(g->dtype),
 		.alpha = (float)g->alpha,
 		.beta = (float)g->beta,
@@ -714,12 +767,42 @@ static int gemm_failed(atomic_int *failed)
 	return -1;
 }
 
+/* One bf16 pair micro-kernel call of the small and shared drivers: the kp pairs of A (packed panel `ap`,
+ * or in place from `a16` with rows lda bytes apart when ap is NULL) against packed B panel bq; the last
+ * k-slice of a bf16 C with unit column stride (direct) adds the f32 partials (acc, unless first) and
+ * stores bf16, the others leave f32 partials in acc (overwritten on the first slice). */
+static inline __attribute__((always_inline)) void pairs_tile(const gemm_plan_t *pl, int64_t kp, const uint32_t *ap,
+							     const uint16_t *a16, int64_t lda, const uint32_t *bq,
+							     float *acc, int64_t ldacc, uint16_t *c, bool direct,
+							     bool first, bool last, int mr, int nr)
+{
+	const nk_gemm_args_t *g = pl->g;
+
+	if (direct && last) {
+		if (ap)
+			pl->isa->sbgemm_bf16c(kp, ap, bq, first ? NULL : acc, ldacc, c, g->rs_c, pl->alpha, pl->beta, mr, nr);
+		else
+			pl->isa->sbgemm_bf16c_a(kp, a16, lda, bq, first ? NULL : acc, ldacc, c, g->rs_c, pl->alpha, pl->beta,
+						mr, nr);
+	} else if (ap) {
+		pl->isa->sbgemm(kp, ap, bq, acc, ldacc, 1, 1.0f, first ? 0.0f : 1.0f, mr, nr);
+	} else {
+		pl->isa->sbgemm_a(kp, a16, lda, bq, acc, ldacc, 1, 1.0f, first ? 0.0f : 1.0f, mr, nr);
+	}
+}
+
 /* ---- shared packing: B packed once per call by all threads, then row panels over the pool ---------- */
 
 /* Budget of the shared packed B (the calling thread's NK_WS_GEMM_B): a super block of columns
  * jc..jc+nc and k-slices pc..; f32 blocks are KC x NC per slice, bf16/f16 C keeps all of K in one
  * super block so that each C panel is accumulated over all of K in f32 and rounded once. */
 #define SHARED_B_BYTES ((size_t)8 << 20)
+/* bf16/f16 C: all of packed A (all of K) is shared too when it is at most this big (e.g. 1024 x 1024
+ * bf16: 2 MiB); the pack job packs it with B, and the compute tasks can then be cut finer (column
+ * chunks of at most SHARED_CHUNK_BYTES of packed B, at least 16 tasks per thread) at no packing cost. */
+#define SHARED_A_BYTES ((size_t)4 << 20)
+#define SHARED_CHUNK_BYTES ((size_t)512 << 10)
+#define SHARED_TASK_MACS ((int64_t)1 << 20) /* ... but no finer than this many multiply-adds per task */
 
 typedef struct {
 	const gemm_plan_t *pl;
@@ -732,11 +815,42 @@ typedef struct {
 	atomic_int_fast64_t next;   /* next unclaimed task of the compute job */
 	float *bp;            /* shared packed B: slice s at bp + s * (kcmax / div) * panels_n * NR */
 	bool acc;             /* C is bf16/f16: accumulate each panel in f32 over all of K */
+	/* packed A shared by the threads (NULL: each task packs its own A panel): row panel r at
+	 * ap + r * MR * kwords, its slice s at + MR * s * (kcmax / div); packed by the pack job of
+	 * the first column super block */
+	float *ap;
+	int64_t kwords;
+	bool pack_a;          /* this pack job also packs A (tasks past the B panels) */
 } shared_t;
 
 static int64_t shared_slice_words(const shared_t *sh)
 {
 	return (sh->pl->pairs ? sh->kcmax / 2 : sh->kcmax) * sh->panels_n * NR;
+}
+
+/* Words of packed k per full slice (kcmax k: kcmax / 2 pairs for bf16). */
+static int64_t shared_kslice_words(const shared_t *sh)
+{
+	return sh->pl->pairs ? sh->kcmax / 2 : sh->kcmax;
+}
+
+/* Packs row panel r of A, all slices of the super block's k range, into the shared ap. */
+static void shared_pack_a(const shared_t *sh, int64_t r)
+{
+	const gemm_plan_t *pl = sh->pl;
+	const nk_gemm_args_t *g = pl->g;
+	int mr = (int)min64(MR, g->M - r * MR);
+
+	for (int64_t s = 0; s * sh->kcmax < sh->kc_all; s++) {
+		int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
+		const void *src = at(g->A, sh->b * g->bs_a + r * MR * g->rs_a + pc * g->cs_a, pl->es);
+		float *d = sh->ap + r * MR * sh->kwords + MR * s * shared_kslice_words(sh);
+
+		if (pl->pairs)
+			pl->isa->pack_a_pairs(src, g->rs_a, g->cs_a, mr, kc, (uint32_t *)d);
+		else
+			pl->isa->pack_a(src, g->dtype, g->rs_a, g->cs_a, mr, kc, d);
+	}
 }
 
 /* Phase 1: packs panel (slice s, column panel q) of the super block; one task per panel. */
@@ -745,14 +859,20 @@ static void shared_pack(void *ctx, int64_t t0, int64_t t1)
 	const shared_t *sh = ctx;
 	const gemm_plan_t *pl = sh->pl;
 	const nk_gemm_args_t *g = pl->g;
+	int64_t npb = cdiv(sh->kc_all, sh->kcmax) * sh->panels_n; /* B panel tasks; then A panels */
 
 	for (int64_t t = t0, t2; t < t1; t = t2) {
+		if (t >= npb) {
+			shared_pack_a(sh, t - npb);
+			t2 = t + 1;
+			continue;
+		}
 		int64_t s = t / sh->panels_n, q = t % sh->panels_n;
 		int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
 		int64_t j = sh->jc + q * NR, n;
 
 		/* the consecutive panels of this slice in one call */
-		t2 = min64(t1, (s + 1) * sh->panels_n);
+		t2 = min64(min64(t1, npb), (s + 1) * sh->panels_n);
 		n = min64((t2 - t) * NR, sh->jc + sh->nc - j);
 		const void *src = at(g->B, sh->b * g->bs_b + pc * g->rs_b + j * g->cs_b, pl->es);
 		float *dst = sh->bp + s * shared_slice_words(sh) + q * (pl->pairs ? (kc + 1) / 2 : kc) * NR;
@@ -848,7 +968,9 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 			prefetch_t pf;
 
 			/* the next A panel to pack: the next slice of these rows, else the next rows */
-			if (s + 1 < nslices)
+			if (sh->ap || pl->inplace_a)
+				pf = (prefetch_t){ 0 };
+			else if (s + 1 < nslices)
 				pf = prefetch_a_init(pl, A, ir, g->M, pc + kc, min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc), ncols);
 			else if (t + 1 < t1 && (t + 1) % sh->panels_m)
 				pf = prefetch_a_init(pl, A, ir + MR, g->M, sh->pc0, min64(sh->kcmax, sh->kc_all), ncols);
@@ -857,36 +979,41 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 			/* prefetch_a_init takes offsets from A's panel base: rows relative to the panel */
 			if (pf.row)
 				pf.row -= ir * g->rs_a * (int64_t)pl->es;
+			const float *as = ap;
+
+			if (sh->ap)
+				as = sh->ap + ir * sh->kwords + MR * s * shared_kslice_words(sh);
 			if (pl->pairs) {
 				int64_t kp = (kc + 1) / 2;
 
-				pl->isa->pack_a_pairs(at(A, pc * g->cs_a, pl->es), g->rs_a, g->cs_a, mr, kc, (uint32_t *)ap);
+				if (pl->inplace_a)
+					as = NULL;
+				else if (!sh->ap)
+					pl->isa->pack_a_pairs(at(A, pc * g->cs_a, pl->es), g->rs_a, g->cs_a, mr, kc,
+							      (uint32_t *)ap);
 				for (int64_t q = q0; q < q1; q++) {
 					int64_t jr = (q - q0) * NR;
 					int nr = (int)min64(NR, ncols - jr);
 					const uint32_t *bq = (const uint32_t *)bs + q * kp * NR;
 
 					prefetch_a_step(&pf);
-					if (direct && s == nslices - 1)
-						pl->isa->sbgemm_bf16c(kp, (const uint32_t *)ap, bq, first ? NULL : acc + jr,
-								      ldacc, (uint16_t *)Cb + jr, g->rs_c, pl->alpha,
-								      pl->beta, mr, nr);
-					else
-						pl->isa->sbgemm(kp, (const uint32_t *)ap, bq, acc + jr, ldacc, 1, 1.0f,
-								first ? 0.0f : 1.0f, mr, nr);
+					pairs_tile(pl, kp, (const uint32_t *)as, (const uint16_t *)A + pc, g->rs_a * 2, bq,
+						   acc + jr, ldacc, (uint16_t *)Cb + jr, direct, first, s == nslices - 1, mr,
+						   nr);
 				}
 			} else {
-				pl->isa->pack_a(at(A, pc * g->cs_a, pl->es), g->dtype, g->rs_a, g->cs_a, mr, kc, ap);
+				if (!sh->ap)
+					pl->isa->pack_a(at(A, pc * g->cs_a, pl->es), g->dtype, g->rs_a, g->cs_a, mr, kc, ap);
 				for (int64_t q = q0; q < q1; q++) {
 					int64_t jr = (q - q0) * NR;
 					int nr = (int)min64(NR, ncols - jr);
 
 					prefetch_a_step(&pf);
 					if (sh->acc)
-						pl->isa->sgemm(kc, ap, bs + q * kc * NR, acc + jr, ldacc, 1, 1.0f,
+						pl->isa->sgemm(kc, as, bs + q * kc * NR, acc + jr, ldacc, 1, 1.0f,
 							       first ? 0.0f : 1.0f, mr, nr);
 					else
-						pl->isa->sgemm(kc, ap, bs + q * kc * NR, C + jr * g->cs_c, g->rs_c,
+						pl->isa->sgemm(kc, as, bs + q * kc * NR, C + jr * g->cs_c, g->rs_c,
 							       g->cs_c, pl->alpha, first ? pl->beta : 1.0f, mr, nr);
 				}
 			}
@@ -905,6 +1032,8 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 	shared_t sh = { .pl = pl, .acc = g->dtype != NK_F32 };
 	int64_t elem = pl->pairs ? 2 : 4; /* bytes of packed B per k per column */
 	int64_t ncmax, kpad;
+	size_t abytes = 0;
+	bool fine = false;    /* fine column chunks (A costs nothing per task) */
 	float *bp;
 
 	sh.kcmax = pl->pairs ? KCB : KC;
@@ -917,13 +1046,28 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 	} else {
 		ncmax = NC;
 	}
-	bp = nk_ws_get(NK_WS_GEMM_B, SHARED_B_BYTES);
+	sh.panels_m = cdiv(g->M, MR);
+	if (sh.acc) {
+		sh.kwords = cdiv(g->K, sh.kcmax) * shared_kslice_words(&sh);
+		abytes = (size_t)(sh.panels_m * MR * sh.kwords) * sizeof(float);
+		if (abytes > SHARED_A_BYTES)
+			abytes = 0;
+		/* A read in place when it is small enough to stay in L3 (a bigger A, re-read by every
+		 * column chunk from DRAM, made 2048^3 23 % slower): no packed A at all, tasks cut as finely
+		 * as with a shared one */
+		if ((size_t)(g->M * g->K) * 2 > SHARED_A_BYTES)
+			pl->inplace_a = false;
+		if (pl->inplace_a)
+			abytes = 0, fine = true;
+	}
+	bp = nk_ws_get(NK_WS_GEMM_B, SHARED_B_BYTES + abytes);
 	if (!bp) {
 		atomic_store(pl->failed, 1);
 		return true;
 	}
 	sh.bp = bp;
-	sh.panels_m = cdiv(g->M, MR);
+	sh.ap = abytes ? bp + SHARED_B_BYTES / sizeof(float) : NULL;
+	fine = fine || sh.ap;
 	for (int64_t b = 0; b < g->batch; b++)
 		for (int64_t jc = 0; jc < g->N; jc += ncmax) {
 			int64_t ksb; /* k per super block (f32: as many KC slices as fit) */
@@ -936,8 +1080,20 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 				ksb = g->K;
 			else
 				ksb = (int64_t)SHARED_B_BYTES / (sh.kcmax * sh.panels_n * NR * 4) * sh.kcmax;
-			/* enough tasks for a dynamic balance: split columns when there are few row panels */
+			/* enough tasks for a dynamic balance: split columns when there are few row panels
+			 * (shared A: chunks whose packed B stays in L2, at least 16 tasks per thread) */
 			sh.col_tasks = min64(sh.panels_n, cdiv(8 * (int64_t)nt, sh.panels_m));
+			if (fine) {
+				int64_t cw = (int64_t)SHARED_CHUNK_BYTES / (sh.kwords * NR * (int64_t)sizeof(float));
+
+				/* a small K makes tiny tasks: at most this many column chunks */
+				int64_t most = sh.panels_n / cdiv(SHARED_TASK_MACS, MR * NR * g->K);
+
+				sh.col_tasks = cdiv(sh.panels_n, cw < 1 ? 1 : cw);
+				if (sh.col_tasks * sh.panels_m < 16 * (int64_t)nt)
+					sh.col_tasks = cdiv(16 * (int64_t)nt, sh.panels_m);
+				sh.col_tasks = min64(min64(sh.panels_n, most < 1 ? 1 : most), sh.col_tasks);
+			}
 			sh.cols_per_task = cdiv(sh.panels_n, sh.col_tasks);
 			sh.col_tasks = cdiv(sh.panels_n, sh.cols_per_task);
 			for (int64_t pc0 = 0; pc0 < g->K; pc0 += ksb) {
@@ -946,10 +1102,14 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 				sh.pc0 = pc0;
 				sh.kc_all = min64(ksb, g->K - pc0);
 				np = cdiv(sh.kc_all, sh.kcmax) * sh.panels_n;
+				/* shared A: packed with the first column super block (all of K: pc0 is 0) */
+				sh.pack_a = sh.ap && jc == 0;
+				if (sh.pack_a)
+					np += sh.panels_m;
 				nrt_parallel_for(np, 1, shared_pack, &sh);
 				/* pairs of tasks per claim (the first prefetches the second's A rows) while
 				 * that leaves at least 4 claims per thread */
-				sh.claim = sh.panels_m * sh.col_tasks >= 8 * (int64_t)nt ? 2 : 1;
+				sh.claim = !fine && sh.panels_m * sh.col_tasks >= 8 * (int64_t)nt ? 2 : 1;
 				atomic_store(&sh.next, 0);
 				nrt_parallel_for(nt, 1, shared_compute, &sh);
 			}
@@ -1064,7 +1224,16 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 	for (int64_t ri = 0; ri < sm->panels_m; ri++) {
 		int64_t r = (r0 + ri) % sm->panels_m, ir = r * MR;
 		int mr = (int)min64(MR, g->M - ir);
-		const float *ar = small_a_panel(sm, r, own);
+
+		/* A read in place: the rows are spread evenly over the panels (128 = 8 x 13 + 2 x 12 rather
+		 * than 9 x 14 + 2: a 2-row tile runs at 65 % of the peak, a 12-row one at the full rate) */
+		if (pl->inplace_a) {
+			ir = r * g->M / sm->panels_m;
+			mr = (int)((r + 1) * g->M / sm->panels_m - ir);
+		}
+		/* pairs read from A in place need no packed panel */
+		const float *ar = pl->inplace_a ? NULL : small_a_panel(sm, r, own);
+		const uint16_t *a16 = (const uint16_t *)g->A + sm->b * g->bs_a + ir * g->rs_a;
 
 		if (g->bias) /* C's old value: the bias, copied into the tile rows just before they are used */
 			bias_fill(g, sm->b, ir, mr, j0, ncols);
@@ -1073,7 +1242,7 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 
 		for (int64_t s = 0; s < sm->nslices; s++) {
 			int64_t kc = small_kc(sm, s), kw = pl->pairs ? (kc + 1) / 2 : kc;
-			const float *as = ar + MR * small_off(sm, s), *bs = bp + small_off(sm, s) * ldacc;
+			const float *as = ar ? ar + MR * small_off(sm, s) : NULL, *bs = bp + small_off(sm, s) * ldacc;
 			bool first = s == 0, last = s == sm->nslices - 1;
 
 			for (int64_t q = 0; q < q1 - q0; q++) {
@@ -1081,13 +1250,10 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 				int nr = (int)min64(NR, ncols - jr);
 				const float *bq = bs + q * kw * NR;
 
-				if (pl->pairs && direct && last)
-					pl->isa->sbgemm_bf16c(kw, (const uint32_t *)as, (const uint32_t *)bq,
-							      first ? NULL : acc + jr, ldacc, (uint16_t *)Cb + jr, g->rs_c,
-							      pl->alpha, pl->beta, mr, nr);
-				else if (pl->pairs)
-					pl->isa->sbgemm(kw, (const uint32_t *)as, (const uint32_t *)bq, acc + jr, ldacc, 1,
-							1.0f, first ? 0.0f : 1.0f, mr, nr);
+				if (pl->pairs)
+					pairs_tile(pl, kw, (const uint32_t *)as, a16 + s * sm->kcmax, g->rs_a * 2,
+						   (const uint32_t *)bq, acc + jr, ldacc, (uint16_t *)Cb + jr, direct, first,
+						   last, mr, nr);
 				else if (sm->acc)
 					pl->isa->sgemm(kc, as, bq, acc + jr, ldacc, 1, 1.0f, first ? 0.0f : 1.0f, mr, nr);
 				else if (q < qpack)

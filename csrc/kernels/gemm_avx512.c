@@ -107,14 +107,17 @@ static inline __attribute__((always_inline)) void sgemm_body(const int R, const 
 	STORE_TILE_R();
 }
 
-/* The bf16 pair loop of both bf16 micro-kernels: kp k-pairs of R rows (one broadcast pair of a each)
- * against the 32 (H: 16) columns of the packed B panel, accumulated in c<i>_0 / c<i>_1. */
-#define SB_DP_ROW(i)                                                           \
-	if (i < R) {                                                           \
-		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);          \
-		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                 \
-		if (!H)                                                        \
-			c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);         \
+/* The bf16 pair loop of the bf16 micro-kernels: kp k-pairs of R rows (one broadcast pair of a each)
+ * against the 32 (H: 16) columns of the packed B panel, accumulated in c<i>_0 / c<i>_1.  The pair of
+ * row i at k-pair p is the 32-bit word at byte address a + i*ars + p*aks: packed A has ars = 4, aks =
+ * 4*MR; A read in place (row-major bf16, K contiguous) has ars = its row stride in bytes, aks = 4. */
+typedef uint32_t nk_u32_unaligned __attribute__((aligned(2), may_alias));
+#define SB_DP_ROW(i)                                                                                     \
+	if (i < R) {                                                                                     \
+		__m512bh ai = (__m512bh)_mm512_set1_epi32((int)*(const nk_u32_unaligned *)(a + i * ars)); \
+		c##i##_0 = _mm512_dpbf16_ps(c##i##_0, ai, b0);                                           \
+		if (!H)                                                                                  \
+			c##i##_1 = _mm512_dpbf16_ps(c##i##_1, ai, b1);                                   \
 	}
 #define SB_KLOOP()                                                                         \
 	for (int64_t p = 0; p < kp; p++) {                                                 \
@@ -124,12 +127,13 @@ static inline __attribute__((always_inline)) void sgemm_body(const int R, const 
 		_mm_prefetch((const char *)(b + 16 * NR), _MM_HINT_T0);                    \
 		_mm_prefetch((const char *)(b + 16 * NR + 16), _MM_HINT_T0);               \
 		ROWS(SB_DP_ROW)                                                            \
-		a += MR;                                                                   \
+		a += aks;                                                                  \
 		b += NR;                                                                   \
 	}
 
 static inline __attribute__((always_inline)) void sbgemm_body(const int R, const bool H, int64_t kp,
-							      const uint32_t *a, const uint32_t *b, float *c,
+							      const char *a, int64_t ars, int64_t aks,
+							      const uint32_t *b, float *c,
 							      int64_t rs_c, int64_t cs_c, float alpha, float beta,
 							      int m, int n)
 {
@@ -185,7 +189,8 @@ static inline __attribute__((always_inline)) void store_row_bf16(uint16_t *c, co
 		_mm_prefetch((const char *)(c + i * rs_c), _MM_HINT_T0);
 
 static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R, const bool H, int64_t kp,
-								    const uint32_t *a, const uint32_t *b,
+								    const char *a, int64_t ars, int64_t aks,
+								    const uint32_t *b,
 								    const float *acc, int64_t ld_acc, uint16_t *c,
 								    int64_t rs_c, float alpha, float beta, int m,
 								    int n)
@@ -212,20 +217,56 @@ static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R,
 			body(r, true, __VA_ARGS__);              \
 		return;
 #define SG_CASE(r) TILE_CASE(r, sgemm_body, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n)
-#define SB_CASE(r) TILE_CASE(r, sbgemm_body, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n)
-#define SBC_CASE(r) TILE_CASE(r, sbgemm_bf16c_body, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n)
+#define SB_CASE(r) TILE_CASE(r, sbgemm_body, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n)
+#define SBC_CASE(r) TILE_CASE(r, sbgemm_bf16c_body, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n)
 #define ALL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
 
 void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc,
 				  int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
 {
+	const char *ap = (const char *)a;
+	const int64_t ars = 4, aks = 4 * MR;
+
 	switch (m) {
 	ALL_CASES(SBC_CASE)
 	default:
 		if (n > 16)
-			sbgemm_bf16c_body(MR, false, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
+			sbgemm_bf16c_body(MR, false, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
 		else
-			sbgemm_bf16c_body(MR, true, kp, a, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
+			sbgemm_bf16c_body(MR, true, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
+	}
+}
+
+/* The same with A read in place: row i's pairs at a + i*lda (bytes), the rows m..MR-1 not read. */
+void nk_sbgemm_avx512_14x32_bf16c_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, const float *acc,
+				    int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
+{
+	const char *ap = (const char *)a;
+	const int64_t ars = lda, aks = 4;
+
+	switch (m) {
+	ALL_CASES(SBC_CASE)
+	default:
+		if (n > 16)
+			sbgemm_bf16c_body(MR, false, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
+		else
+			sbgemm_bf16c_body(MR, true, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
+	}
+}
+
+void nk_sbgemm_avx512_14x32_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c, int64_t rs_c,
+			      int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	const char *ap = (const char *)a;
+	const int64_t ars = lda, aks = 4;
+
+	switch (m) {
+	ALL_CASES(SB_CASE)
+	default:
+		if (n > 16)
+			sbgemm_body(MR, false, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n);
+		else
+			sbgemm_body(MR, true, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n);
 	}
 }
 
@@ -261,13 +302,16 @@ void nk_sgemm_avx512_14x32_b(int64_t k, const float *a, const float *b, int64_t 
 void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
 			    int64_t cs_c, float alpha, float beta, int m, int n)
 {
+	const char *ap = (const char *)a;
+	const int64_t ars = 4, aks = 4 * MR;
+
 	switch (m) {
 	ALL_CASES(SB_CASE)
 	default:
 		if (n > 16)
-			sbgemm_body(MR, false, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+			sbgemm_body(MR, false, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n);
 		else
-			sbgemm_body(MR, true, kp, a, b, c, rs_c, cs_c, alpha, beta, m, n);
+			sbgemm_body(MR, true, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n);
 	}
 }
 
@@ -689,6 +733,8 @@ const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.sgemm_b = nk_sgemm_avx512_14x32_b,
 	.sbgemm = nk_sbgemm_avx512_14x32,
 	.sbgemm_bf16c = nk_sbgemm_avx512_14x32_bf16c,
+	.sbgemm_a = nk_sbgemm_avx512_14x32_a,
+	.sbgemm_bf16c_a = nk_sbgemm_avx512_14x32_bf16c_a,
 	.dgemm = nk_dgemm_avx512_14x16,
 	.pack_a = nk_gemm_pack_a_avx512,
 	.pack_b = nk_gemm_pack_b_avx512,

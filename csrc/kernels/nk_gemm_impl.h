@@ -19,7 +19,7 @@
 #define NK_GEMM_KC 512      /* k per block, f32 panels */
 #endif
 #ifndef NK_GEMM_KC_BF16
-#define NK_GEMM_KC_BF16 512 /* k per block, bf16 pair panels (same bytes as f32) */
+#define NK_GEMM_KC_BF16 1024 /* k per block, bf16 pair panels (the A panel is 28 KiB: L2, see docs/kernels.md) */
 #endif
 #ifndef NK_GEMM_NC
 #define NK_GEMM_NC 2048     /* columns of B per block (the packed B block, 4 MiB, lives in L3) */
@@ -59,6 +59,14 @@ typedef void (*nk_sbgemm_ukr_t)(int64_t kp, const uint32_t *a, const uint32_t *b
 typedef void (*nk_sbgemm_bf16c_ukr_t)(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc,
 				      int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m,
 				      int n);
+/* The two bf16 micro-kernels with A read in place instead of packed (row-major bf16 A, K even): the
+ * pair (A[i][2pp], A[i][2pp+1]) is the 32-bit word at byte address (const char *)a + i*lda + 4*pp (any
+ * 2-byte alignment); rows m..MR-1 are not read.  Otherwise the sbgemm / sbgemm_bf16c contracts. */
+typedef void (*nk_sbgemm_a_ukr_t)(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c,
+				  int64_t rs_c, int64_t cs_c, float alpha, float beta, int m, int n);
+typedef void (*nk_sbgemm_bf16c_a_ukr_t)(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b,
+					const float *acc, int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha,
+					float beta, int m, int n);
 /* f64 micro-kernel: the f32 contract with doubles, MR = NK_DGEMM_MR, NR = NK_DGEMM_NR. */
 typedef void (*nk_dgemm_ukr_t)(int64_t k, const double *a, const double *b, double *c, int64_t rs_c,
 			       int64_t cs_c, double alpha, double beta, int m, int n);
@@ -85,6 +93,8 @@ typedef struct {
 	nk_sgemm_b_ukr_t sgemm_b; /* may be NULL (then B is packed) */
 	nk_sbgemm_ukr_t sbgemm;
 	nk_sbgemm_bf16c_ukr_t sbgemm_bf16c; /* with sbgemm; may be NULL (then f32 partials, rounded after) */
+	nk_sbgemm_a_ukr_t sbgemm_a;             /* A read in place; both or neither, with sbgemm_bf16c */
+	nk_sbgemm_bf16c_a_ukr_t sbgemm_bf16c_a;
 	nk_dgemm_ukr_t dgemm;
 	nk_gemm_pack_a_t pack_a;
 	nk_gemm_pack_b_t pack_b;
@@ -115,6 +125,14 @@ void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b,
 			       uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n);
 void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc,
 				  int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n);
+void nk_sbgemm_ref_14x32_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c, int64_t rs_c,
+			   int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sbgemm_ref_14x32_bf16c_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, const float *acc,
+				 int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n);
+void nk_sbgemm_avx512_14x32_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c, int64_t rs_c,
+			      int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sbgemm_avx512_14x32_bf16c_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, const float *acc,
+				    int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n);
 void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
 			double alpha, double beta, int m, int n);
 void nk_dgemm_avx512_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c,

@@ -189,6 +189,67 @@ static void test_sbgemm_bf16c_ukr(void)
 		}
 }
 
+/* The bf16 kernels that read A in place (row-major bf16, rows lda bytes apart, any 2-byte alignment,
+ * only rows < m allocated: ASan sees a read past them) against the packed-A kernels: bitwise the same. */
+static void check_inplace_a_case(int64_t kp, int m, int n, float beta, bool with_acc, int64_t lda_el)
+{
+	uint32_t a[NK_GEMM_MR * 200] __attribute__((aligned(64)));
+	uint32_t b[200 * NK_GEMM_NR] __attribute__((aligned(64)));
+	float acc[NK_GEMM_MR * 40], f0[NK_GEMM_MR * 40], f1[NK_GEMM_MR * 40];
+	uint16_t c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40];
+	/* one element of offset: the rows start 2-byte aligned (odd lda_el keeps alternating) */
+	uint16_t *mem = malloc((size_t)(m * lda_el + 1) * sizeof(uint16_t)), *A = mem + 1;
+	int64_t rs = 37, ld = 40;
+	bool same = true;
+
+	nkt_fill(mem, NK_BF16, m * lda_el + 1, -1, 1);
+	nk_gemm_pack_a_pairs_ref(A, lda_el, 1, m, 2 * kp, a);
+	fill_pairs(b, kp * NK_GEMM_NR);
+	nkt_fill(acc, NK_F32, NK_GEMM_MR * 40, -4, 4);
+	nkt_fill(c0, NK_BF16, NK_GEMM_MR * 40, -1, 1);
+	if (beta == 0)
+		for (int i = 0; i < NK_GEMM_MR * 40; i++)
+			c0[i] = 0x7fc0;
+	memcpy(c1, c0, sizeof c0);
+	nk_sbgemm_avx512_14x32_bf16c(kp, a, b, with_acc ? acc : NULL, ld, c0, rs, -1.5f, beta, m, n);
+	nk_sbgemm_avx512_14x32_bf16c_a(kp, A, lda_el * 2, b, with_acc ? acc : NULL, ld, c1, rs, -1.5f, beta, m, n);
+	same &= !memcmp(c0, c1, sizeof c0);
+	for (int i = 0; i < NK_GEMM_MR * 40; i++)
+		f0[i] = f1[i] = beta == 0 ? NAN : (float)nkt_uniform(-1, 1);
+	nk_sbgemm_avx512_14x32(kp, a, b, f0, ld, 1, 0.75f, beta, m, n);
+	nk_sbgemm_avx512_14x32_a(kp, A, lda_el * 2, b, f1, ld, 1, 0.75f, beta, m, n);
+	for (int i = 0; i < NK_GEMM_MR * 40; i++)
+		same &= isnan(f0[i]) ? isnan(f1[i]) : f0[i] == f1[i];
+	CHECK(same, "in-place A ukr differs from packed: kp=%lld m=%d n=%d beta=%g acc=%d lda=%lld", (long long)kp, m, n,
+	      beta, with_acc, (long long)lda_el);
+	/* the portable in-place references against the packed ones: the same sums, bitwise */
+	memcpy(c1, c0, sizeof c0);
+	nk_sbgemm_ref_14x32_bf16c(kp, a, b, with_acc ? acc : NULL, ld, c0, rs, 0.5f, beta, m, n);
+	nk_sbgemm_ref_14x32_bf16c_a(kp, A, lda_el * 2, b, with_acc ? acc : NULL, ld, c1, rs, 0.5f, beta, m, n);
+	same = !memcmp(c0, c1, sizeof c0);
+	memcpy(f1, f0, sizeof f0);
+	nk_sbgemm_ref_14x32(kp, a, b, f0, ld, 1, 0.75f, beta, m, n);
+	nk_sbgemm_ref_14x32_a(kp, A, lda_el * 2, b, f1, ld, 1, 0.75f, beta, m, n);
+	for (int i = 0; i < NK_GEMM_MR * 40; i++)
+		same &= isnan(f0[i]) ? isnan(f1[i]) : f0[i] == f1[i];
+	CHECK(same, "in-place A reference differs from the packed one: kp=%lld m=%d n=%d beta=%g acc=%d", (long long)kp, m,
+	      n, beta, with_acc);
+	free(mem);
+}
+
+static void test_sbgemm_inplace_a_ukr(void)
+{
+	static const int mn[][2] = { { 14, 32 }, { 1, 1 }, { 13, 31 }, { 2, 16 }, { 7, 17 } };
+
+	if (!have_bf16)
+		return;
+	for (size_t q = 0; q < sizeof mn / sizeof mn[0]; q++)
+		for (int v = 0; v < 4; v++) {
+			check_inplace_a_case(v ? 37 : 0, mn[q][0], mn[q][1], v & 1 ? 0.5f : 0.0f, v & 2, 2 * 37 + 3);
+			check_inplace_a_case(128, mn[q][0], mn[q][1], v & 1 ? 1.0f : 0.0f, v & 2, 256);
+		}
+}
+
 static void test_dgemm_ukr(void)
 {
 	static const int mn[][2] = { { 14, 16 }, { 1, 1 }, { 13, 9 }, { 14, 8 }, { 3, 15 } };
@@ -447,7 +508,9 @@ static void test_gemm_portable_driver(void)
 static void test_gemm_drivers_agree(void)
 {
 	static const int64_t sz[][3] = { { 130, 200, 1100 }, { 40, 700, 300 }, { 300, 65, 517 }, { 128, 768, 768 },
-					  { 463, 70, 600 }, { 45, 300, 1031 }, { 300, 700, 520 } };
+					  { 463, 70, 600 }, { 45, 300, 1031 }, { 300, 700, 520 },
+					  /* the shared driver with shared packed A (bf16): odd K, 2-3 k-slices */
+					  { 600, 96, 1100 }, { 1030, 33, 515 }, { 200, 40, 2100 } };
 	nk_gemm_isa_t isa = nk_gemm_isa_select();
 
 	for (int d = 0; d < 2; d++)
@@ -605,6 +668,7 @@ int main(void)
 	RUN(test_sgemm_b_ukr);
 	RUN(test_sbgemm_ukr);
 	RUN(test_sbgemm_bf16c_ukr);
+	RUN(test_sbgemm_inplace_a_ukr);
 	RUN(test_dgemm_ukr);
 	RUN(test_packers);
 	RUN(test_packers_wide);

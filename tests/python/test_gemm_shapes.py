@@ -1,6 +1,6 @@
 """mm / addmm / bmm / linear against PyTorch CPU on the shapes of the GEMM drivers: the small-M driver (all
 of A packed once, B per column chunk: M up to a few hundred), M not a multiple of the 14-row tile, K over
-several 512-k slices with an odd last slice (bf16 pairs), transposed operands (nn.Linear weights), a bias,
+several 1024-k slices with an odd last slice (bf16 pairs; A read in place when K is even), transposed operands (nn.Linear weights), a bias,
 and the shared-packing driver for a larger M."""
 import pytest
 import torch
@@ -91,3 +91,42 @@ def test_addmm_out_and_inplace_with_bias():
     w, wb = _rand((200, 301), torch.bfloat16, 4), _rand((200,), torch.bfloat16, 5)
     got = F.linear(x.to("neuron"), w.to("neuron"), wb.to("neuron")).cpu()
     torch.testing.assert_close(got.float(), F.linear(x.float(), w.float(), wb.float()), atol=0.5, rtol=2e-2)
+
+
+# The shared driver with all of packed A shared (bf16/f16 C, packed A up to 4 MiB, too big for the
+# small-M driver or too few column panels for it): M past the 14-row tile (1030 = 73 * 14 + 8), K odd,
+# K over two and three 1024-k slices, N under one 32-column panel.
+SHARED_A_SHAPES = [(600, 96, 1100), (1030, 33, 515), (200, 40, 2100)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("m,n,k", SHARED_A_SHAPES)
+def test_shared_a_driver(m, n, k, dtype):
+    a, b, bias = _rand((m, k), dtype, 0), _rand((k, n), dtype, 1), _rand((n,), dtype, 2)
+    atol, rtol = TOL[dtype]
+    tol = dict(atol=2 * atol * k ** 0.5, rtol=rtol)
+    got = torch.mm(a.to("neuron"), b.to("neuron")).cpu()
+    torch.testing.assert_close(got.float(), torch.mm(a.float(), b.float()).to(dtype).float(), **tol)
+    # transposed operands (A column-major, B an nn.Linear weight) and a bias
+    at, w = a.t().contiguous(), b.t().contiguous()
+    got = torch.addmm(bias.to("neuron"), at.to("neuron").t(), w.to("neuron").t(), beta=0.5, alpha=-2).cpu()
+    want = torch.addmm(bias.float(), a.float(), b.float(), beta=0.5, alpha=-2).to(dtype)
+    torch.testing.assert_close(got.float(), want.float(), **tol)
+    # C read in place (beta != 0, no bias) and a strided (sliced) A
+    c = _rand((m, n), dtype, 3)
+    cn = c.to("neuron")
+    a2 = _rand((m, k + 5), dtype, 4)
+    cn.addmm_(a2.to("neuron")[:, 2:k + 2], b.to("neuron"), beta=0.75)
+    want = torch.addmm(c.float(), a2[:, 2:k + 2].float(), b.float(), beta=0.75).to(dtype)
+    torch.testing.assert_close(cn.cpu().float(), want.float(), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,n,k", [(600, 96, 1100), (1030, 33, 515)])
+def test_shared_a_driver_batched(m, n, k, dtype):
+    """bmm over 3 entries through the shared driver: A (in place or packed and shared) per batch entry."""
+    a, b = _rand((3, m, k), dtype, 0), _rand((3, k, n), dtype, 1)
+    atol, rtol = TOL[dtype]
+    got = torch.bmm(a.to("neuron"), b.to("neuron")).cpu()
+    torch.testing.assert_close(got.float(), torch.bmm(a.float(), b.float()).to(dtype).float(),
+                               atol=2 * atol * k ** 0.5, rtol=rtol)
