@@ -191,18 +191,6 @@ static void tile_store(const float *acc, float *c, int64_t rs_c, int64_t cs_c, f
 		}
 }
 
-void nk_sgemm_ref_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
-			float alpha, float beta, int m, int n)
-{
-	float acc[MR * NR] = { 0 };
-
-	for (int64_t p = 0; p < k; p++)
-		for (int i = 0; i < MR; i++)
-			for (int j = 0; j < NR; j++)
-				acc[i * NR + j] += a[p * MR + i] * b[p * NR + j];
-	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
-}
-
 void nk_sgemm_ref_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
 			  int64_t cs_c, float alpha, float beta, int m, int n)
 {
@@ -213,6 +201,13 @@ void nk_sgemm_ref_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb
 			for (int j = 0; j < NR; j++)
 				acc[i * NR + j] += a[p * MR + i] * b[p * ldb + j];
 	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
+}
+
+/* Packed B: its rows are NR apart. */
+void nk_sgemm_ref_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
+			float alpha, float beta, int m, int n)
+{
+	nk_sgemm_ref_14x32_b(k, a, b, NR, c, rs_c, cs_c, alpha, beta, m, n);
 }
 
 void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,

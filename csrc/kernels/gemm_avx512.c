@@ -220,6 +220,13 @@ static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R,
 #define SB_CASE(r) TILE_CASE(r, sbgemm_body, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n)
 #define SBC_CASE(r) TILE_CASE(r, sbgemm_bf16c_body, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n)
 #define ALL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+/* A micro-kernel entry's switch on the tile's row count: one case per count below MR, MR otherwise. */
+#define ROW_SWITCH(X)              \
+	switch (m) {               \
+	ALL_CASES(X)               \
+	default:                   \
+		X(MR)              \
+	}
 
 void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc,
 				  int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
@@ -227,14 +234,7 @@ void nk_sbgemm_avx512_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t 
 	const char *ap = (const char *)a;
 	const int64_t ars = 4, aks = 4 * MR;
 
-	switch (m) {
-	ALL_CASES(SBC_CASE)
-	default:
-		if (n > 16)
-			sbgemm_bf16c_body(MR, false, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
-		else
-			sbgemm_bf16c_body(MR, true, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
-	}
+	ROW_SWITCH(SBC_CASE);
 }
 
 /* The same with A read in place: row i's pairs at a + i*lda (bytes), the rows m..MR-1 not read. */
@@ -244,14 +244,7 @@ void nk_sbgemm_avx512_14x32_bf16c_a(int64_t kp, const uint16_t *a, int64_t lda, 
 	const char *ap = (const char *)a;
 	const int64_t ars = lda, aks = 4;
 
-	switch (m) {
-	ALL_CASES(SBC_CASE)
-	default:
-		if (n > 16)
-			sbgemm_bf16c_body(MR, false, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
-		else
-			sbgemm_bf16c_body(MR, true, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n);
-	}
+	ROW_SWITCH(SBC_CASE);
 }
 
 void nk_sbgemm_avx512_14x32_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c, int64_t rs_c,
@@ -260,14 +253,7 @@ void nk_sbgemm_avx512_14x32_a(int64_t kp, const uint16_t *a, int64_t lda, const 
 	const char *ap = (const char *)a;
 	const int64_t ars = lda, aks = 4;
 
-	switch (m) {
-	ALL_CASES(SB_CASE)
-	default:
-		if (n > 16)
-			sbgemm_body(MR, false, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n);
-		else
-			sbgemm_body(MR, true, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n);
-	}
+	ROW_SWITCH(SB_CASE);
 }
 
 void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
@@ -275,28 +261,14 @@ void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, 
 {
 	const int64_t ldb = NR;
 
-	switch (m) {
-	ALL_CASES(SG_CASE)
-	default:
-		if (n > 16)
-			sgemm_body(MR, false, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
-		else
-			sgemm_body(MR, true, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
-	}
+	ROW_SWITCH(SG_CASE);
 }
 
 /* The same over B rows read in place (row p at b + p*ldb, unaligned): row-major f32 B needs no packing. */
 void nk_sgemm_avx512_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
 			     int64_t cs_c, float alpha, float beta, int m, int n)
 {
-	switch (m) {
-	ALL_CASES(SG_CASE)
-	default:
-		if (n > 16)
-			sgemm_body(MR, false, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
-		else
-			sgemm_body(MR, true, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
-	}
+	ROW_SWITCH(SG_CASE);
 }
 
 void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
@@ -305,14 +277,7 @@ void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, fl
 	const char *ap = (const char *)a;
 	const int64_t ars = 4, aks = 4 * MR;
 
-	switch (m) {
-	ALL_CASES(SB_CASE)
-	default:
-		if (n > 16)
-			sbgemm_body(MR, false, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n);
-		else
-			sbgemm_body(MR, true, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n);
-	}
+	ROW_SWITCH(SB_CASE);
 }
 
 /* ---- f64: 14 x 16 ----------------------------------------------------------------------------- */

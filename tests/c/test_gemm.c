@@ -144,6 +144,17 @@ static void test_sbgemm_ukr(void)
 
 /* The bf16-C kernel against its reference: acc partials or none, beta 0 with NaN in C, edge tiles,
  * padded row stride; elements outside the tile must stay as they were. */
+/* The C tiles of the bf16-C kernel checks (NK_GEMM_MR x 40): random bf16, or NaN when beta == 0 (C
+ * must not be read then); c1 a copy of c0. */
+static void fill_c_bf16(uint16_t *c0, uint16_t *c1, float beta)
+{
+	nkt_fill(c0, NK_BF16, NK_GEMM_MR * 40, -1, 1);
+	if (beta == 0)
+		for (int i = 0; i < NK_GEMM_MR * 40; i++)
+			c0[i] = 0x7fc0;
+	memcpy(c1, c0, NK_GEMM_MR * 40 * sizeof *c0);
+}
+
 static void check_sbc_case(int64_t kp, int m, int n, float beta, bool with_acc)
 {
 	uint32_t a[NK_GEMM_MR * 200] __attribute__((aligned(64)));
@@ -155,11 +166,7 @@ static void check_sbc_case(int64_t kp, int m, int n, float beta, bool with_acc)
 	fill_pairs(a, NK_GEMM_MR * kp);
 	fill_pairs(b, kp * NK_GEMM_NR);
 	nkt_fill(acc, NK_F32, NK_GEMM_MR * 40, -4, 4);
-	nkt_fill(c0, NK_BF16, NK_GEMM_MR * 40, -1, 1);
-	if (beta == 0)
-		for (int i = 0; i < NK_GEMM_MR * 40; i++)
-			c0[i] = 0x7fc0;
-	memcpy(c1, c0, sizeof c0);
+	fill_c_bf16(c0, c1, beta);
 	nk_sbgemm_ref_14x32_bf16c(kp, a, b, with_acc ? acc : NULL, ld, c0, rs, -1.5f, beta, m, n);
 	nk_sbgemm_avx512_14x32_bf16c(kp, a, b, with_acc ? acc : NULL, ld, c1, rs, -1.5f, beta, m, n);
 	for (int i = 0; i < NK_GEMM_MR * 37 && i < NK_GEMM_MR * 40; i++) {
@@ -206,11 +213,7 @@ static void check_inplace_a_case(int64_t kp, int m, int n, float beta, bool with
 	nk_gemm_pack_a_pairs_ref(A, lda_el, 1, m, 2 * kp, a);
 	fill_pairs(b, kp * NK_GEMM_NR);
 	nkt_fill(acc, NK_F32, NK_GEMM_MR * 40, -4, 4);
-	nkt_fill(c0, NK_BF16, NK_GEMM_MR * 40, -1, 1);
-	if (beta == 0)
-		for (int i = 0; i < NK_GEMM_MR * 40; i++)
-			c0[i] = 0x7fc0;
-	memcpy(c1, c0, sizeof c0);
+	fill_c_bf16(c0, c1, beta);
 	nk_sbgemm_avx512_14x32_bf16c(kp, a, b, with_acc ? acc : NULL, ld, c0, rs, -1.5f, beta, m, n);
 	nk_sbgemm_avx512_14x32_bf16c_a(kp, A, lda_el * 2, b, with_acc ? acc : NULL, ld, c1, rs, -1.5f, beta, m, n);
 	same &= !memcmp(c0, c1, sizeof c0);
