@@ -230,12 +230,11 @@ void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float
 	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
 }
 
-void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc, int64_t ld_acc,
-			       uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
+/* bf16 C tile of the references: c = bf16(alpha*(t + acc) + beta*c) over m x n (acc may be NULL, C is
+ * not read when beta == 0). */
+static void tile_store_bf16(const float *t, const float *acc, int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha,
+			    float beta, int m, int n)
 {
-	float t[MR * NR];
-
-	nk_sbgemm_ref_14x32(kp, a, b, t, NR, 1, 1.0f, 0.0f, MR, NR);
 	for (int i = 0; i < m; i++)
 		for (int j = 0; j < n; j++) {
 			float v = alpha * (t[i * NR + j] + (acc ? acc[i * ld_acc + j] : 0.0f));
@@ -244,6 +243,15 @@ void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b,
 				v += beta * nk_bf16_to_f32(c[i * rs_c + j]);
 			c[i * rs_c + j] = nk_f32_to_bf16(v);
 		}
+}
+
+void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc, int64_t ld_acc,
+			       uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
+{
+	float t[MR * NR];
+
+	nk_sbgemm_ref_14x32(kp, a, b, t, NR, 1, 1.0f, 0.0f, MR, NR);
+	tile_store_bf16(t, acc, ld_acc, c, rs_c, alpha, beta, m, n);
 }
 
 /* The in-place-A bf16 references: row i's pair pp at the bytes (const char *)a + i*lda + 4*pp; the
@@ -280,14 +288,7 @@ void nk_sbgemm_ref_14x32_bf16c_a(int64_t kp, const uint16_t *a, int64_t lda, con
 	float t[MR * NR];
 
 	sbgemm_ref_a_tile(kp, a, lda, b, m, t);
-	for (int i = 0; i < m; i++)
-		for (int j = 0; j < n; j++) {
-			float v = alpha * (t[i * NR + j] + (acc ? acc[i * ld_acc + j] : 0.0f));
-
-			if (beta != 0)
-				v += beta * nk_bf16_to_f32(c[i * rs_c + j]);
-			c[i * rs_c + j] = nk_f32_to_bf16(v);
-		}
+	tile_store_bf16(t, acc, ld_acc, c, rs_c, alpha, beta, m, n);
 }
 
 void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
