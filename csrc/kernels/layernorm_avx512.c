@@ -82,52 +82,22 @@ static double ln_dot(const float *x, const float *y, int64_t n)
 static inline void put(float *p, __m512 v, __mmask16 k, int nt);
 static inline int nt_ok(const float *p, int stream);
 
-/* The loop body of ln_affine for whole vectors (k all ones) or the masked tail; V is the normalised x. */
-#define LN_AFFINE_STEP(LOAD, k)                                                                           \
-	do {                                                                                              \
-		__m512 v = _mm512_sub_ps(LOAD(k, x + j), vsh);                                            \
-		v = bias0 ? _mm512_mul_ps(v, vsc) : _mm512_fmadd_ps(v, vsc, vbi);                         \
-		if (w && b)                                                                               \
-			v = _mm512_fmadd_ps(v, LOAD(k, w + j), LOAD(k, b + j));                           \
-		else if (w)                                                                               \
-			v = _mm512_mul_ps(v, LOAD(k, w + j));                                             \
-		else if (b)                                                                               \
-			v = _mm512_add_ps(v, LOAD(k, b + j));                                             \
-		put(y + j, v, k, nt);                                                                     \
-	} while (0)
-#define LN_LOAD_ALL(k, p) _mm512_loadu_ps(p)
-
-/* Whole vectors first, the tail masked.  bias0 (the f32 case) drops the "+ bias"; with w and b the
- * product and sum fuse into one FMA (one rounding fewer than mul + add). */
-static AI void ln_affine_body(float *y, const float *x, int64_t n, __m512 vsh, __m512 vsc, __m512 vbi, int bias0,
-			      const float *w, const float *b, int nt)
-{
-	int64_t j = 0;
-
-	for (; j + 16 <= n; j += 16)
-		LN_AFFINE_STEP(LN_LOAD_ALL, (__mmask16)0xffff);
-	if (j < n) {
-		__mmask16 k = nk_tail_mask16(n - j);
-
-		LN_AFFINE_STEP(_mm512_maskz_loadu_ps, k);
-	}
-}
-
 static void ln_affine(float *y, const float *x, int64_t n, float shift, float scale, float bias, const float *w,
 		      const float *b, int stream)
 {
 	const __m512 vsh = _mm512_set1_ps(shift), vsc = _mm512_set1_ps(scale), vbi = _mm512_set1_ps(bias);
 	int nt = nt_ok(y, stream);
 
-	/* one specialised loop per case, so that no test is left in the loop */
-	if (bias == 0 && w && b)
-		ln_affine_body(y, x, n, vsh, vsc, vbi, 1, w, b, nt);
-	else if (bias == 0 && w)
-		ln_affine_body(y, x, n, vsh, vsc, vbi, 1, w, NULL, nt);
-	else if (bias == 0)
-		ln_affine_body(y, x, n, vsh, vsc, vbi, 1, NULL, b, nt);
-	else
-		ln_affine_body(y, x, n, vsh, vsc, vbi, 0, w, b, nt);
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 k = nk_tail_mask16(n - j);
+		__m512 v = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), vsh), vsc, vbi);
+
+		if (w)
+			v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(k, w + j));
+		if (b)
+			v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
+		put(y + j, v, k, nt);
+	}
 }
 
 static void ln_g_xhat(float *dy, float *x, const float *w, int64_t n, float mean, float rstd)
