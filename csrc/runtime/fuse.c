@@ -554,7 +554,10 @@ static void fuse_task(void *ctx, int64_t begin, int64_t end)
  * newest queued record is fusable and arrived less than FUSE_WAIT_GAP_NS ago, at most FUSE_WAIT_MAX_NS
  * in all, and only when the record at head covers FUSE_WAIT_MIN_BYTES or more (it runs for
  * milliseconds: the wait costs a few per cent at most).  Only the worker waits: a launching or
- * synchronizing thread running records is the producer itself.  Returns the tail to use. */
+ * synchronizing thread running records is the producer itself; and it stops waiting as soon as a
+ * thread waits for the queue (synchronize, an event), which queues nothing more meanwhile (an
+ * optimizer step followed by a synchronize would otherwise idle FUSE_WAIT_GAP_NS before its run).
+ * Returns the tail to use. */
 #define FUSE_WAIT_GAP_NS 200000
 #define FUSE_WAIT_MAX_NS 1000000
 #define FUSE_WAIT_MIN_BYTES ((uint64_t)4 << 20)
@@ -573,6 +576,8 @@ static uint64_t fuse_wait_more(struct fuse_scratch *S, struct nrt_queue *q, uint
 
 		if (r->kind != NRT_REC_KERNEL || !fuse_lookup(r->fn))
 			break; /* the run ends before the newest record anyway */
+		if (atomic_load_explicit(&q->draining, memory_order_relaxed))
+			break; /* the producer waits for the queue */
 		for (int i = 0; i < 64; i++)
 			nrt_cpu_relax();
 		t = nrt_queue_tail_now(q);

@@ -77,6 +77,7 @@ struct nrt_queue {
 	_Alignas(64) atomic_int worker_parked; /* worker waits on work_cv */
 	atomic_int exec;                       /* 1 while some thread runs the record at head */
 	atomic_int waiters;                    /* threads waiting on done_cv for head to move */
+	atomic_int draining;                   /* threads in queue_wait (synchronize, events): [fuse] */
 	atomic_uint_fast64_t wake_at;          /* least head value a parked waiter needs (UINT64_MAX: none) */
 	atomic_bool shutdown;
 	atomic_int err_flag;                   /* sticky error pending */

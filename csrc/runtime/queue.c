@@ -281,12 +281,13 @@ static void queue_wait(struct nrt_queue *q, uint64_t seq, bool spin)
 
 	if (nrt_queue_reached(q, seq))
 		return;
+	atomic_fetch_add(&q->draining, 1);
 	help_until(q, seq);
 	deadline = spin ? nrt_mono_ns() + NRT_SPIN_NS : 0;
 	while (nrt_mono_ns() < deadline) {
 		for (int i = 0; i < 64; i++) {
 			if (nrt_queue_reached(q, seq))
-				return;
+				goto out;
 			nrt_cpu_relax();
 		}
 	}
@@ -303,6 +304,8 @@ static void queue_wait(struct nrt_queue *q, uint64_t seq, bool spin)
 	}
 	atomic_fetch_sub(&q->waiters, 1);
 	pthread_mutex_unlock(&q->lock);
+out:
+	atomic_fetch_sub(&q->draining, 1);
 }
 
 void nrt_queue_wait_seq(struct nrt_queue *q, uint64_t seq)
