@@ -23,7 +23,11 @@
  * e = ((b*Hq + h)*Tq + i)*Tk + j, and is kept iff 53 bits of (w0, w1) >= p - the same mask nk_dropout
  * makes for a contiguous [B, Hq, Tq, Tk] tensor; callers advance their offset by
  * nk_random_offset_increment(B*Hq*Tq*Tk).  Backward regenerates it.
- * f32/bf16/f16 compute in f32 (packing converts; per-thread workspace, nk_ws.h); the tile operations
+ * f32/f16 compute in f32 (packing converts; per-thread workspace, nk_ws.h).  bf16 with the sbgemm
+ * micro-kernel (AVX512-BF16): the forward and the dk/dv pass pack Q, K, V, dO as bf16 k-pairs straight
+ * from memory and round the probabilities and dS to bf16 for their products (sums in f32, softmax and
+ * the statistics in f32, as PyTorch's CPU flash attention for reduced precision); the dq pass of long
+ * sequences stays in f32.  The tile operations
  * (softmax columns, exp, transposes, 8-row kernel) come in a portable and an AVX-512 table
  * (nk_attention_impl.h; tests/c/test_attention.c compares them).  f64 runs the f64 reference (one
  * query row at a time: memory-efficient but serial and slower).
@@ -136,6 +140,7 @@ typedef struct {
 	const nk_attops_t *ops;
 	int64_t group, G, ngq, KC, KG, ngk;
 	bool fused; /* backward in one pass: a dk/dv task covers all keys and also makes dq */
+	bool bf;    /* bf16: the forward and the dk/dv pass multiply bf16 pair panels (sbgemm) */
 	size_t ws_floats;
 	float scale;
 	atomic_int *failed; /* set by a task without workspace memory */
@@ -227,6 +232,43 @@ static inline void ukr(const att_plan_t *p, int64_t k, const float *A, const flo
 		p->ops->ukr8(k, A, B, C, ldc, alpha, beta, (int)m, (int)(n < W ? n : W));
 	else
 		p->isa->sgemm(k, A, B, C, ldc, 1, alpha, beta, (int)(m < MR ? m : MR), (int)(n < W ? n : W));
+}
+
+/* ---- bf16 pair panels (p->bf): the sbgemm micro-kernel (vdpbf16ps) on k-pairs, f32 sums.  Inputs are
+ * packed as pairs straight from the bf16 tensors; the probabilities and dS (f32 tiles) are rounded to
+ * bf16 for their products, as PyTorch's CPU flash attention does for reduced-precision inputs.  Same
+ * panel geometry as the f32 path, k halved (an odd k padded with a zero). */
+typedef uint32_t u32;
+
+static inline void ukr_pairs(const att_plan_t *p, int64_t kp, const u32 *A, const u32 *B, float *C, int64_t ldc,
+			     float alpha, float beta, int64_t m, int64_t n)
+{
+	p->isa->sbgemm(kp, A, B, C, ldc, 1, alpha, beta, (int)(m < MR ? m : MR), (int)(n < W ? n : W));
+}
+
+/* Rows r0.. (n) of x[(b, h)] by k = cols as A pair panels (panel t at dst + t*MR*ceil(cols/2)). */
+static void pack_rows_a_pairs(const att_plan_t *p, const void *x, const int64_t *s, int64_t b, int64_t h, int64_t r0,
+			      int64_t n, int64_t cols, u32 *dst)
+{
+	for (int64_t t = 0; t * MR < n; t++)
+		p->isa->pack_a_pairs(row_ptr(x, NK_BF16, s, b, h, r0 + t * MR), s[2], s[3], (int)min64(MR, n - t * MR),
+				     cols, dst + t * MR * ((cols + 1) / 2));
+}
+
+/* x^T (cols x rows r0..r0+n) as A pair panels of MR columns of x by k = n rows, panel t at dst + t*MR*ldp. */
+static void pack_cols_a_pairs(const att_plan_t *p, const void *x, const int64_t *s, int64_t b, int64_t h, int64_t r0,
+			      int64_t n, int64_t cols, u32 *dst, int64_t ldp)
+{
+	for (int64_t t = 0; t * MR < cols; t++)
+		p->isa->pack_a_pairs(row_ptr(x, NK_BF16, s, b, h, r0) + t * MR * s[3] * 2, s[3], s[2],
+				     (int)min64(MR, cols - t * MR), n, dst + t * MR * ldp);
+}
+
+/* x^T (cols x rows r0..r0+n, n <= W) as one B pair panel (k = cols). */
+static void pack_b_rows_pairs(const att_plan_t *p, const void *x, const int64_t *s, int64_t b, int64_t h, int64_t r0,
+			      int64_t n, int64_t cols, u32 *dst)
+{
+	p->isa->pack_b_pairs(row_ptr(x, NK_BF16, s, b, h, r0), s[3], s[2], cols, n, dst);
 }
 
 /* Packs x[(b, h), rows r0.., cols] as A panels of MR rows by k = cols (panel t at dst + t*MR*cols). */
@@ -421,6 +463,11 @@ static int att_plan(att_plan_t *p, const nk_attention_args_t *a, const nk_gemm_i
 	dq_ws = p->KC * per_key + (G / W) * W * (D + Dv + D + 2) + 2 * KB * W + W * D + Dv;
 	kv_ws = (KG / W) * W * (2 * (D + Dv) + rup(D, W)) + QB1 * (D + Dv) + QB1 * W + QB1 * D + (Dr + Dvr) * QB1 + 2 * QB1 * W + 2 * QB1 + W * D +
 		W * Dv + 2 * Dv;
+	/* bf16: the probabilities (and dS) as pair panels */
+	p->bf = a->dtype == NK_BF16 && isa->sbgemm && isa->pack_a_pairs && isa->pack_b_pairs && ops->b_pairs &&
+		ops->a_pairs;
+	fwd_ws += KB * W / 2 + 16;
+	kv_ws += QB1 * W + 16;
 	fwd_ws = fwd_ws > dq_ws ? fwd_ws : dq_ws;
 	p->ws_floats = (size_t)(fwd_ws > kv_ws ? fwd_ws : kv_ws) + 64;
 	return 0;
@@ -482,7 +529,8 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 	float *Kp = carve(&ws, KC * D), *Vp = carve(&ws, rup(Dv, MR) * KC), *Qp = carve(&ws, nqb * D * W);
 	float *Ot = carve(&ws, nqb * Dv * W), *m = carve(&ws, nqb * W), *l = carve(&ws, nqb * W);
 	float *S = carve(&ws, KB * W), *buf = carve(&ws, W * Dv);
-	int64_t ntiles = 0;
+	u32 *Pw = p->bf ? (u32 *)carve(&ws, KB * W / 2) : NULL;
+	int64_t ntiles = 0, Dp = (D + 1) / 2;
 	att_pf_t pf;
 
 	/* the next task's inputs, spread over this task's tiles (a step per product) */
@@ -495,15 +543,24 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 		}
 	pf_plan(&pf, ntiles * (KB / MR + cdiv(Dv, MR)));
 	for (int64_t qb = 0; qb < nqb; qb++)
-		pack_b_rows(p, a->q, a->sq, b, h, g0 + qb * W, min64(W, a->Tq - g0 - qb * W), D, Qp + qb * D * W);
+		if (p->bf)
+			pack_b_rows_pairs(p, a->q, a->sq, b, h, g0 + qb * W, min64(W, a->Tq - g0 - qb * W), D,
+					  (u32 *)Qp + qb * Dp * W);
+		else
+			pack_b_rows(p, a->q, a->sq, b, h, g0 + qb * W, min64(W, a->Tq - g0 - qb * W), D, Qp + qb * D * W);
 	memset(Ot, 0, (size_t)(nqb * Dv * W) * sizeof(float));
 	for (int64_t c = 0; c < nqb * W; c++)
 		m[c] = -INFINITY, l[c] = 0;
 	for (int64_t c0 = 0; c0 < kend; c0 += KC) {
 		int64_t nc = min64(KC, kend - c0);
 
-		pack_rows_a(p, a->k, a->sk, b, hk, c0, nc, D, Kp);
-		pack_cols_a(p, a->v, a->sv, b, hk, c0, nc, Dv, Vp, KC);
+		if (p->bf) {
+			pack_rows_a_pairs(p, a->k, a->sk, b, hk, c0, nc, D, (u32 *)Kp);
+			pack_cols_a_pairs(p, a->v, a->sv, b, hk, c0, nc, Dv, (u32 *)Vp, KC / 2);
+		} else {
+			pack_rows_a(p, a->k, a->sk, b, hk, c0, nc, D, Kp);
+			pack_cols_a(p, a->v, a->sv, b, hk, c0, nc, Dv, Vp, KC);
+		}
 		for (int64_t qb = 0; qb < nqb; qb++) {
 			int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
 			int64_t jend = a->causal ? min64(c0 + nc, i0 + nq) : c0 + nc;
@@ -514,7 +571,10 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 				int64_t nk = min64(KB, jend - j0);
 
 				for (int64_t r = 0; r < KB; r += MR) {
-					if (r < nk)
+					if (r < nk && p->bf)
+						ukr_pairs(p, Dp, (u32 *)Kp + (j0 - c0 + r) * Dp, (u32 *)Qp + qb * Dp * W, S + r * W, W,
+							  p->scale, 0, MR, W);
+					else if (r < nk)
 						ukr(p, D, Kp + (j0 - c0 + r) * D, Q, S + r * W, W, p->scale, 0, MR, W);
 					pf_step(&pf);
 				}
@@ -522,8 +582,20 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 				p->ops->fwd_cols(S, nk, m + qb * W, l + qb * W, O, Dv);
 				if (a->dropout_p > 0)
 					dropout_cols(p, b, h, S, i0, j0, nk, nq);
+				if (p->bf)
+					p->ops->b_pairs(S, nk, Pw);
 				for (int64_t t = 0; t * MR < Dv; t++) {
-					ukr(p, nk, Vp + t * MR * KC + (j0 - c0) * MR, S, O + t * MR * W, W, 1, 1, Dv - t * MR, W);
+					if (p->bf) {
+						/* k-pairs of keys j0.. (j0 - c0 is a multiple of KB, so even).  An odd nk
+						 * only happens where the block ends at the chunk's end (a query block ends
+						 * at an even key otherwise), so its last pair's partner is the packer's
+						 * zero, never a key these queries cannot see */
+						ukr_pairs(p, (nk + 1) / 2, (const u32 *)Vp + t * MR * (KC / 2) + (j0 - c0) / 2 * MR,
+							  Pw, O + t * MR * W, W, 1, 1, Dv - t * MR, W);
+					} else {
+						ukr(p, nk, Vp + t * MR * KC + (j0 - c0) * MR, S, O + t * MR * W, W, 1, 1, Dv - t * MR,
+						    W);
+					}
 					pf_step(&pf);
 				}
 			}
@@ -688,6 +760,10 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 	int64_t ndc = cdiv(D, W);
 	float *Kn = fq ? carve(&ws, nkp * ndc * W * W) : NULL, *dSa = fq ? carve(&ws, QB1 * W) : NULL;
 	float *dQ = fq ? carve(&ws, QB1 * D) : NULL;
+	/* bf16: pair panels in the same buffers (k halved), and P, dS as B pair panels */
+	bool bf = p->bf;
+	u32 *Pw = bf ? (u32 *)carve(&ws, QB1 * W / 2) : NULL, *dSw = bf ? (u32 *)carve(&ws, QB1 * W / 2) : NULL;
+	int64_t Dp = (D + 1) / 2, Dvp = (Dv + 1) / 2;
 	/* with causality, queries before the first key see none of these keys (blocks stay aligned to
 	 * multiples of QB1 so that the sums do not depend on KG) */
 	int64_t qstart = a->causal ? j0g / QB1 * QB1 : 0;
@@ -695,6 +771,14 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 	for (int64_t kp = 0; kp < nkp; kp++) {
 		int64_t nkk = min64(W, nkg - kp * W);
 
+		if (bf) {
+			pack_b_rows_pairs(p, a->k, a->sk, b, hk, j0g + kp * W, nkk, D, (u32 *)Kb + kp * Dp * W);
+			pack_b_rows_pairs(p, a->v, a->sv, b, hk, j0g + kp * W, nkk, Dv, (u32 *)Vb + kp * Dvp * W);
+			if (fq) /* K rows as B pair panels (pairs of keys) of W of its D columns, panel c at + c*ceil(nkk/2)*W */
+				p->isa->pack_b_pairs(row_ptr(a->k, a->dtype, a->sk, b, hk, j0g + kp * W), a->sk[2], a->sk[3],
+						     nkk, D, (u32 *)Kn + kp * ndc * W * (W / 2));
+			continue;
+		}
 		pack_b_rows(p, a->k, a->sk, b, hk, j0g + kp * W, nkk, D, Kb + kp * D * W);
 		pack_b_rows(p, a->v, a->sv, b, hk, j0g + kp * W, nkk, Dv, Vb + kp * Dv * W);
 		if (fq) /* K rows as B panels of W of its D columns, panel c at + c*nkk*W */
@@ -728,10 +812,17 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 			else
 				kv_block_pf(p, nb, nhk * p->group, nqstart, &pfq);
 			pf_plan(&pfq, kv_block_steps(p, j0g, nkg, i0, nq));
-			pack_rows_a(p, a->q, a->sq, b, h, i0, nq, D, Qa);
-			pack_rows_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOa);
-			pack_cols_a(p, a->q, a->sq, b, h, i0, nq, D, QTa, QB1);
-			pack_cols_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOTa, QB1);
+			if (bf) {
+				pack_rows_a_pairs(p, a->q, a->sq, b, h, i0, nq, D, (u32 *)Qa);
+				pack_rows_a_pairs(p, g->dout, g->sdo, b, h, i0, nq, Dv, (u32 *)dOa);
+				pack_cols_a_pairs(p, a->q, a->sq, b, h, i0, nq, D, (u32 *)QTa, QB1 / 2);
+				pack_cols_a_pairs(p, g->dout, g->sdo, b, h, i0, nq, Dv, (u32 *)dOTa, QB1 / 2);
+			} else {
+				pack_rows_a(p, a->q, a->sq, b, h, i0, nq, D, Qa);
+				pack_rows_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOa);
+				pack_cols_a(p, a->q, a->sq, b, h, i0, nq, D, QTa, QB1);
+				pack_cols_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOTa, QB1);
+			}
 			query_stats(p, b, h, i0, nq, 0, lse, dd, rows);
 			if (fq)
 				memset(dQ, 0, (size_t)(nq * D) * sizeof(float));
@@ -745,8 +836,15 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 				if (a->causal && j0 > i0 + nq - 1)
 					break;
 				for (int64_t r = r0; r < nq; r += MR) {
-					ukr(p, D, Qa + r * D, Kb + kp * D * W, S + r * W, W, p->scale, 0, nq - r, W);
-					ukr(p, Dv, dOa + r * Dv, Vb + kp * Dv * W, dP + r * W, W, 1, 0, nq - r, W);
+					if (bf) {
+						ukr_pairs(p, Dp, (u32 *)Qa + r * Dp, (u32 *)Kb + kp * Dp * W, S + r * W, W, p->scale, 0,
+							  nq - r, W);
+						ukr_pairs(p, Dvp, (u32 *)dOa + r * Dvp, (u32 *)Vb + kp * Dvp * W, dP + r * W, W, 1, 0,
+							  nq - r, W);
+					} else {
+						ukr(p, D, Qa + r * D, Kb + kp * D * W, S + r * W, W, p->scale, 0, nq - r, W);
+						ukr(p, Dv, dOa + r * Dv, Vb + kp * Dv * W, dP + r * W, W, 1, 0, nq - r, W);
+					}
 					pf_step(&pfq);
 					pf_step(&pft);
 				}
@@ -755,6 +853,36 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 					bwd_dropout(p, b, h, S0, dP0, false, i0 + r0, j0, nr, nkk, lse + r0, dd + r0);
 				else
 					p->ops->bwd_rows(S0, dP0, nr, lse + r0, dd + r0);
+				if (bf) {
+					/* dV^T += dO^T P, dK^T += scale Q^T dS over k-pairs of queries r0.. (r0 is a
+					 * multiple of MR, so even; the packed queries end with zero pairs) */
+					int64_t kq = (nr + 1) / 2;
+
+					p->ops->b_pairs(S0, nr, Pw);
+					p->ops->b_pairs(dP0, nr, dSw);
+					for (int64_t t = 0; t * MR < Dv; t++) {
+						ukr_pairs(p, kq, (u32 *)dOTa + t * MR * (QB1 / 2) + r0 / 2 * MR, Pw,
+							  dVt + kp * Dv * W + t * MR * W, W, 1, 1, Dv - t * MR, W);
+						pf_step(&pfq);
+						pf_step(&pft);
+					}
+					for (int64_t t = 0; t * MR < D; t++) {
+						ukr_pairs(p, kq, (u32 *)QTa + t * MR * (QB1 / 2) + r0 / 2 * MR, dSw,
+							  dKt + kp * D * W + t * MR * W, W, p->scale, 1, D - t * MR, W);
+						pf_step(&pfq);
+						pf_step(&pft);
+					}
+					if (!fq)
+						continue;
+					/* dQ += scale dS K over k-pairs of the nkk keys */
+					p->ops->a_pairs(dP0, nr, nkk, (u32 *)dSa);
+					for (int64_t t = 0; t * MR < nr; t++)
+						for (int64_t c = 0; c < ndc; c++)
+							ukr_pairs(p, (nkk + 1) / 2, (u32 *)dSa + t * MR * (W / 2),
+								  (u32 *)Kn + kp * ndc * W * (W / 2) + c * ((nkk + 1) / 2) * W,
+								  dQ + (r0 + t * MR) * D + c * W, D, p->scale, 1, nr - t * MR, D - c * W);
+					continue;
+				}
 				for (int64_t t = 0; t * MR < Dv; t++) {
 					ukr(p, nr, dOTa + t * MR * QB1 + r0 * MR, S0, dVt + kp * Dv * W + t * MR * W, W, 1, 1,
 					    Dv - t * MR, W);
@@ -993,7 +1121,33 @@ void nk_att_ukr8_ref(int64_t k, const float *a, const float *b, float *c, int64_
 		}
 }
 
+void nk_att_b_pairs_ref(const float *X, int64_t n, uint32_t *dst)
+{
+	for (int64_t pp = 0; 2 * pp < n; pp++)
+		for (int c = 0; c < W; c++) {
+			uint32_t lo = nk_f32_to_bf16(X[2 * pp * W + c]);
+			uint32_t hi = 2 * pp + 1 < n ? nk_f32_to_bf16(X[(2 * pp + 1) * W + c]) : 0;
+
+			dst[pp * W + c] = lo | hi << 16;
+		}
+}
+
+void nk_att_a_pairs_ref(const float *X, int64_t nr, int64_t nc, uint32_t *dst)
+{
+	for (int64_t t = 0; t * MR < nr; t++)
+		for (int64_t pp = 0; pp < W / 2; pp++)
+			for (int64_t i = 0; i < MR; i++) {
+				int64_t r = t * MR + i, c = 2 * pp;
+				uint32_t lo = r < nr && c < nc ? nk_f32_to_bf16(X[r * W + c]) : 0;
+				uint32_t hi = r < nr && c + 1 < nc ? nk_f32_to_bf16(X[r * W + c + 1]) : 0;
+
+				dst[t * MR * (W / 2) + pp * MR + i] = lo | hi << 16;
+			}
+}
+
 const nk_attops_t nk_attops_ref = {
+	.b_pairs = nk_att_b_pairs_ref,
+	.a_pairs = nk_att_a_pairs_ref,
 	.ukr8 = nk_att_ukr8_ref,
 	.tr = nk_att_tr_ref,
 	.tr_rows = nk_att_tr_rows_ref,

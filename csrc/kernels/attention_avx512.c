@@ -234,7 +234,65 @@ void nk_att_ukr8_avx512(int64_t k, const float *a, const float *b, float *c, int
 #undef STORE8
 }
 
+/* f32 -> bf16 bits in the low half of each 32-bit lane: nearest even, NaN 0x7fc0 (nk_f32_to_bf16). */
+static inline __m512i bf16_bits(__m512 f)
+{
+	__m512i u = _mm512_castps_si512(f);
+	__m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	__m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+
+	return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+}
+
+void nk_att_b_pairs_avx512(const float *X, int64_t n, uint32_t *dst)
+{
+	for (int64_t pp = 0; 2 * pp < n; pp++) {
+		const float *lo = X + 2 * pp * 32, *hi = lo + 32;
+
+		for (int c = 0; c < 32; c += 16) {
+			__m512i w = bf16_bits(_mm512_loadu_ps(lo + c));
+
+			if (2 * pp + 1 < n)
+				w = _mm512_or_si512(w, _mm512_slli_epi32(bf16_bits(_mm512_loadu_ps(hi + c)), 16));
+			_mm512_storeu_si512(dst + pp * 32 + c, w);
+		}
+	}
+}
+
+void nk_att_a_pairs_avx512(const float *X, int64_t nr, int64_t nc, uint32_t *dst)
+{
+	__mmask16 m0 = nc >= 16 ? 0xffff : nc <= 0 ? 0 : (__mmask16)((1u << nc) - 1);
+	__mmask16 m1 = nc >= 32 ? 0xffff : nc <= 16 ? 0 : (__mmask16)((1u << (nc - 16)) - 1);
+
+	for (int64_t t = 0; t * NK_GEMM_MR < nr; t++) {
+		__m512 r[16];
+
+		/* row i: its 32 columns as 16 words of pairs (the 32-bit lanes narrowed to 16 bits) */
+		_Pragma("GCC unroll 16")
+		for (int i = 0; i < 16; i++) {
+			int64_t row = t * NK_GEMM_MR + i;
+
+			if (i < NK_GEMM_MR && row < nr) {
+				__m512i b0 = bf16_bits(_mm512_maskz_loadu_ps(m0, X + row * 32));
+				__m512i b1 = bf16_bits(_mm512_maskz_loadu_ps(m1, X + row * 32 + 16));
+
+				r[i] = _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(b0)),
+									      _mm512_cvtepi32_epi16(b1), 1));
+			} else {
+				r[i] = _mm512_setzero_ps();
+			}
+		}
+		tr16(r);
+		_Pragma("GCC unroll 16")
+		for (int pp = 0; pp < 16; pp++)
+			_mm512_mask_storeu_ps(dst + t * NK_GEMM_MR * 16 + pp * NK_GEMM_MR, (__mmask16)((1u << NK_GEMM_MR) - 1),
+					      r[pp]);
+	}
+}
+
 const nk_attops_t nk_attops_avx512 = {
+	.b_pairs = nk_att_b_pairs_avx512,
+	.a_pairs = nk_att_a_pairs_avx512,
 	.ukr8 = nk_att_ukr8_avx512,
 	.tr = nk_att_tr_avx512,
 	.tr_rows = nk_att_tr_rows_avx512,

@@ -38,6 +38,13 @@ typedef struct {
 	 * 4 x 14 + 8 costs 8/14 of a full one): a[p*MR + i] for i < 8, b[p*W + j]. */
 	void (*ukr8)(int64_t k, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta, int m,
 		     int n);
+	/* bf16 products (the sbgemm micro-kernel): a tile X (n rows x W, ld W) as one B panel of k-pairs
+	 * over its rows, dst[pp*W + c] = (bf16 X[2pp][c], bf16 X[2pp+1][c]) (high half 0 past row n). */
+	void (*b_pairs)(const float *X, int64_t n, uint32_t *dst);
+	/* ... and its rows as A panels of MR rows by k-pairs of its first nc columns: panel t at
+	 * dst + t*MR*(W/2), dst[pp*MR + i] = (bf16 X[t*MR+i][2pp], bf16 X[t*MR+i][2pp+1]); 0 past row nr
+	 * and column nc.  bf16 as nk_f32_to_bf16 (nearest even, NaN 0x7fc0). */
+	void (*a_pairs)(const float *X, int64_t nr, int64_t nc, uint32_t *dst);
 } nk_attops_t;
 
 void nk_att_fwd_cols_ref(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv);
@@ -53,6 +60,10 @@ void nk_att_tr_ref(const float *src, int64_t ld_src, int64_t rows, int64_t cols,
 void nk_att_tr_avx512(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst, int64_t ld_dst,
 		      int lanes);
 void nk_att_fwd_cols_avx512(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv);
+void nk_att_b_pairs_ref(const float *X, int64_t n, uint32_t *dst);
+void nk_att_b_pairs_avx512(const float *X, int64_t n, uint32_t *dst);
+void nk_att_a_pairs_ref(const float *X, int64_t nr, int64_t nc, uint32_t *dst);
+void nk_att_a_pairs_avx512(const float *X, int64_t nr, int64_t nc, uint32_t *dst);
 void nk_att_bwd_cols_avx512(float *S, float *dP, int64_t n, const float *lse, const float *dd);
 void nk_att_bwd_rows_avx512(float *S, float *dP, int64_t n, const float *lse, const float *dd);
 

@@ -248,6 +248,51 @@ static void test_attention_tiled_ref_vs_opt(void)
 		}
 }
 
+/* The bf16 pair conversions of the tile ops (probabilities and dS for the sbgemm products): portable
+ * and AVX-512 bit for bit, rounding ties, NaN, infinities and subnormals included, every row count
+ * and (A panels) column count. */
+static void test_attention_pair_tiles(void)
+{
+	enum { ROWS = 3 * NK_GEMM_MR + 5 };
+	float X[ROWS * NK_ATT_W];
+	uint32_t r[ROWS * NK_ATT_W + 64], o[ROWS * NK_ATT_W + 64];
+
+	if (!nk_cpu_avx512())
+		return;
+	for (int i = 0; i < ROWS * NK_ATT_W; i++) {
+		float v = (float)nkt_uniform(-4, 4);
+		uint32_t u;
+		switch (i % 11) {
+		case 3: v = NAN; break;
+		case 5: v = -INFINITY; break;
+		case 7: v = 1e-40f; break; /* subnormal */
+		case 9: /* a tie: the low 16 bits 0x8000 */
+			memcpy(&u, &v, 4);
+			u = (u & 0xffff0000u) | 0x8000u;
+			memcpy(&v, &u, 4);
+			break;
+		default: break;
+		}
+		X[i] = v;
+	}
+	for (int64_t n = 1; n <= ROWS; n++) {
+		memset(r, 0xab, sizeof r), memset(o, 0xab, sizeof o);
+		nk_att_b_pairs_ref(X, n, r);
+		nk_att_b_pairs_avx512(X, n, o);
+		CHECK(!memcmp(r, o, (size_t)((n + 1) / 2 * NK_ATT_W) * 4), "b_pairs n=%lld", (long long)n);
+		CHECK(r[(n - 1) / 2 * NK_ATT_W] == (nk_f32_to_bf16(X[(n - 1) / 2 * 2 * NK_ATT_W]) |
+						     (n % 2 ? 0u : (uint32_t)nk_f32_to_bf16(X[((n - 1) / 2 * 2 + 1) * NK_ATT_W]) << 16)),
+		      "b_pairs n=%lld: last pair", (long long)n);
+		for (int64_t nc = 1; nc <= NK_ATT_W; nc += (nc < 17 ? 1 : 5)) {
+			int64_t words = (n + NK_GEMM_MR - 1) / NK_GEMM_MR * NK_GEMM_MR * (NK_ATT_W / 2);
+			memset(r, 0xab, sizeof r), memset(o, 0xab, sizeof o);
+			nk_att_a_pairs_ref(X, n, nc, r);
+			nk_att_a_pairs_avx512(X, n, nc, o);
+			CHECK(!memcmp(r, o, (size_t)words * 4), "a_pairs n=%lld nc=%lld", (long long)n, (long long)nc);
+		}
+	}
+}
+
 /* Fully masked rows: output 0, lse -inf, no NaN in gradients. */
 static void test_attention_masked_rows(void)
 {
@@ -365,6 +410,7 @@ int main(void)
 	nkt_seed(6);
 	RUN(test_attention_vs_ref);
 	RUN(test_attention_tiled_ref_vs_opt);
+	RUN(test_attention_pair_tiles);
 	RUN(test_attention_masked_rows);
 	RUN(test_attention_bwd_numerical);
 	RUN(test_attention_errors);

@@ -154,3 +154,24 @@ def test_sdpa_sharp_softmax(fused_only):
         out.backward(go.to("neuron"))
         for a, b in zip(dev_in, ref_in):
             torch.testing.assert_close(a.grad.cpu().double(), b.grad, atol=1e-3, rtol=1e-4)
+
+
+def test_bf16_odd_key_block_hides_next_key(fused_only):
+    """bf16 multiplies k-pairs of keys: a block of queries whose visible keys end at an odd count must
+    not pair its last key with one they cannot see (0 * inf).  Causal with Tq < Tk: query 44 sees keys
+    0..44, key 45 holds inf in V."""
+    B, H, Tq, Tk, D = 1, 2, 45, 64, 32
+    q, k, v = (_rand((B, H, t, D), torch.bfloat16, s) for t, s in ((Tq, 1), (Tk, 2), (Tk, 3)))
+    v[:, :, 45] = float("inf")
+    out = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"), is_causal=True)
+    v0 = v.double().clone()
+    v0[:, :, 45] = 0  # no query sees key 45
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v0, is_causal=True)
+    assert torch.isfinite(out.cpu()).all()
+    torch.testing.assert_close(out.cpu().double(), ref, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_bf16_gpt_shape_grads(causal, fused_only):
+    """The bf16 pair-panel path at a GPT-sized head (one-pass backward: B*H >= 8, 256 keys) against f64."""
+    _check(2, 6, 6, 256, 256, 64, 64, torch.bfloat16, causal=causal, ops=fused_only)
