@@ -210,6 +210,15 @@ void nk_sgemm_ref_14x32(int64_t k, const float *a, const float *b, float *c, int
 	nk_sgemm_ref_14x32_b(k, a, b, NR, c, rs_c, cs_c, alpha, beta, m, n);
 }
 
+/* The bias reference: the rows of C take the bias, then the sgemm contract reads them as C. */
+void nk_sgemm_ref_14x32_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
+			     float beta, const float *bias, int m, int n)
+{
+	for (int i = 0; i < m; i++)
+		memcpy(c + i * rs_c, bias, (size_t)n * sizeof(float));
+	nk_sgemm_ref_14x32(k, a, b, c, rs_c, 1, alpha, beta, m, n);
+}
+
 void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
 			 int64_t cs_c, float alpha, float beta, int m, int n)
 {
@@ -428,6 +437,7 @@ const nk_gemm_isa_t nk_gemm_isa_ref = {
 	.name = "portable",
 	.sgemm = nk_sgemm_ref_14x32,
 	.sgemm_b = nk_sgemm_ref_14x32_b,
+	.sgemm_bias = nk_sgemm_ref_14x32_bias,
 	.sbgemm = NULL,
 	.sbgemm_bf16c = NULL,
 	.dgemm = nk_dgemm_ref_14x16,
@@ -945,6 +955,10 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 	/* bf16 C with unit column stride: the last k-slice's micro-kernel adds the f32 partials and
 	 * stores bf16 itself */
 	bool direct = pl->pairs && pl->isa->sbgemm_bf16c && g->cs_c == 1;
+	/* f32 C and a bias row (addmm's): the first k-slice's micro-kernel stores alpha A B + beta bias
+	 * itself, instead of a copy of the bias into C read back as C */
+	bool bias_ukr = g->bias && sh->pc0 == 0 && !pl->pairs && !sh->acc && g->dtype == NK_F32 && g->cs_c == 1 &&
+			g->rs_bias == 0 && g->cs_bias == 1 && pl->isa->sgemm_bias;
 
 	for (int64_t t = t0; t < t1; t++) {
 		int64_t ct = t / sh->panels_m, ir = t % sh->panels_m * MR;
@@ -955,7 +969,7 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 		float *C = (float *)g->C + sh->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c;
 		char *Cb = (char *)g->C + (sh->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c) * (int64_t)pl->es;
 
-		if (g->bias && sh->pc0 == 0) /* C's old value: the bias, copied into these rows just before use */
+		if (g->bias && sh->pc0 == 0 && !bias_ukr) /* C's old value: the bias, copied into these rows just before use */
 			bias_fill(g, sh->b, ir, mr, j0, ncols);
 		for (int64_t s = 0; s < nslices; s++) {
 			int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
@@ -1008,6 +1022,9 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 					if (sh->acc)
 						pl->isa->sgemm(kc, as, bs + q * kc * NR, acc + jr, ldacc, 1, 1.0f,
 							       first ? 0.0f : 1.0f, mr, nr);
+					else if (first && bias_ukr)
+						pl->isa->sgemm_bias(kc, as, bs + q * kc * NR, C + jr, g->rs_c, pl->alpha, pl->beta,
+								    (const float *)g->bias + sh->b * g->bs_bias + j0 + jr, mr, nr);
 					else
 						pl->isa->sgemm(kc, as, bs + q * kc * NR, C + jr * g->cs_c, g->rs_c,
 							       g->cs_c, pl->alpha, first ? pl->beta : 1.0f, mr, nr);

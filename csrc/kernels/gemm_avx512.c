@@ -79,9 +79,20 @@ static void store_tile_strided(const float *t, float *c, int64_t rs_c, int64_t c
 		}                                                                     \
 	} while (0)
 
+/* C rows (unit column stride) = alpha*acc + beta*bias[j] (a row vector for every row): the store of the
+ * bias micro-kernel, the same fma as beta*C over a C that holds the bias (bit for bit). */
+#define STORE_BIAS_R(i)                                                                             \
+	if (i < R && i < m) {                                                                       \
+		_mm512_mask_storeu_ps(c + i * rs_c, m0, _mm512_fmadd_ps(vb, bv0, _mm512_mul_ps(va, c##i##_0))); \
+		if (!H)                                                                             \
+			_mm512_mask_storeu_ps(c + i * rs_c + 16, m1,                                \
+					      _mm512_fmadd_ps(vb, bv1, _mm512_mul_ps(va, c##i##_1)));       \
+	}
+
 static inline __attribute__((always_inline)) void sgemm_body(const int R, const bool H, int64_t k, const float *a,
 							     const float *b, int64_t ldb, float *c, int64_t rs_c,
-							     int64_t cs_c, float alpha, float beta, int m, int n)
+							     int64_t cs_c, float alpha, float beta, int m, int n,
+							     const float *bias)
 {
 	ROWS(DECL_R)
 	if (cs_c == 1) {
@@ -104,6 +115,14 @@ static inline __attribute__((always_inline)) void sgemm_body(const int R, const 
 		b += ldb;
 	}
 #undef FMA_ROW
+	if (bias) {
+		__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+		__mmask16 m0 = mask_n(n), m1 = H ? 0 : mask_n(n - 16);
+		__m512 bv0 = _mm512_maskz_loadu_ps(m0, bias), bv1 = H ? bv0 : _mm512_maskz_loadu_ps(m1, bias + 16);
+
+		ROWS(STORE_BIAS_R)
+		return;
+	}
 	STORE_TILE_R();
 }
 
@@ -216,7 +235,8 @@ static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R,
 		else                                             \
 			body(r, true, __VA_ARGS__);              \
 		return;
-#define SG_CASE(r) TILE_CASE(r, sgemm_body, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n)
+#define SG_CASE(r) TILE_CASE(r, sgemm_body, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL)
+#define SGB_CASE(r) TILE_CASE(r, sgemm_body, k, a, b, NR, c, rs_c, 1, alpha, beta, m, n, bias)
 #define SB_CASE(r) TILE_CASE(r, sbgemm_body, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n)
 #define SBC_CASE(r) TILE_CASE(r, sbgemm_bf16c_body, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n)
 #define ALL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
@@ -262,6 +282,13 @@ void nk_sgemm_avx512_14x32(int64_t k, const float *a, const float *b, float *c, 
 	const int64_t ldb = NR;
 
 	ROW_SWITCH(SG_CASE);
+}
+
+/* The same with unit column stride and C's old value a bias row: C = alpha*A B + beta*bias[j], C not read. */
+void nk_sgemm_avx512_14x32_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
+				float beta, const float *bias, int m, int n)
+{
+	ROW_SWITCH(SGB_CASE);
 }
 
 /* The same over B rows read in place (row p at b + p*ldb, unaligned): row-major f32 B needs no packing. */
@@ -696,6 +723,7 @@ const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.name = "avx512",
 	.sgemm = nk_sgemm_avx512_14x32,
 	.sgemm_b = nk_sgemm_avx512_14x32_b,
+	.sgemm_bias = nk_sgemm_avx512_14x32_bias,
 	.sbgemm = nk_sbgemm_avx512_14x32,
 	.sbgemm_bf16c = nk_sbgemm_avx512_14x32_bf16c,
 	.sbgemm_a = nk_sbgemm_avx512_14x32_a,

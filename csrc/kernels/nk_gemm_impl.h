@@ -47,6 +47,11 @@ typedef void (*nk_sgemm_ukr_t)(int64_t k, const float *a, const float *b, float 
  * columns j < NR of each of the k rows must be readable, whatever n is). */
 typedef void (*nk_sgemm_b_ukr_t)(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
 				 int64_t cs_c, float alpha, float beta, int m, int n);
+/* f32 micro-kernel with a bias row as C's old value (unit column stride): for i < m, j < n
+ *   C[i*rs_c + j] = alpha * sum_p a[p*MR + i] * b[p*NR + j] + beta * bias[j],
+ * rounded as the sgemm contract over a C holding the bias (fma of beta and it); C is not read. */
+typedef void (*nk_sgemm_bias_ukr_t)(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
+				    float beta, const float *bias, int m, int n);
 /* bf16 micro-kernel, same contract over kp k-pairs: a[pp*MR + i] holds the bf16 pair
  * (A[i][2pp], A[i][2pp+1]) in its low and high half, b[pp*NR + j] holds (B[2pp][j], B[2pp+1][j]);
  * products are summed in f32 (vdpbf16ps). */
@@ -91,6 +96,7 @@ typedef struct {
 	const char *name;
 	nk_sgemm_ukr_t sgemm;
 	nk_sgemm_b_ukr_t sgemm_b; /* may be NULL (then B is packed) */
+	nk_sgemm_bias_ukr_t sgemm_bias; /* may be NULL (then the bias is copied into C first) */
 	nk_sbgemm_ukr_t sbgemm;
 	nk_sbgemm_bf16c_ukr_t sbgemm_bf16c; /* with sbgemm; may be NULL (then f32 partials, rounded after) */
 	nk_sbgemm_a_ukr_t sbgemm_a;             /* A read in place; both or neither, with sbgemm_bf16c */
@@ -119,6 +125,10 @@ void nk_sgemm_ref_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb
 			  int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sgemm_avx512_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
 			     int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sgemm_ref_14x32_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
+			     float beta, const float *bias, int m, int n);
+void nk_sgemm_avx512_14x32_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
+				float beta, const float *bias, int m, int n);
 void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
 			    int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc, int64_t ld_acc,
