@@ -219,6 +219,28 @@ void nk_sgemm_ref_14x32_bias(int64_t k, const float *a, const float *b, float *c
 	nk_sgemm_ref_14x32(k, a, b, c, rs_c, 1, alpha, beta, m, n);
 }
 
+/* The in-place-A reference: the rows packed into a panel (KC k at a time, the later blocks added to C),
+ * then the packed (or bias) reference. */
+void nk_sgemm_ref_14x32_a(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c, float alpha,
+			  float beta, const float *bias, int m, int n)
+{
+	float panel[MR * KC];
+	int64_t p0 = 0;
+
+	do {
+		int64_t kc = min64(KC, k - p0);
+
+		for (int64_t p = 0; p < kc; p++)
+			for (int i = 0; i < MR; i++)
+				panel[p * MR + i] = i < m ? a[i * lda + p0 + p] : 0.0f;
+		if (p0 == 0 && bias)
+			nk_sgemm_ref_14x32_bias(kc, panel, b + p0 * NR, c, rs_c, alpha, beta, bias, m, n);
+		else
+			nk_sgemm_ref_14x32(kc, panel, b + p0 * NR, c, rs_c, 1, alpha, p0 == 0 ? beta : 1.0f, m, n);
+		p0 += kc;
+	} while (p0 < k);
+}
+
 void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
 			 int64_t cs_c, float alpha, float beta, int m, int n)
 {
@@ -438,6 +460,7 @@ const nk_gemm_isa_t nk_gemm_isa_ref = {
 	.sgemm = nk_sgemm_ref_14x32,
 	.sgemm_b = nk_sgemm_ref_14x32_b,
 	.sgemm_bias = nk_sgemm_ref_14x32_bias,
+	.sgemm_a = nk_sgemm_ref_14x32_a,
 	.sbgemm = NULL,
 	.sbgemm_bf16c = NULL,
 	.dgemm = nk_dgemm_ref_14x16,
@@ -959,6 +982,11 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 	 * itself, instead of a copy of the bias into C read back as C */
 	bool bias_ukr = g->bias && sh->pc0 == 0 && !pl->pairs && !sh->acc && g->dtype == NK_F32 && g->cs_c == 1 &&
 			g->rs_bias == 0 && g->cs_bias == 1 && pl->isa->sgemm_bias;
+	/* f32 row-major A whose task covers every column of the super block: the micro-kernel reads the
+	 * task's rows in place (each row is read by one task only; a packed panel would be a transpose of
+	 * it, ~4 % of a K = 1152 GEMM) */
+	bool a_inplace = !pl->pairs && !sh->acc && !sh->ap && g->dtype == NK_F32 && g->cs_a == 1 && g->cs_c == 1 &&
+			 sh->col_tasks == 1 && pl->isa->sgemm_a;
 
 	for (int64_t t = t0; t < t1; t++) {
 		int64_t ct = t / sh->panels_m, ir = t % sh->panels_m * MR;
@@ -1012,7 +1040,7 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 						   nr);
 				}
 			} else {
-				if (!sh->ap)
+				if (!sh->ap && !a_inplace)
 					pl->isa->pack_a(at(A, pc * g->cs_a, pl->es), g->dtype, g->rs_a, g->cs_a, mr, kc, ap);
 				for (int64_t q = q0; q < q1; q++) {
 					int64_t jr = (q - q0) * NR;
@@ -1022,6 +1050,12 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 					if (sh->acc)
 						pl->isa->sgemm(kc, as, bs + q * kc * NR, acc + jr, ldacc, 1, 1.0f,
 							       first ? 0.0f : 1.0f, mr, nr);
+					else if (a_inplace)
+						pl->isa->sgemm_a(kc, (const float *)A + pc, g->rs_a, bs + q * kc * NR, C + jr, g->rs_c,
+								 pl->alpha, first ? pl->beta : 1.0f,
+								 first && bias_ukr ? (const float *)g->bias + sh->b * g->bs_bias + j0 + jr
+										   : NULL,
+								 mr, nr);
 					else if (first && bias_ukr)
 						pl->isa->sgemm_bias(kc, as, bs + q * kc * NR, C + jr, g->rs_c, pl->alpha, pl->beta,
 								    (const float *)g->bias + sh->b * g->bs_bias + j0 + jr, mr, nr);

@@ -89,10 +89,12 @@ static void store_tile_strided(const float *t, float *c, int64_t rs_c, int64_t c
 					      _mm512_fmadd_ps(vb, bv1, _mm512_mul_ps(va, c##i##_1)));       \
 	}
 
-static inline __attribute__((always_inline)) void sgemm_body(const int R, const bool H, int64_t k, const float *a,
-							     const float *b, int64_t ldb, float *c, int64_t rs_c,
-							     int64_t cs_c, float alpha, float beta, int m, int n,
-							     const float *bias)
+/* a: row i of the A panel at k-step p is the float at byte address a + i*ars + p*aks (packed: ars 4,
+ * aks 4*MR; row-major A read in place: ars its row stride in bytes, aks 4). */
+static inline __attribute__((always_inline)) void sgemm_body(const int R, const bool H, int64_t k, const char *a,
+							     int64_t ars, int64_t aks, const float *b, int64_t ldb,
+							     float *c, int64_t rs_c, int64_t cs_c, float alpha,
+							     float beta, int m, int n, const float *bias)
 {
 	ROWS(DECL_R)
 	if (cs_c == 1) {
@@ -100,7 +102,7 @@ static inline __attribute__((always_inline)) void sgemm_body(const int R, const 
 	}
 #define FMA_ROW(i)                                                       \
 	if (i < R) {                                                     \
-		__m512 ai = _mm512_set1_ps(a[i]);                        \
+		__m512 ai = _mm512_set1_ps(*(const float *)(a + i * ars)); \
 		c##i##_0 = _mm512_fmadd_ps(ai, b0, c##i##_0);            \
 		if (!H)                                                  \
 			c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);    \
@@ -111,7 +113,7 @@ static inline __attribute__((always_inline)) void sgemm_body(const int R, const 
 		_mm_prefetch((const char *)(b + 16 * ldb), _MM_HINT_T0);
 		_mm_prefetch((const char *)(b + 16 * ldb + 16), _MM_HINT_T0);
 		ROWS(FMA_ROW)
-		a += MR;
+		a += aks;
 		b += ldb;
 	}
 #undef FMA_ROW
@@ -235,8 +237,9 @@ static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R,
 		else                                             \
 			body(r, true, __VA_ARGS__);              \
 		return;
-#define SG_CASE(r) TILE_CASE(r, sgemm_body, k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL)
-#define SGB_CASE(r) TILE_CASE(r, sgemm_body, k, a, b, NR, c, rs_c, 1, alpha, beta, m, n, bias)
+#define SG_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4, 4 * MR, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL)
+#define SGB_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4, 4 * MR, b, NR, c, rs_c, 1, alpha, beta, m, n, bias)
+#define SGA_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4 * lda, 4, b, NR, c, rs_c, 1, alpha, beta, m, n, bias)
 #define SB_CASE(r) TILE_CASE(r, sbgemm_body, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n)
 #define SBC_CASE(r) TILE_CASE(r, sbgemm_bf16c_body, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n)
 #define ALL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
@@ -289,6 +292,14 @@ void nk_sgemm_avx512_14x32_bias(int64_t k, const float *a, const float *b, float
 				float beta, const float *bias, int m, int n)
 {
 	ROW_SWITCH(SGB_CASE);
+}
+
+/* A read in place (row i at a + i*lda floats, the rows m..MR-1 not read), unit column stride C, bias as
+ * in sgemm_bias or NULL: the same products in the same order as over a packed panel. */
+void nk_sgemm_avx512_14x32_a(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c,
+			     float alpha, float beta, const float *bias, int m, int n)
+{
+	ROW_SWITCH(SGA_CASE);
 }
 
 /* The same over B rows read in place (row p at b + p*ldb, unaligned): row-major f32 B needs no packing. */
@@ -724,6 +735,7 @@ const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.sgemm = nk_sgemm_avx512_14x32,
 	.sgemm_b = nk_sgemm_avx512_14x32_b,
 	.sgemm_bias = nk_sgemm_avx512_14x32_bias,
+	.sgemm_a = nk_sgemm_avx512_14x32_a,
 	.sbgemm = nk_sbgemm_avx512_14x32,
 	.sbgemm_bf16c = nk_sbgemm_avx512_14x32_bf16c,
 	.sbgemm_a = nk_sbgemm_avx512_14x32_a,

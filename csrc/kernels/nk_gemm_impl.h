@@ -52,6 +52,10 @@ typedef void (*nk_sgemm_b_ukr_t)(int64_t k, const float *a, const float *b, int6
  * rounded as the sgemm contract over a C holding the bias (fma of beta and it); C is not read. */
 typedef void (*nk_sgemm_bias_ukr_t)(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
 				    float beta, const float *bias, int m, int n);
+/* f32 micro-kernel over row-major A read in place: row i's element p at a[i*lda + p] (rows m..MR-1 not
+ * read), unit column stride C, bias as in the bias kernel or NULL (then beta * C as sgemm). */
+typedef void (*nk_sgemm_a_ukr_t)(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c,
+				 float alpha, float beta, const float *bias, int m, int n);
 /* bf16 micro-kernel, same contract over kp k-pairs: a[pp*MR + i] holds the bf16 pair
  * (A[i][2pp], A[i][2pp+1]) in its low and high half, b[pp*NR + j] holds (B[2pp][j], B[2pp+1][j]);
  * products are summed in f32 (vdpbf16ps). */
@@ -97,6 +101,7 @@ typedef struct {
 	nk_sgemm_ukr_t sgemm;
 	nk_sgemm_b_ukr_t sgemm_b; /* may be NULL (then B is packed) */
 	nk_sgemm_bias_ukr_t sgemm_bias; /* may be NULL (then the bias is copied into C first) */
+	nk_sgemm_a_ukr_t sgemm_a;       /* may be NULL (then A is packed) */
 	nk_sbgemm_ukr_t sbgemm;
 	nk_sbgemm_bf16c_ukr_t sbgemm_bf16c; /* with sbgemm; may be NULL (then f32 partials, rounded after) */
 	nk_sbgemm_a_ukr_t sbgemm_a;             /* A read in place; both or neither, with sbgemm_bf16c */
@@ -125,6 +130,10 @@ void nk_sgemm_ref_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb
 			  int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sgemm_avx512_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
 			     int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sgemm_ref_14x32_a(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c, float alpha,
+			  float beta, const float *bias, int m, int n);
+void nk_sgemm_avx512_14x32_a(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c,
+			     float alpha, float beta, const float *bias, int m, int n);
 void nk_sgemm_ref_14x32_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
 			     float beta, const float *bias, int m, int n);
 void nk_sgemm_avx512_14x32_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,

@@ -135,6 +135,58 @@ static void test_sgemm_bias_ukr(void)
 	free(a), free(bp);
 }
 
+/* sgemm_a (row-major A read in place, with or without a bias row) against the packed kernels on the same
+ * numbers: the same products in the same order, equal bit for bit; rows m.. of A not read (NaN there). */
+static void test_sgemm_inplace_a_ukr(void)
+{
+	static const int mn[][2] = { { 14, 32 }, { 1, 1 }, { 13, 17 }, { 14, 16 }, { 2, 32 }, { 9, 31 } };
+	static const int64_t ks[] = { 0, 1, 7, 300 };
+	const int64_t lda = 300 + 5;
+	float *A = nkt_alloc(NK_F32, NK_GEMM_MR * lda), *ap = nkt_alloc(NK_F32, NK_GEMM_MR * 300);
+	float *bp = nkt_alloc(NK_F32, 300 * NK_GEMM_NR);
+	float bias[NK_GEMM_NR], c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40];
+
+	nkt_fill(A, NK_F32, NK_GEMM_MR * lda, -1, 1);
+	nkt_fill(bp, NK_F32, 300 * NK_GEMM_NR, -1, 1);
+	nkt_fill(bias, NK_F32, NK_GEMM_NR, -1, 1);
+	for (int isa = 0; isa < 1 + have_avx512; isa++)
+		for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++)
+			for (size_t t = 0; t < sizeof mn / sizeof mn[0]; t++)
+				for (int v = 0; v < 3; v++) {
+					float beta = v == 2 ? 0.75f : (float)v;
+					const float *bv = v == 2 ? bias : NULL;
+					int m = mn[t][0], n = mn[t][1];
+
+					for (int i = m; i < NK_GEMM_MR; i++) /* rows past m: never read */
+						for (int64_t p = 0; p < lda; p++)
+							A[i * lda + p] = NAN;
+					for (int64_t p = 0; p < ks[q]; p++)
+						for (int i = 0; i < NK_GEMM_MR; i++)
+							ap[p * NK_GEMM_MR + i] = i < m ? A[i * lda + p] : 0.0f;
+					for (int i = 0; i < NK_GEMM_MR * 40; i++)
+						c0[i] = c1[i] = v == 1 ? (float)(i % 7) - 3 : NAN;
+					if (isa) {
+						if (bv)
+							nk_sgemm_avx512_14x32_bias(ks[q], ap, bp, c0, 40, 0.5f, beta, bv, m, n);
+						else
+							nk_sgemm_avx512_14x32(ks[q], ap, bp, c0, 40, 1, 0.5f, beta, m, n);
+						nk_sgemm_avx512_14x32_a(ks[q], A, lda, bp, c1, 40, 0.5f, beta, bv, m, n);
+					} else {
+						if (bv)
+							nk_sgemm_ref_14x32_bias(ks[q], ap, bp, c0, 40, 0.5f, beta, bv, m, n);
+						else
+							nk_sgemm_ref_14x32(ks[q], ap, bp, c0, 40, 1, 0.5f, beta, m, n);
+						nk_sgemm_ref_14x32_a(ks[q], A, lda, bp, c1, 40, 0.5f, beta, bv, m, n);
+					}
+					for (int i = 0; i < NK_GEMM_MR * 40; i++)
+						CHECK(isnan(c0[i]) ? isnan(c1[i]) : c0[i] == c1[i],
+						      "sgemm_a %s k=%lld m=%d n=%d v=%d at %d", isa ? "avx512" : "ref",
+						      (long long)ks[q], m, n, v, i);
+					nkt_fill(A, NK_F32, NK_GEMM_MR * lda, -1, 1);
+				}
+	free(A), free(ap), free(bp);
+}
+
 /* n packed bf16 pairs (two random bf16 values in [-1, 1] per word), as the pair micro-kernels read them. */
 static void fill_pairs(uint32_t *p, int64_t n)
 {
@@ -708,6 +760,7 @@ int main(void)
 	RUN(test_sgemm_ukr);
 	RUN(test_sgemm_b_ukr);
 	RUN(test_sgemm_bias_ukr);
+	RUN(test_sgemm_inplace_a_ukr);
 	RUN(test_sbgemm_ukr);
 	RUN(test_sbgemm_bf16c_ukr);
 	RUN(test_sbgemm_inplace_a_ukr);
