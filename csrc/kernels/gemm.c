@@ -768,6 +768,24 @@ static void gemm_partition(gemm_plan_t *pl, int64_t want)
 	pl->tiles_m = cdiv(M, pl->tm);
 }
 
+/* How many of MR rows stride_bytes apart share one set of the 32 KiB, 8-way L1 (64 sets of 64-byte
+ * lines, a 4 KiB period): A read in place keeps one line of each of its MR rows in L1 at a time, and a
+ * row stride of a multiple of 4 KiB puts all of them in one set (f32 2048^3: 216 -> 158 GFLOP/s).  Up
+ * to 7 (f32 K = 512 or 1536: strides of 2 or 6 KiB) measured the same as packing or better. */
+#define INPLACE_A_MAX_ROWS_PER_SET 7
+static int rows_per_l1_set(int64_t stride_bytes)
+{
+	int64_t lines = (stride_bytes / 64) % 64, g = 64, period;
+
+	for (int64_t x = lines; x; ) { /* gcd(lines, 64) */
+		int64_t r = g % x;
+		g = x;
+		x = r;
+	}
+	period = 64 / g;
+	return (int)((MR + period - 1) / period);
+}
+
 static gemm_plan_t gemm_plan(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa, atomic_int *failed)
 {
 	gemm_plan_t pl = {
@@ -776,9 +794,11 @@ static gemm_plan_t gemm_plan(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa, 
 		.pairs = g->dtype == NK_BF16 && isa->sbgemm,
 		/* row-major bf16 A with an even K: each pair is one 32-bit word of an A row, no packing.  Only
 		 * for K >= 512: with a short K the packing costs little and the kernel calls are short, and
-		 * 1024 x 4096 x 64 measured 0.88-0.98 of the packed A (4096 x 4096 x 4: 0.93-0.98) */
+		 * 1024 x 4096 x 64 measured 0.88-0.98 of the packed A (4096 x 4096 x 4: 0.93-0.98); and not
+		 * with a row stride that crowds the 14 rows into one L1 set (K = 2048 bf16, 4 KiB: 512 x 2048 x
+		 * 2048 323 against 431 GFLOP/s packed) */
 		.inplace_a = g->dtype == NK_BF16 && isa->sbgemm && isa->sbgemm_a && isa->sbgemm_bf16c_a && g->cs_a == 1 &&
-			     g->K % 2 == 0 && g->K >= 512,
+			     g->K % 2 == 0 && g->K >= 512 && rows_per_l1_set(g->rs_a * 2) <= INPLACE_A_MAX_ROWS_PER_SET,
 		.es = nk_fp_elem_size(g->dtype),
 		.alpha = (float)g->alpha,
 		.beta = (float)g->beta,
@@ -969,24 +989,6 @@ static void shared_compute(void *ctx, int64_t u0, int64_t u1)
 /* Phase 2, tasks t0..t1-1: task t = (column chunk t / panels_m, row panel t % panels_m).  For its MR
  * rows, every k-slice: pack the A panel (into this thread's buffer ap), sweep the chunk's B panels
  * (bf16/f16 C: f32 partials in acc). */
-/* How many of MR rows stride_bytes apart share one set of the 32 KiB, 8-way L1 (64 sets of 64-byte
- * lines, a 4 KiB period): A read in place keeps one line of each of its MR rows in L1 at a time, and a
- * row stride of a multiple of 4 KiB puts all of them in one set (2048^3: 216 -> 158 GFLOP/s).  Up to 7
- * (K = 512 or 1536: strides of 2 or 6 KiB) measured the same as packing or better. */
-#define INPLACE_A_MAX_ROWS_PER_SET 7
-static int rows_per_l1_set(int64_t stride_bytes)
-{
-	int64_t lines = (stride_bytes / 64) % 64, g = 64, period;
-
-	for (int64_t x = lines; x; ) { /* gcd(lines, 64) */
-		int64_t r = g % x;
-		g = x;
-		x = r;
-	}
-	period = 64 / g;
-	return (int)((MR + period - 1) / period);
-}
-
 static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int64_t t0, int64_t t1)
 {
 	const gemm_plan_t *pl = sh->pl;
