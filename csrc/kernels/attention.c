@@ -297,24 +297,7 @@ static void pack_cols_a(const att_plan_t *p, const void *x, const int64_t *s, in
 	int dt = p->a->dtype;
 	int64_t es = (int64_t)nk_fp_elem_size(dt);
 
-	if (dt == NK_F32 && s[3] == 1) { /* no transpose: MR consecutive columns of each row */
-		const float *x0 = (const float *)row_ptr(x, dt, s, b, h, r0);
-
-		for (int64_t t = 0; t * MR < cols; t++) {
-			int64_t nd = min64(MR, cols - t * MR);
-			float *d = dst + t * MR * ld;
-			const float *src = x0 + t * MR;
-
-			if (nd == MR)
-				for (int64_t r = 0; r < n; r++)
-					memcpy(d + r * MR, src + r * s[2], MR * sizeof(float));
-			else
-				for (int64_t r = 0; r < n; r++)
-					for (int64_t i = 0; i < MR; i++)
-						d[r * MR + i] = i < nd ? src[r * s[2] + i] : 0.0f;
-		}
-		return;
-	}
+	/* f32 with unit column stride: MR consecutive columns of each row, the packer's masked copy */
 	for (int64_t t = 0; t * MR < cols; t++)
 		p->isa->pack_a(row_ptr(x, dt, s, b, h, r0) + t * MR * s[3] * es, dt, s[3], s[2],
 			       (int)min64(MR, cols - t * MR), n, dst + t * MR * ld);
