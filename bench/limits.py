@@ -1,10 +1,13 @@
 """Machine limits: small C microbenchmarks (bench/limits.c) compiled at bench time with cc -O3 -march=native.
 
 f32 FMA peak (one core, all cores), bf16 dot-product peak (AVX512-BF16, all cores) and STREAM-triad
-bandwidth and read-only (sum) bandwidth (DRAM-sized arrays and cache-resident arrays, all cores).  The machine may be shared, so every
-number is the best of several short repetitions, and measure() can be called more than once (start and
-end of the run) with the best kept.
+bandwidth and read-only (sum) bandwidth (DRAM-sized arrays and cache-resident arrays, all cores).  Every
+measurement is the best of several short repetitions; measure() is called several times in a run (the full
+bench: at the start, after the memory-bound group and at the end) and each limit is the median of its
+measurements: this VM's DRAM figures move by up to 2x within minutes (a read figure of 108 GB/s next to
+34-44 in the same run), and the best of them would hold the ops, timed as medians, to a spike.
 """
+import statistics
 import os
 import shutil
 import subprocess
@@ -37,7 +40,8 @@ class Limits:
         self.quick = quick
         self.exe = None
         self.error = None
-        self.raw = {}      # measured name -> (value, variant)
+        self.raw = {}      # measured name -> (median value, variant)
+        self.samples = {}  # measured name -> every measurement
         self.notes = []
         self._tmp = None
 
@@ -69,12 +73,16 @@ class Limits:
         return float(val), variant
 
     def _keep(self, name, res):
-        old = self.raw.get(name)
-        if old is None or res[0] > old[0]:
-            self.raw[name] = res
+        self.samples.setdefault(name, []).append(res[0])
+        self.raw[name] = (statistics.median(self.samples[name]), res[1])
+
+    def spread(self, name):
+        """'min-max over n' of a limit's measurements, or '' for a single one."""
+        v = self.samples.get(name) or []
+        return f"median of {len(v)}: {min(v):.1f}-{max(v):.1f}" if len(v) > 1 else ""
 
     def measure(self):
-        """Run (or re-run) every microbenchmark, keeping the best value seen per limit."""
+        """Run (or re-run) every microbenchmark; each limit is the median of its measurements."""
         if self.exe is None and not self.compile():
             return
         n = ncores()
@@ -134,10 +142,14 @@ class Limits:
             r = self.raw.get(name)
             return ("-" if r is None else f"{r[0]:.1f} {unit}"), ("" if r is None else r[1])
 
+        def note(name, text):
+            sp = self.spread(name)
+            return f"{text} ({sp})" if sp and text else text or sp
+
         v, var = fmt("fma_1", "GFLOP/s")
-        out.append(("f32 FMA peak, 1 core", v, var))
+        out.append(("f32 FMA peak, 1 core", v, note("fma_1", var)))
         v, var = fmt("fma_all", "GFLOP/s")
-        out.append((f"f32 FMA peak, {n} cores (pthreads)", v, var))
+        out.append((f"f32 FMA peak, {n} cores (pthreads)", v, note("fma_all", var)))
         fl = self.value("fma")
         if fl is not None:
             used = ("measured all-core" if fl == self._v("fma_all") else
@@ -145,18 +157,18 @@ class Limits:
                     "shares against it are lower bounds")
             out.append(("f32 limit used for GEMM shares", f"{fl:.1f} GFLOP/s", used))
         v, var = fmt("bf16_all", "GFLOP/s")
-        out.append((f"bf16 dot peak, {n} cores", v, var))
+        out.append((f"bf16 dot peak, {n} cores", v, note("bf16_all", var)))
         v, var = fmt("triad_dram_1", "GB/s")
-        out.append(("triad 3 x 64 MiB, 1 core", v, "DRAM; 12 bytes/element counted"))
+        out.append(("triad 3 x 64 MiB, 1 core", v, note("triad_dram_1", "DRAM; 12 bytes/element counted")))
         v, var = fmt("triad_dram_all", "GB/s")
-        out.append((f"triad 3 x 64 MiB, {n} cores", v, "limit for 16M-element ops"))
+        out.append((f"triad 3 x 64 MiB, {n} cores", v, note("triad_dram_all", "limit for 16M-element ops")))
         v, var = fmt("triad_cache_all", "GB/s")
-        out.append((f"triad 3 x 1 MiB, {n} cores", v, "limit for 256K-element ops (cache-resident)"))
+        out.append((f"triad 3 x 1 MiB, {n} cores", v, note("triad_cache_all", "limit for 256K-element ops (cache-resident)")))
         v, var = fmt("read_dram_all", "GB/s")
-        out.append((f"read (sum) 64 MiB, {n} cores", v, "limit for 16M-element reductions and the 64 MiB GEMV"))
+        out.append((f"read (sum) 64 MiB, {n} cores", v, note("read_dram_all", "limit for 16M-element reductions and the 64 MiB GEMV")))
         v, var = fmt("read_dram_big_all", "GB/s")
-        out.append((f"read (sum) 224 MiB, {n} cores", v, "limit for the 224 MiB GEMV (rereading 64 MiB finds part of "
-                    "it in the L3)"))
+        out.append((f"read (sum) 224 MiB, {n} cores", v, note("read_dram_big_all", "limit for the 224 MiB GEMV (rereading "
+                    "64 MiB finds part of it in the L3)")))
         v, var = fmt("read_cache_all", "GB/s")
-        out.append((f"read (sum) 1 MiB, {n} cores", v, "limit for 256K-element reductions"))
+        out.append((f"read (sum) 1 MiB, {n} cores", v, note("read_cache_all", "limit for 256K-element reductions")))
         return out

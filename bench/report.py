@@ -295,7 +295,10 @@ def build(groups, limits, info, meta):
     md.append("## Machine limits")
     md.append("")
     md.append("C microbenchmarks (`bench/limits.c`) compiled at bench time with `cc -O3 -march=native`, best of "
-              "several repetitions (run at the start and the end of the bench, best kept); threads are pthreads. "
+              "several repetitions per measurement; each limit is the median of its measurements at the start, "
+              "after the memory-bound group and at the end of the bench (the note gives their range: this VM's "
+              "DRAM figures move by up to 2x within minutes, and the best of them would hold the ops, timed as "
+              "medians, to a spike); threads are pthreads. "
               "Triad is `a[i] = b[i] + s*c[i]` on f32, 12 bytes counted per element (the write-allocate read of `a` "
               "is not counted, as for the ops); read is a vectorised sum, 4 bytes per element.  Buffers of 2 MiB "
               "or more are 2 MiB-aligned transparent huge pages, as the device arena allocates them (on this VM "
