@@ -97,66 +97,30 @@ static void test_sgemm_b_ukr(void)
 	free(a), free(bp), free(bs);
 }
 
-/* sgemm_bias (C's old value a bias row, C not read) against sgemm over a C filled with the bias: the same
- * fma, so equal bit for bit; nothing outside the tile written.  Portable and AVX-512. */
-static void test_sgemm_bias_ukr(void)
-{
-	static const int mn[][2] = { { 14, 32 }, { 1, 1 }, { 13, 17 }, { 14, 16 }, { 2, 32 }, { 9, 31 } };
-	static const int64_t ks[] = { 0, 1, 7, 300 };
-	float *a = nkt_alloc(NK_F32, NK_GEMM_MR * 300), *bp = nkt_alloc(NK_F32, 300 * NK_GEMM_NR);
-	float bias[NK_GEMM_NR], c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40];
-
-	nkt_fill(a, NK_F32, NK_GEMM_MR * 300, -1, 1);
-	nkt_fill(bp, NK_F32, 300 * NK_GEMM_NR, -1, 1);
-	nkt_fill(bias, NK_F32, NK_GEMM_NR, -1, 1);
-	for (int isa = 0; isa < 1 + have_avx512; isa++)
-		for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++)
-			for (size_t t = 0; t < sizeof mn / sizeof mn[0]; t++)
-				for (int v = 0; v < 2; v++) {
-					float beta = v ? 0.75f : 1.0f;
-					int m = mn[t][0], n = mn[t][1];
-
-					for (int i = 0; i < NK_GEMM_MR * 40; i++)
-						c0[i] = c1[i] = NAN;
-					for (int i = 0; i < m; i++)
-						memcpy(c0 + i * 40, bias, (size_t)n * sizeof(float));
-					if (isa) {
-						nk_sgemm_avx512_14x32(ks[q], a, bp, c0, 40, 1, 0.5f, beta, m, n);
-						nk_sgemm_avx512_14x32_bias(ks[q], a, bp, c1, 40, 0.5f, beta, bias, m, n);
-					} else {
-						nk_sgemm_ref_14x32(ks[q], a, bp, c0, 40, 1, 0.5f, beta, m, n);
-						nk_sgemm_ref_14x32_bias(ks[q], a, bp, c1, 40, 0.5f, beta, bias, m, n);
-					}
-					for (int i = 0; i < NK_GEMM_MR * 40; i++)
-						CHECK(isnan(c0[i]) ? isnan(c1[i]) : c0[i] == c1[i],
-						      "sgemm_bias %s k=%lld m=%d n=%d beta %g at %d", isa ? "avx512" : "ref",
-						      (long long)ks[q], m, n, beta, i);
-				}
-	free(a), free(bp);
-}
-
-/* sgemm_a (row-major A read in place, with or without a bias row) against the packed kernels on the same
- * numbers: the same products in the same order, equal bit for bit; rows m.. of A not read (NaN there). */
-static void test_sgemm_inplace_a_ukr(void)
+/* sgemm_a (row-major A read in place) and sgemm_bias (C's old value a bias row, C not read) against the
+ * packed kernel on the same numbers (with a bias: over a C filled with it): the same products and fma in
+ * the same order, equal bit for bit; rows m.. of A not read (NaN there), nothing outside the tile
+ * written.  Portable and AVX-512. */
+static void test_sgemm_inplace_a_bias_ukr(void)
 {
 	static const int mn[][2] = { { 14, 32 }, { 1, 1 }, { 13, 17 }, { 14, 16 }, { 2, 32 }, { 9, 31 } };
 	static const int64_t ks[] = { 0, 1, 7, 300 };
 	const int64_t lda = 300 + 5;
 	float *A = nkt_alloc(NK_F32, NK_GEMM_MR * lda), *ap = nkt_alloc(NK_F32, NK_GEMM_MR * 300);
 	float *bp = nkt_alloc(NK_F32, 300 * NK_GEMM_NR);
-	float bias[NK_GEMM_NR], c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40];
+	float bias[NK_GEMM_NR], c0[NK_GEMM_MR * 40], c1[NK_GEMM_MR * 40], c2[NK_GEMM_MR * 40];
 
-	nkt_fill(A, NK_F32, NK_GEMM_MR * lda, -1, 1);
 	nkt_fill(bp, NK_F32, 300 * NK_GEMM_NR, -1, 1);
 	nkt_fill(bias, NK_F32, NK_GEMM_NR, -1, 1);
 	for (int isa = 0; isa < 1 + have_avx512; isa++)
 		for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++)
 			for (size_t t = 0; t < sizeof mn / sizeof mn[0]; t++)
-				for (int v = 0; v < 3; v++) {
+				for (int v = 0; v < 3; v++) { /* beta 0, beta 1 over a C, a bias row with beta 0.75 */
 					float beta = v == 2 ? 0.75f : (float)v;
 					const float *bv = v == 2 ? bias : NULL;
 					int m = mn[t][0], n = mn[t][1];
 
+					nkt_fill(A, NK_F32, NK_GEMM_MR * lda, -1, 1);
 					for (int i = m; i < NK_GEMM_MR; i++) /* rows past m: never read */
 						for (int64_t p = 0; p < lda; p++)
 							A[i * lda + p] = NAN;
@@ -164,25 +128,21 @@ static void test_sgemm_inplace_a_ukr(void)
 						for (int i = 0; i < NK_GEMM_MR; i++)
 							ap[p * NK_GEMM_MR + i] = i < m ? A[i * lda + p] : 0.0f;
 					for (int i = 0; i < NK_GEMM_MR * 40; i++)
-						c0[i] = c1[i] = v == 1 ? (float)(i % 7) - 3 : NAN;
-					if (isa) {
-						if (bv)
-							nk_sgemm_avx512_14x32_bias(ks[q], ap, bp, c0, 40, 0.5f, beta, bv, m, n);
-						else
-							nk_sgemm_avx512_14x32(ks[q], ap, bp, c0, 40, 1, 0.5f, beta, m, n);
-						nk_sgemm_avx512_14x32_a(ks[q], A, lda, bp, c1, 40, 0.5f, beta, bv, m, n);
-					} else {
-						if (bv)
-							nk_sgemm_ref_14x32_bias(ks[q], ap, bp, c0, 40, 0.5f, beta, bv, m, n);
-						else
-							nk_sgemm_ref_14x32(ks[q], ap, bp, c0, 40, 1, 0.5f, beta, m, n);
-						nk_sgemm_ref_14x32_a(ks[q], A, lda, bp, c1, 40, 0.5f, beta, bv, m, n);
+						c0[i] = c1[i] = c2[i] = v == 1 ? (float)(i % 7) - 3 : NAN;
+					for (int i = 0; bv && i < m; i++)
+						memcpy(c0 + i * 40, bias, (size_t)n * sizeof(float));
+					(isa ? nk_sgemm_avx512_14x32 : nk_sgemm_ref_14x32)(ks[q], ap, bp, c0, 40, 1, 0.5f, beta, m, n);
+					(isa ? nk_sgemm_avx512_14x32_a : nk_sgemm_ref_14x32_a)(ks[q], A, lda, bp, c1, 40, 0.5f, beta, bv,
+											       m, n);
+					if (bv)
+						(isa ? nk_sgemm_avx512_14x32_bias : nk_sgemm_ref_14x32_bias)(ks[q], ap, bp, c2, 40, 0.5f,
+													  beta, bv, m, n);
+					for (int i = 0; i < NK_GEMM_MR * 40; i++) {
+						CHECK(isnan(c0[i]) ? isnan(c1[i]) : c0[i] == c1[i], "sgemm_a %s k=%lld m=%d n=%d v=%d at %d",
+						      isa ? "avx512" : "ref", (long long)ks[q], m, n, v, i);
+						CHECK(!bv || (isnan(c0[i]) ? isnan(c2[i]) : c0[i] == c2[i]),
+						      "sgemm_bias %s k=%lld m=%d n=%d at %d", isa ? "avx512" : "ref", (long long)ks[q], m, n, i);
 					}
-					for (int i = 0; i < NK_GEMM_MR * 40; i++)
-						CHECK(isnan(c0[i]) ? isnan(c1[i]) : c0[i] == c1[i],
-						      "sgemm_a %s k=%lld m=%d n=%d v=%d at %d", isa ? "avx512" : "ref",
-						      (long long)ks[q], m, n, v, i);
-					nkt_fill(A, NK_F32, NK_GEMM_MR * lda, -1, 1);
 				}
 	free(A), free(ap), free(bp);
 }
@@ -759,8 +719,7 @@ int main(void)
 	nkt_seed(1);
 	RUN(test_sgemm_ukr);
 	RUN(test_sgemm_b_ukr);
-	RUN(test_sgemm_bias_ukr);
-	RUN(test_sgemm_inplace_a_ukr);
+	RUN(test_sgemm_inplace_a_bias_ukr);
 	RUN(test_sbgemm_ukr);
 	RUN(test_sbgemm_bf16c_ukr);
 	RUN(test_sbgemm_inplace_a_ukr);
