@@ -6,7 +6,8 @@
  *   limits read  THREADS N REPS    read-only bandwidth: sum of N f32, GB/s (N*4 bytes)
  *
  * Each prints one line "<value> <variant>".  Threads are pthreads; the time of a repetition is the wall time
- * between two barriers, and the best repetition is reported.
+ * between two barriers, and the median repetition is reported: the ops are timed as medians of their rounds,
+ * and on this shared VM single repetitions of a 64 MiB pass move by up to 2x (a best-of figure is a spike).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -57,7 +58,7 @@ typedef float vf;
 #endif
 
 #define NACC 16
-#define FMA_REPS 8 /* best of FMA_REPS short repetitions: the machine may be shared */
+#define FMA_REPS 9 /* median of FMA_REPS short repetitions: the machine may be shared */
 static long fma_iters = 1;
 
 static float fma_kernel(long iters) {
@@ -90,7 +91,28 @@ static float bf16_kernel(long iters) {
 #endif
 
 static int mode_bf16 = 0;
-static double best_dt = 1e30;
+/* the repetition times of the current run (thread 0 records them) */
+static double *rep_dt;
+static long rep_cnt;
+
+static void rep_start(long reps) {
+    rep_dt = realloc(rep_dt, (size_t)(reps > 0 ? reps : 1) * sizeof(double));
+    if (!rep_dt) { fprintf(stderr, "out of memory\n"); exit(1); }
+    rep_cnt = 0;
+}
+
+static void rep_record(double dt) { rep_dt[rep_cnt++] = dt; }
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median of the recorded repetition times */
+static double rep_median(void) {
+    qsort(rep_dt, (size_t)rep_cnt, sizeof(double), cmp_double);
+    return rep_cnt % 2 ? rep_dt[rep_cnt / 2] : 0.5 * (rep_dt[rep_cnt / 2 - 1] + rep_dt[rep_cnt / 2]);
+}
 
 static void *compute_thread(void *arg) {
     long tid = (long)arg;
@@ -108,7 +130,7 @@ static void *compute_thread(void *arg) {
         pthread_barrier_wait(&bar);
         if (tid == 0) {
             double dt = now() - t0;
-            if (dt < best_dt) best_dt = dt;
+            rep_record(dt);
         }
     }
     return NULL;
@@ -144,9 +166,9 @@ static double compute_peak(double seconds, int bf16) {
     }
     if (it < 1) it = 1;
     fma_iters = it;
-    best_dt = 1e30;
+    rep_start(FMA_REPS);
     run_threads(compute_thread);
-    return per_iter * (double)fma_iters * nthreads / best_dt / 1e9;
+    return per_iter * (double)fma_iters * nthreads / rep_median() / 1e9;
 }
 
 /* ---------------------------------------------------------------------------------------- triad */
@@ -167,7 +189,7 @@ static void *triad_thread(void *arg) {
         pthread_barrier_wait(&bar);
         if (tid == 0 && rep > 0) {
             double dt = now() - t0;
-            if (dt < best_dt) best_dt = dt;
+            rep_record(dt);
         }
     }
     return NULL;
@@ -202,7 +224,7 @@ static void *read_thread(void *arg) {
         pthread_barrier_wait(&bar);
         if (tid == 0 && rep > 0) {
             double dt = now() - t0;
-            if (dt < best_dt) best_dt = dt;
+            rep_record(dt);
         }
     }
     return NULL;
@@ -227,10 +249,10 @@ static double readbw(long n, long reps) {
     triad_reps = reps;
     B = big_alloc((size_t)n * sizeof(float));
     if (!B) { fprintf(stderr, "out of memory\n"); exit(1); }
-    best_dt = 1e30;
+    rep_start(reps);
     run_threads(read_thread);
     free(B);
-    return (double)n * sizeof(float) / best_dt / 1e9;
+    return (double)n * sizeof(float) / rep_median() / 1e9;
 }
 
 static double triad(long n, long reps) {
@@ -241,11 +263,11 @@ static double triad(long n, long reps) {
     B = big_alloc(bytes);
     C = big_alloc(bytes);
     if (!A || !B || !C) { fprintf(stderr, "out of memory\n"); exit(1); }
-    best_dt = 1e30;
+    rep_start(reps);
     run_threads(triad_thread);
     sink_f = A[n / 2];
     free(A); free(B); free(C);
-    return 3.0 * (double)bytes / best_dt / 1e9;
+    return 3.0 * (double)bytes / rep_median() / 1e9;
 }
 
 int main(int argc, char **argv) {
