@@ -513,9 +513,12 @@ typedef struct {
 
 /* Prefetch of the next A panel (rows i0.., k pc..pc+kc) spread over the micro-kernel calls of the
  * current one, so that packing it finds it in cache (A rows are far apart: the hardware prefetcher
- * does not follow 14 strided streams well). */
+ * does not follow 14 strided streams well).  A "row" here is one contiguous run of the panel: a row of
+ * kc elements for row-major A, the MR elements of one k for column-major A (a transposed operand, the
+ * weight-gradient GEMMs' dY^T: kc runs of 56 bytes, each on another 4 KiB page, which no hardware
+ * prefetcher follows). */
 typedef struct {
-	const char *row;  /* current row of the next panel */
+	const char *row;  /* current run of the next panel */
 	int64_t row_bytes, line, lines_per_row, rows_left, per_step;
 } prefetch_t;
 
@@ -526,17 +529,24 @@ static prefetch_t prefetch_a_init(const gemm_plan_t *pl, const void *A, int64_t 
 	prefetch_t pf = { 0 };
 	int64_t rows = min64(MR, m - i0);
 
-	if (rows <= 0 || g->cs_a != 1)
+	if (rows <= 0 || kc <= 0 || (g->cs_a != 1 && g->rs_a != 1))
 		return pf;
-	pf.row = (const char *)at(A, i0 * g->rs_a + pc, pl->es);
-	pf.row_bytes = g->rs_a * (int64_t)pl->es;
-	pf.lines_per_row = cdiv(kc * (int64_t)pl->es, 64);
-	pf.rows_left = rows;
-	pf.per_step = cdiv(rows * pf.lines_per_row, cdiv(nc, NR));
+	pf.row = (const char *)at(A, i0 * g->rs_a + pc * g->cs_a, pl->es);
+	if (g->cs_a == 1) {
+		pf.row_bytes = g->rs_a * (int64_t)pl->es;
+		pf.lines_per_row = cdiv(kc * (int64_t)pl->es, 64);
+		pf.rows_left = rows;
+	} else {
+		/* the run of one k may straddle two lines */
+		pf.row_bytes = g->cs_a * (int64_t)pl->es;
+		pf.lines_per_row = cdiv(rows * (int64_t)pl->es, 64) + 1;
+		pf.rows_left = kc;
+	}
+	pf.per_step = cdiv(pf.rows_left * pf.lines_per_row, cdiv(nc, NR));
 	return pf;
 }
 
-static void prefetch_a_step(prefetch_t *pf)
+static inline __attribute__((always_inline)) void prefetch_a_step(prefetch_t *pf)
 {
 	for (int64_t n = 0; n < pf->per_step && pf->rows_left > 0; n++) {
 		__builtin_prefetch(pf->row + pf->line * 64, 0, 2);
