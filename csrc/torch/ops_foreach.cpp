@@ -9,6 +9,7 @@
 // else (integers, mixed dtypes, strides, CPU tensors, partial overlap) goes to aten's per-tensor
 // loop, which raises the same errors the single ops do.
 #include "neuron.h"
+#include <time.h>
 #include "nk_foreach.h"
 
 #include <ATen/Dispatch_v2.h>
@@ -564,7 +565,29 @@ static std::vector<int64_t> fuse_control(int64_t enable, int64_t tile, int64_t d
 		nrt_fuse_dead_buffers() ? 1 : 0, (int64_t)st.dead};
 }
 
+// torch.ops.neuron._queue_sleep(us): a record on the current queue of the current device that sleeps
+// `us` microseconds without using a core.  Tests that need later records queued behind a busy queue
+// use it: a busy kernel (matmuls) occupies both cores of a 2-core machine, so the host thread that
+// is queueing the records competed with it, and a short one was sometimes over before they were queued.
+static int sleep_kernel(void *p)
+{
+	int64_t us = *(const int64_t *)p;
+	struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
+
+	while (nanosleep(&ts, &ts) != 0)
+		;
+	return 0;
+}
+
+static void queue_sleep(int64_t us)
+{
+	TORCH_CHECK(us >= 0 && us <= 10000000, "neuron._queue_sleep: microseconds must be in [0, 1e7], got ", us);
+	lazy_init();
+	launch(current_queue(current_device()), sleep_kernel, us, "neuron::queue_sleep");
+}
+
 TORCH_LIBRARY_FRAGMENT(neuron, m)
 {
 	m.def("_fuse_control(int enable=-1, int tile=-1, int dead=-1) -> int[]", &fuse_control);
+	m.def("_queue_sleep(int us) -> ()", &queue_sleep);
 }

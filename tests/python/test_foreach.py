@@ -275,12 +275,22 @@ def _fuse(enable=-1, tile=-1, dead=-1):
 
 
 def _busy():
-    # a kernel that keeps the queue busy for a while, so that the foreach records behind it are all
-    # queued when the executor reaches them (the executor never waits for records)
-    a = torch.randn(512, 512, device="neuron")
-    for _ in range(3):
-        a = a @ a * 1e-3
-    return a
+    # a record that keeps the queue busy for a while, so that the foreach records behind it are all
+    # queued when the executor reaches them (the executor never waits for records).  It sleeps instead
+    # of computing: busy matmuls held both cores of a 2-core machine, and the host thread queueing the
+    # records competed with them (a CI run saw the step's records reach an idle queue one by one).
+    torch.ops.neuron._queue_sleep(30000)
+
+
+def test_queue_sleep_hook():
+    # the test hook behind _busy(): a record that sleeps in queue order; bad durations are refused
+    x = torch.ones(3, device="neuron")
+    torch.ops.neuron._queue_sleep(1000)
+    y = x + 1
+    assert torch.equal(y.cpu(), torch.full((3,), 2.0))
+    for bad in (-1, 10**8):
+        with pytest.raises(RuntimeError, match="_queue_sleep"):
+            torch.ops.neuron._queue_sleep(bad)
 
 
 def _adamw_params(dt, seed=0):
