@@ -3,10 +3,11 @@
 f32 FMA peak (one core, all cores), bf16 dot-product peak (AVX512-BF16, all cores) and STREAM-triad
 bandwidth and read-only (sum) bandwidth (DRAM-sized arrays and cache-resident arrays, all cores).  Every
 measurement is the median of several short repetitions (the ops are timed as medians of their rounds; a
-best-of figure on this VM is a spike: single 64 MiB read passes moved by up to 2x); measure() is called several times in a run (the full
-bench: at the start, after the memory-bound group and at the end) and each limit is the median of its
-measurements: this VM's DRAM figures move by up to 2x within minutes (a read figure of 108 GB/s next to
-34-44 in the same run), and the best of them would hold the ops, timed as medians, to a spike.
+best-of figure on this VM is a spike: single 64 MiB read passes moved by up to 2x).  measure() is called
+several times in a run (the full bench: at the start, after the memory-bound group and at the end) and
+each limit is the median of its measurements: this VM's DRAM figures move by up to 2x within minutes (a
+read figure of 108 GB/s next to 34-44 in the same run), and the best of them would hold the ops, timed as
+medians, to a spike.
 """
 import statistics
 import os

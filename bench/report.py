@@ -296,8 +296,8 @@ def build(groups, limits, info, meta):
     md.append("")
     md.append("C microbenchmarks (`bench/limits.c`) compiled at bench time with `cc -O3 -march=native`, the median "
               "of several repetitions per measurement (the ops are timed as medians too; single 64 MiB passes "
-              "move by up to 2x, and a best-of figure is a spike); each limit is the median of its measurements at the start, "
-              "after the memory-bound group and at the end of the bench (the note gives their range: this VM's "
+              "move by up to 2x, and a best-of figure is a spike); each limit is the median of its measurements "
+              "at the start, after the memory-bound group and at the end of the bench (the note gives their range: this VM's "
               "DRAM figures move by up to 2x within minutes, and the best of them would hold the ops, timed as "
               "medians, to a spike); threads are pthreads. "
               "Triad is `a[i] = b[i] + s*c[i]` on f32, 12 bytes counted per element (the write-allocate read of `a` "

@@ -9,8 +9,10 @@
 // else (integers, mixed dtypes, strides, CPU tensors, partial overlap) goes to aten's per-tensor
 // loop, which raises the same errors the single ops do.
 #include "neuron.h"
-#include <time.h>
 #include "nk_foreach.h"
+
+#include <errno.h>
+#include <time.h>
 
 #include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
@@ -574,7 +576,7 @@ static int sleep_kernel(void *p)
 	int64_t us = *(const int64_t *)p;
 	struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
 
-	while (nanosleep(&ts, &ts) != 0)
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
 	return 0;
 }

@@ -278,7 +278,7 @@ def _busy():
     # a record that keeps the queue busy for a while, so that the foreach records behind it are all
     # queued when the executor reaches them (the executor never waits for records).  It sleeps instead
     # of computing: busy matmuls held both cores of a 2-core machine, and the host thread queueing the
-    # records competed with them (a CI run saw the step's records reach an idle queue one by one).
+    # records competed with them (a CI run saw the step's sqrt temporary still alive when its run started).
     torch.ops.neuron._queue_sleep(30000)
 
 
