@@ -592,6 +592,49 @@ static void test_gemm_drivers_agree(void)
 			}
 }
 
+/* The weight-gradient layout (A column-major, B row-major with whole 32-column panels, A too big for
+ * the small-M driver): the shared driver reads B in place (no pack job).  Against the reference, and
+ * bitwise against the per-task driver (the same k-slices in the same order); B rows padded (unaligned
+ * rows) and a bias row (copied into C first, not fused into the micro-kernel). */
+static void test_gemm_inplace_b(void)
+{
+	static const int64_t sz[][3] = { { 300, 64, 1100 }, { 383, 96, 2048 }, { 29, 256, 9000 } };
+	nk_gemm_isa_t isa = nk_gemm_isa_select();
+
+	for (size_t q = 0; q < sizeof sz / sizeof sz[0]; q++)
+		for (int v = 0; v < 3; v++) {
+			int64_t M = sz[q][0], N = sz[q][1], K = sz[q][2], ldb = N + (v == 1 ? 3 : 0);
+			float *A = nkt_alloc(NK_F32, M * K), *B = nkt_alloc(NK_F32, K * ldb), *bias = nkt_alloc(NK_F32, N);
+			float *C0 = nkt_alloc(NK_F32, M * N), *C1 = nkt_alloc(NK_F32, M * N), *C2 = nkt_alloc(NK_F32, M * N);
+			nk_gemm_args_t g = { .dtype = NK_F32, .M = M, .N = N, .K = K, .batch = 1, .alpha = 0.75,
+					     .beta = v ? 0.5 : 0, .A = A, .B = B, .rs_a = 1, .cs_a = M,
+					     .rs_b = ldb, .cs_b = 1, .rs_c = N, .cs_c = 1,
+					     .bias = v == 2 ? bias : NULL, .cs_bias = 1 };
+
+			if (NK_TEST_SMALL && M * N * K > 40000000)
+				goto next;
+			nkt_fill(A, NK_F32, M * K, -1, 1);
+			nkt_fill(B, NK_F32, K * ldb, -1, 1);
+			nkt_fill(bias, NK_F32, N, -1, 1);
+			nkt_fill(C0, NK_F32, M * N, -1, 1);
+			memcpy(C1, C0, (size_t)(M * N) * 4);
+			memcpy(C2, C0, (size_t)(M * N) * 4);
+			g.C = C0;
+			CHECK(nk_gemm_ref(&g) == 0, "ref");
+			g.C = C1;
+			CHECK(nk_gemm_packed(&g, &isa) == 0, "packed");
+			g.C = C2;
+			CHECK(nk_gemm_packed_1t(&g, &isa) == 0, "packed_1t");
+			CHECK(nkt_err(C1, C0, NK_F32, M * N, 2e-6 * (double)(K + 1), 1e-5) <= 1,
+			      "in-place B %lldx%lldx%lld variant %d: against the reference", (long long)M, (long long)N,
+			      (long long)K, v);
+			CHECK(!memcmp(C1, C2, (size_t)(M * N) * 4), "in-place B %lldx%lldx%lld variant %d: drivers differ",
+			      (long long)M, (long long)N, (long long)K, v);
+next:
+			free(A), free(B), free(bias), free(C0), free(C1), free(C2);
+		}
+}
+
 /* [gemm bias] C = alpha*A@B + beta*bias with C full of NaN (not read): against the reference run on a
  * C that holds the expanded bias, for each driver (small-M, shared, per-task f64, GEMV, K = 0, col-major
  * C) and bias layouts (addmm's row of N, a column, a full matrix). */
@@ -729,6 +772,7 @@ int main(void)
 	RUN(test_gemm_layouts);
 	RUN(test_gemm_portable_driver);
 	RUN(test_gemm_drivers_agree);
+	RUN(test_gemm_inplace_b);
 	RUN(test_gemm_bias);
 	RUN(test_gemm_k0_and_errors);
 	if (!NK_TEST_SMALL && !nk_using_reference()) {
