@@ -188,6 +188,8 @@ float nk_rd_extremum_f32_dram_avx512(const float *x, int64_t n, bool is_max);
 int64_t nk_rd_argext_f32_avx512(const float *x, int64_t n, bool is_max, float *val); /* first; NaN wins */
 /* acc[i] += sum of nrows rows at base + r*rs bytes, i < w <= 128 (8-row f32 blocks widened into acc) */
 void nk_rd_colsum_rows_avx512(double *acc, const void *base, int64_t rs, int64_t nrows, bool bf16, int64_t w);
+void nk_rd_colsum_seq_avx512(double *acc, const void *base, int64_t rs, int64_t nrows, bool bf16, int64_t w,
+			     float *tmp);
 
 /* random_avx512.c: w[j][l] = word j of the Philox block for counter (ctr + l, 0), l < 16 (bit-identical
  * to nk_philox4x32_10), and dropout of dense f32 [i0, i1) (keep iff (w1:w0) >> 11 >= thresh). */

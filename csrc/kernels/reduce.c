@@ -14,6 +14,12 @@
  *    dense double/int64 buffer and reduced with several independent accumulators;
  *  - I > 1 (column reductions): a tile of up to RD_W columns keeps one accumulator per column and adds
  *    whole rows (dense, vectorizable) - no strided gather per element;
+ *  - f32/bf16 column sums and means of wide rows (at least RD_WIDE_MIN columns, e.g. the bias gradient
+ *    dY.sum(0) of a [2048, 1536] dY): R is cut into chunks of RD_WIDE_ROWS rows, each chunk reads its
+ *    rows front to back, one after the other (one sequential stream per thread: the column tiles read
+ *    512 bytes of each row, each on another page, 15-22 GB/s from DRAM against 29-35 this way; the GPT
+ *    step's bias gradients 4.6-7.8 -> 4.0-4.6 ms), summing blocks of 8 rows in f32 (the tiles' block
+ *    sums, bit for bit) into a double per column; the chunks are added in order;
  *  - few outputs and a long R: R is cut into chunks (the chunk count depends only on the shape, so
  *    results do not depend on the thread count), chunks reduce in parallel into partial states that
  *    are combined in order.  Otherwise outputs/tiles are split over the pool.
@@ -26,6 +32,7 @@
 #include <stdatomic.h>
 
 #include "nk_impl.h"
+#include "nk_ws.h"
 #include "nrt.h"
 
 NK_VECTORIZE_FILE
@@ -35,6 +42,9 @@ NK_VECTORIZE_FILE
 #define RD_PARTS 512    /* partial states kept for chunked R (outputs * chunks) */
 #define RD_CHUNK 8192   /* minimum rows per R chunk */
 #define RD_DRAM_MIN ((int64_t)16 << 20) /* inputs this large (bytes) are read from DRAM, not cache */
+#define RD_WIDE_MIN 256 /* wide column sums: at least this many columns ... */
+#define RD_WIDE_COLS 2048 /* columns per pass of the sequential column sum (its f32 block sums: 8 KiB) */
+#define RD_WIDE_ROWS 256 /* ... and rows per chunk (a multiple of the 8-row f32 blocks) */
 
 enum { RK_F, RK_I }; /* accumulate in double / int64 */
 
@@ -657,6 +667,62 @@ static void rd_task_chunks(void *ctx, int64_t begin, int64_t end)
 	}
 }
 
+/* Wide column sums: task = (output row o, chunk of RD_WIDE_ROWS rows) into its own I doubles. */
+typedef struct {
+	const rd_ctx_t *c;
+	int64_t nch;
+	double *parts; /* [O][nch][I] */
+} rd_wide_t;
+
+static void rd_task_wide(void *ctx, int64_t begin, int64_t end)
+{
+	const rd_wide_t *s = ctx;
+	const rd_ctx_t *c = s->c;
+	int64_t rs = c->I * c->esz;
+	bool bf16 = c->a->dtype_in == NK_BF16;
+
+	for (int64_t t = begin; t < end; t++) {
+		int64_t o = t / s->nch, r0 = t % s->nch * RD_WIDE_ROWS;
+		int64_t r1 = r0 + RD_WIDE_ROWS < c->R ? r0 + RD_WIDE_ROWS : c->R;
+		const char *base = (const char *)c->a->in + o * c->R * rs;
+		double *acc = s->parts + t * c->I;
+		_Alignas(64) float tmp[RD_WIDE_COLS];
+
+		memset(acc, 0, (size_t)c->I * sizeof(double));
+		for (int64_t i0 = 0; i0 < c->I; i0 += RD_WIDE_COLS)
+			nk_rd_colsum_seq_avx512(acc + i0, base + r0 * rs + i0 * c->esz, rs, r1 - r0, bf16,
+						c->I - i0 < RD_WIDE_COLS ? c->I - i0 : RD_WIDE_COLS, tmp);
+	}
+}
+
+/* Runs the wide column sum when it applies (returns 1; -1 when out of memory), else 0. */
+static int rd_wide(const rd_ctx_t *c)
+{
+	const nk_reduce_args_t *a = c->a;
+	rd_wide_t s = {.c = c, .nch = (a->R + RD_WIDE_ROWS - 1) / RD_WIDE_ROWS};
+
+	if (!c->avx512 || (c->op != NK_RED_SUM && c->op != NK_RED_MEAN) ||
+	    (a->dtype_in != NK_F32 && a->dtype_in != NK_BF16) || a->I < RD_WIDE_MIN || s.nch < 2)
+		return 0;
+	s.parts = nk_ws_get(NK_WS_PARTIALS, (size_t)(a->O * s.nch * a->I) * sizeof(double));
+	if (!s.parts) {
+		nrt_kernel_fail("reduce: out of host memory for %lld partial sums",
+				(long long)(a->O * s.nch * a->I));
+		return -1;
+	}
+	nrt_parallel_for(a->O * s.nch, 1, rd_task_wide, &s);
+	for (int64_t o = 0; o < a->O; o++)
+		for (int64_t i = 0; i < a->I; i++) {
+			rd_acc_t st;
+
+			rd_init(c, &st);
+			for (int64_t ch = 0; ch < s.nch; ch++)
+				st.d += s.parts[(o * s.nch + ch) * a->I + i];
+			rd_finish(c, &st, o * a->I + i);
+		}
+	return 1;
+}
+
 int nk_reduce_run(void *args)
 {
 	if (nk_using_reference())
@@ -673,6 +739,12 @@ int nk_reduce_run(void *args)
 	int64_t nch = a->R / RD_CHUNK;
 	if (nch > 64) nch = 64;
 	if (nch > RD_PARTS / nout) nch = RD_PARTS / nout;
+	if (work > NK_PARALLEL_GRAIN) {
+		int rc = rd_wide(&c);
+
+		if (rc)
+			return rc < 0 ? -1 : 0;
+	}
 	if (nout <= RD_W && nch >= 2 && work > NK_PARALLEL_GRAIN) {
 		rd_acc_t parts[RD_PARTS];
 		s.chunk = (a->R + nch - 1) / nch;

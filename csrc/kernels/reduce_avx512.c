@@ -299,3 +299,34 @@ void nk_rd_colsum_rows_avx512(double *acc, const void *base, int64_t rs, int64_t
 		}
 	}
 }
+
+/* acc[i] += the sum over nrows rows (row r at base + r*rs bytes) of row[i], for i < w (f32 or bf16),
+ * one row at a time front to back (one sequential stream): blocks of 8 rows are summed in f32 in tmp
+ * (w floats, L1-sized for the widths it is used for), in the row order of nk_rd_colsum_rows_avx512 (the
+ * same f32 block sums bit for bit), then widened and added into acc. */
+void nk_rd_colsum_seq_avx512(double *acc, const void *base, int64_t rs, int64_t nrows, bool bf16, int64_t w,
+			     float *tmp)
+{
+	for (int64_t r = 0; r < nrows; r += 8) {
+		int64_t rn = nrows - r < 8 ? nrows - r : 8;
+
+		for (int64_t q = 0; q < rn; q++) {
+			const char *row = (const char *)base + (r + q) * rs;
+			int64_t i = 0;
+
+			for (; i < w; i += 16) {
+				__mmask16 k = m16(w - i);
+				__m512 x = bf16 ? bf16x16_load((const uint16_t *)row + i, k)
+						: _mm512_maskz_loadu_ps(k, (const float *)row + i);
+
+				_mm512_mask_storeu_ps(tmp + i, k, q ? _mm512_add_ps(_mm512_maskz_loadu_ps(k, tmp + i), x) : x);
+			}
+		}
+		for (int64_t i = 0; i < w; i += 8) {
+			__mmask8 k = (__mmask8)m16(w - i);
+			__m512d v = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, tmp + i));
+
+			_mm512_mask_storeu_pd(acc + i, k, _mm512_add_pd(_mm512_maskz_loadu_pd(k, acc + i), v));
+		}
+	}
+}

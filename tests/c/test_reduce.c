@@ -114,11 +114,13 @@ static void test_vs_ref(void)
 			}
 }
 
-/* Long R: the chunked path (few outputs) and the parallel paths. */
+/* Long R: the chunked path (few outputs) and the parallel paths ... */
 static void test_large_vs_ref(void)
 {
 	static const int dts[] = {NK_F32, NK_BF16, NK_I64, NK_F64};
-	static const int64_t shapes[][3] = {{1, 100000, 1}, {3, 20000, 3}, {2, 9000, 40}, {5000, 20, 1}};
+	/* ... and wide column sums (I >= 256: chunks of 256 rows, the last ragged; I > 2048: two passes) */
+	static const int64_t shapes[][3] = {{1, 100000, 1}, {3, 20000, 3}, {2, 9000, 40}, {5000, 20, 1},
+					    {2, 1001, 300}, {1, 600, 2100}};
 	for (int op = 0; op < NK_RED_COUNT; op++)
 		for (size_t t = 0; t < sizeof dts / sizeof dts[0]; t++)
 			for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
