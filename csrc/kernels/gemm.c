@@ -204,6 +204,13 @@ void nk_sgemm_ref_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb
 	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
 }
 
+/* The prefetch is a hint: the portable kernel ignores it. */
+void nk_sgemm_ref_14x32_b_pf(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+			     int64_t cs_c, float alpha, float beta, int m, int n, const char *pf, int64_t pfs)
+{
+	nk_sgemm_ref_14x32_b(k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
+}
+
 /* Packed B: its rows are NR apart. */
 void nk_sgemm_ref_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
 			float alpha, float beta, int m, int n)
@@ -460,6 +467,7 @@ const nk_gemm_isa_t nk_gemm_isa_ref = {
 	.name = "portable",
 	.sgemm = nk_sgemm_ref_14x32,
 	.sgemm_b = nk_sgemm_ref_14x32_b,
+	.sgemm_b_pf = nk_sgemm_ref_14x32_b_pf,
 	.sgemm_bias = nk_sgemm_ref_14x32_bias,
 	.sgemm_a = nk_sgemm_ref_14x32_a,
 	.sbgemm = NULL,
@@ -1019,6 +1027,9 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 	 * it, ~4 % of a K = 1152 GEMM) unless the row stride crowds the rows into one L1 set */
 	bool a_inplace = !pl->pairs && !sh->acc && !sh->ap && g->dtype == NK_F32 && g->cs_a == 1 && g->cs_c == 1 &&
 			 sh->col_tasks == 1 && pl->isa->sgemm_a && rows_per_l1_set(g->rs_a * 4) <= INPLACE_A_MAX_ROWS_PER_SET;
+	/* f32 column-major A packed per task: its next panel prefetched from inside the micro-kernels */
+	bool spread = !pl->pairs && !sh->acc && !sh->ap && g->dtype == NK_F32 && g->rs_a == 1 && g->cs_a != 1 &&
+		      pl->isa->sgemm_b_pf;
 
 	for (int64_t t = t0; t < t1; t++) {
 		int64_t ct = t / sh->panels_m, ir = t % sh->panels_m * MR;
@@ -1049,6 +1060,24 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 			/* prefetch_a_init takes offsets from A's panel base: rows relative to the panel */
 			if (pf.row)
 				pf.row -= ir * g->rs_a * (int64_t)pl->es;
+			/* f32 column-major A (dY^T of a weight gradient): the next panel is prefetched by the
+			 * micro-kernels, one run of MR floats every 4 k (sgemm_b_pf), not in bursts between
+			 * calls (a burst of ~40 misses at a 4-6 KiB stride filled the miss queue and stalled
+			 * on the prefetch instructions themselves: dW 1536 x 384 at K = 2048 spent 3.6 % of its
+			 * samples there and ran 5-6 % slower) */
+			const char *pfb = NULL;
+			int64_t pfk = 0;
+
+			if (spread) {
+				int64_t ir2 = ir, k2 = pc + kc;
+
+				pf = (prefetch_t){ 0 };
+				if (s + 1 < nslices)
+					pfk = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc);
+				else if (t + 1 < t1 && (t + 1) % sh->panels_m)
+					ir2 = ir + MR, k2 = sh->pc0, pfk = min64(sh->kcmax, sh->kc_all);
+				pfb = (const char *)g->A + (sh->b * g->bs_a + ir2 + k2 * g->cs_a) * 4;
+			}
 			const float *as = ap;
 
 			if (sh->ap)
@@ -1078,8 +1107,18 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 					int64_t jr = (q - q0) * NR;
 					int nr = (int)min64(NR, ncols - jr);
 
+					/* spread: this call prefetches k-rows q'*ceil(kc/4).. of the next panel */
+					int64_t k0 = (q - q0) * ((kc + 3) / 4);
+					const char *pq = spread && k0 < pfk ? pfb + k0 * g->cs_a * 4 : NULL;
+
 					prefetch_a_step(&pf);
-					if (sh->acc)
+					if (spread && !(first && bias_ukr))
+						pl->isa->sgemm_b_pf(kc, as,
+								    sh->inplace_b ? (const float *)g->B + sh->b * g->bs_b + pc * g->rs_b + j0 + jr
+										  : bs + q * kc * NR,
+								    sh->inplace_b ? g->rs_b : NR, C + jr * g->cs_c, g->rs_c, g->cs_c,
+								    pl->alpha, first ? pl->beta : 1.0f, mr, nr, pq, g->cs_a * 4);
+					else if (sh->acc)
 						pl->isa->sgemm(kc, as, bs + q * kc * NR, acc + jr, ldacc, 1, 1.0f,
 							       first ? 0.0f : 1.0f, mr, nr);
 					else if (sh->inplace_b)

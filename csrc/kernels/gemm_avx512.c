@@ -94,7 +94,8 @@ static void store_tile_strided(const float *t, float *c, int64_t rs_c, int64_t c
 static inline __attribute__((always_inline)) void sgemm_body(const int R, const bool H, int64_t k, const char *a,
 							     int64_t ars, int64_t aks, const float *b, int64_t ldb,
 							     float *c, int64_t rs_c, int64_t cs_c, float alpha,
-							     float beta, int m, int n, const float *bias)
+							     float beta, int m, int n, const float *bias,
+							     const char *pf, int64_t pfs)
 {
 	ROWS(DECL_R)
 	if (cs_c == 1) {
@@ -112,6 +113,11 @@ static inline __attribute__((always_inline)) void sgemm_body(const int R, const 
 
 		_mm_prefetch((const char *)(b + 16 * ldb), _MM_HINT_T0);
 		_mm_prefetch((const char *)(b + 16 * ldb + 16), _MM_HINT_T0);
+		if (pf && !(p & 3)) { /* the caller's next A panel, one run of MR floats per 4 k */
+			_mm_prefetch(pf, _MM_HINT_T1);
+			_mm_prefetch(pf + 4 * (MR - 1), _MM_HINT_T1);
+			pf += pfs;
+		}
 		ROWS(FMA_ROW)
 		a += aks;
 		b += ldb;
@@ -237,9 +243,10 @@ static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R,
 		else                                             \
 			body(r, true, __VA_ARGS__);              \
 		return;
-#define SG_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4, 4 * MR, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL)
-#define SGB_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4, 4 * MR, b, NR, c, rs_c, 1, alpha, beta, m, n, bias)
-#define SGA_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4 * lda, 4, b, NR, c, rs_c, 1, alpha, beta, m, n, bias)
+#define SG_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4, 4 * MR, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL, NULL, 0)
+#define SGP_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4, 4 * MR, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL, pf, pfs)
+#define SGB_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4, 4 * MR, b, NR, c, rs_c, 1, alpha, beta, m, n, bias, NULL, 0)
+#define SGA_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4 * lda, 4, b, NR, c, rs_c, 1, alpha, beta, m, n, bias, NULL, 0)
 #define SB_CASE(r) TILE_CASE(r, sbgemm_body, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n)
 #define SBC_CASE(r) TILE_CASE(r, sbgemm_bf16c_body, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n)
 #define ALL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
@@ -307,6 +314,16 @@ void nk_sgemm_avx512_14x32_b(int64_t k, const float *a, const float *b, int64_t 
 			     int64_t cs_c, float alpha, float beta, int m, int n)
 {
 	ROW_SWITCH(SG_CASE);
+}
+
+/* sgemm_b that also prefetches the caller's next A panel, spread over the k loop (docs/kernels.md). */
+void nk_sgemm_avx512_14x32_b_pf(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+				int64_t cs_c, float alpha, float beta, int m, int n, const char *pf, int64_t pfs)
+{
+	if (!pf) {
+		ROW_SWITCH(SG_CASE);
+	}
+	ROW_SWITCH(SGP_CASE);
 }
 
 void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
@@ -734,6 +751,7 @@ const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.name = "avx512",
 	.sgemm = nk_sgemm_avx512_14x32,
 	.sgemm_b = nk_sgemm_avx512_14x32_b,
+	.sgemm_b_pf = nk_sgemm_avx512_14x32_b_pf,
 	.sgemm_bias = nk_sgemm_avx512_14x32_bias,
 	.sgemm_a = nk_sgemm_avx512_14x32_a,
 	.sbgemm = nk_sbgemm_avx512_14x32,

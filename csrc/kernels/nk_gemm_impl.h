@@ -76,6 +76,13 @@ typedef void (*nk_sbgemm_a_ukr_t)(int64_t kp, const uint16_t *a, int64_t lda, co
 typedef void (*nk_sbgemm_bf16c_a_ukr_t)(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b,
 					const float *acc, int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha,
 					float beta, int m, int n);
+/* sgemm_b plus a prefetch of the caller's next A panel spread over the k loop: before k-steps 0, 4, 8, ...
+ * the run of MR floats at pf (the lines of pf and pf + 4*(MR-1) bytes) is prefetched into L2, then pf
+ * advances pfs bytes (pf NULL: no prefetch).  For a column-major A whose next panel is a run of MR
+ * floats per k at a large stride, which the hardware prefetchers do not follow, one prefetch every
+ * 4 k keeps the misses in flight alongside the FMAs instead of in a burst between calls. */
+typedef void (*nk_sgemm_b_pf_ukr_t)(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+				    int64_t cs_c, float alpha, float beta, int m, int n, const char *pf, int64_t pfs);
 /* f64 micro-kernel: the f32 contract with doubles, MR = NK_DGEMM_MR, NR = NK_DGEMM_NR. */
 typedef void (*nk_dgemm_ukr_t)(int64_t k, const double *a, const double *b, double *c, int64_t rs_c,
 			       int64_t cs_c, double alpha, double beta, int m, int n);
@@ -100,6 +107,7 @@ typedef struct {
 	const char *name;
 	nk_sgemm_ukr_t sgemm;
 	nk_sgemm_b_ukr_t sgemm_b; /* may be NULL (then B is packed) */
+	nk_sgemm_b_pf_ukr_t sgemm_b_pf; /* may be NULL (then A panels are prefetched between calls) */
 	nk_sgemm_bias_ukr_t sgemm_bias; /* may be NULL (then the bias is copied into C first) */
 	nk_sgemm_a_ukr_t sgemm_a;       /* may be NULL (then A is packed) */
 	nk_sbgemm_ukr_t sbgemm;
@@ -130,6 +138,10 @@ void nk_sgemm_ref_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb
 			  int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sgemm_avx512_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
 			     int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sgemm_ref_14x32_b_pf(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+			     int64_t cs_c, float alpha, float beta, int m, int n, const char *pf, int64_t pfs);
+void nk_sgemm_avx512_14x32_b_pf(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+				int64_t cs_c, float alpha, float beta, int m, int n, const char *pf, int64_t pfs);
 void nk_sgemm_ref_14x32_a(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c, float alpha,
 			  float beta, const float *bias, int m, int n);
 void nk_sgemm_avx512_14x32_a(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c,

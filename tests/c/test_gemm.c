@@ -93,6 +93,15 @@ static void test_sgemm_b_ukr(void)
 				for (int i = 0; i < NK_GEMM_MR * 40; i++)
 					CHECK(isnan(c0[i]) ? isnan(c2[i]) : c0[i] == c2[i],
 					      "sgemm_avx512_b k=%lld m=%d n=%d at %d", (long long)ks[q], m, n, i);
+				/* with the spread prefetch (of a, strided, and of nothing): the same results */
+				for (int f = 0; f < 2; f++) {
+					memcpy(c2, init, sizeof c2);
+					nk_sgemm_avx512_14x32_b_pf(ks[q], a, b, ldb, c2, 40, 1, 0.75f, beta, m, n,
+								   f ? (const char *)a : NULL, 4 * NK_GEMM_MR);
+					for (int i = 0; i < NK_GEMM_MR * 40; i++)
+						CHECK(isnan(c0[i]) ? isnan(c2[i]) : c0[i] == c2[i],
+						      "sgemm_avx512_b_pf k=%lld m=%d n=%d pf %d at %d", (long long)ks[q], m, n, f, i);
+				}
 			}
 	free(a), free(bp), free(bs);
 }
@@ -593,12 +602,14 @@ static void test_gemm_drivers_agree(void)
 }
 
 /* The weight-gradient layout (A column-major, B row-major with whole 32-column panels, A too big for
- * the small-M driver): the shared driver reads B in place (no pack job).  Against the reference, and
+ * the small-M driver): the shared driver reads B in place (no pack job) and its micro-kernel prefetches
+ * the next A panel (sgemm_b_pf).  Against the reference, and
  * bitwise against the per-task driver (the same k-slices in the same order); B rows padded (unaligned
  * rows) and a bias row (copied into C first, not fused into the micro-kernel). */
 static void test_gemm_inplace_b(void)
 {
-	static const int64_t sz[][3] = { { 300, 64, 1100 }, { 383, 96, 2048 }, { 29, 256, 9000 } };
+	/* the last: B rows over 4 KiB apart, so B is packed (the next A panel prefetched all the same) */
+	static const int64_t sz[][3] = { { 300, 64, 1100 }, { 383, 96, 2048 }, { 29, 256, 9000 }, { 300, 1056, 1100 } };
 	nk_gemm_isa_t isa = nk_gemm_isa_select();
 
 	for (size_t q = 0; q < sizeof sz / sizeof sz[0]; q++)
