@@ -880,6 +880,7 @@ typedef struct {
 	int64_t kcmax;        /* k per slice (KC, or KCB for pairs) */
 	int64_t panels_n, panels_m, cols_per_task, col_tasks;
 	int64_t claim;              /* tasks per claim of the compute job */
+	int64_t nt;                 /* threads of the pool */
 	atomic_int_fast64_t next;   /* next unclaimed task of the compute job */
 	float *bp;            /* shared packed B: slice s at bp + s * (kcmax / div) * panels_n * NR */
 	bool acc;             /* C is bf16/f16: accumulate each panel in f32 over all of K */
@@ -981,7 +982,8 @@ static void shared_acc_store(const gemm_plan_t *pl, const float *acc, int64_t ld
 static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int64_t t0, int64_t t1);
 
 /* Phase 2 entry, once per thread: claims ranges of `claim` consecutive tasks from the shared counter
- * until none is left, so the last thread to finish waits for at most one claim (the pool's own
+ * (single tasks near the end) until none is left, so the last thread to finish waits for at most one
+ * task (the pool's own
  * chunks are fixed fractions of the job: with 20 tasks, chunks of 3 left one thread 11 tasks and
  * the other 9).  Nobody waits for work: a thread that finds the counter exhausted returns. */
 static void shared_compute(void *ctx, int64_t u0, int64_t u1)
@@ -998,11 +1000,15 @@ static void shared_compute(void *ctx, int64_t u0, int64_t u1)
 	}
 	for (int64_t u = u0; u < u1; u++)
 		for (;;) {
-			int64_t t0 = atomic_fetch_add(&sh->next, sh->claim);
+			/* single tasks for the last two claims per thread, so that the thread that finishes
+			 * last waits for at most one task */
+			int64_t c = sh->claim > 1 && atomic_load_explicit(&sh->next, memory_order_relaxed) +
+							      2 * sh->nt * sh->claim >= ntasks ? 1 : sh->claim;
+			int64_t t0 = atomic_fetch_add(&sh->next, c);
 
 			if (t0 >= ntasks)
 				break;
-			shared_compute_range(sh, ap, acc, t0, min64(ntasks, t0 + sh->claim));
+			shared_compute_range(sh, ap, acc, t0, min64(ntasks, t0 + c));
 		}
 }
 
@@ -1241,6 +1247,7 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 				/* pairs of tasks per claim (the first prefetches the second's A rows) while
 				 * that leaves at least 4 claims per thread */
 				sh.claim = !fine && sh.panels_m * sh.col_tasks >= 8 * (int64_t)nt ? 2 : 1;
+				sh.nt = nt;
 				atomic_store(&sh.next, 0);
 				nrt_parallel_for(nt, 1, shared_compute, &sh);
 			}
