@@ -15,7 +15,8 @@
  *  - I > 1 (column reductions): a tile of up to RD_W columns keeps one accumulator per column and adds
  *    whole rows (dense, vectorizable) - no strided gather per element;
  *  - f32/bf16 column sums and means of wide rows (at least RD_WIDE_MIN columns, e.g. the bias gradient
- *    dY.sum(0) of a [2048, 1536] dY): R is cut into chunks of RD_WIDE_ROWS rows, each chunk reads its
+ *    dY.sum(0) of a [2048, 1536] dY, when their partial sums fit RD_WIDE_PARTS): R is cut into at most
+ *    RD_WIDE_CHUNKS chunks of at least RD_WIDE_ROWS rows, each chunk reads its
  *    rows front to back, one after the other (one sequential stream per thread: the column tiles read
  *    512 bytes of each row, each on another page, 15-22 GB/s from DRAM against 29-35 this way; the GPT
  *    step's bias gradients 4.6-7.8 -> 4.0-4.6 ms), summing blocks of 8 rows in f32 (the tiles' block
@@ -44,7 +45,9 @@ NK_VECTORIZE_FILE
 #define RD_DRAM_MIN ((int64_t)16 << 20) /* inputs this large (bytes) are read from DRAM, not cache */
 #define RD_WIDE_MIN 256 /* wide column sums: at least this many columns ... */
 #define RD_WIDE_COLS 2048 /* columns per pass of the sequential column sum (its f32 block sums: 8 KiB) */
-#define RD_WIDE_ROWS 256 /* ... and rows per chunk (a multiple of the 8-row f32 blocks) */
+#define RD_WIDE_ROWS 256 /* ... and rows per chunk at least (a multiple of the 8-row f32 blocks) */
+#define RD_WIDE_CHUNKS 64 /* chunks of R at most */
+#define RD_WIDE_PARTS ((size_t)8 << 20) /* bytes of partial sums at most (else the column tiles) */
 
 enum { RK_F, RK_I }; /* accumulate in double / int64 */
 
@@ -670,8 +673,8 @@ static void rd_task_chunks(void *ctx, int64_t begin, int64_t end)
 /* Wide column sums: task = (output row o, chunk of RD_WIDE_ROWS rows) into its own I doubles. */
 typedef struct {
 	const rd_ctx_t *c;
-	int64_t nch;
-	double *parts; /* [O][nch][I] */
+	int64_t nch, rows; /* chunks of R, rows per chunk */
+	double *parts;     /* [O][nch][I] */
 } rd_wide_t;
 
 static void rd_task_wide(void *ctx, int64_t begin, int64_t end)
@@ -682,8 +685,8 @@ static void rd_task_wide(void *ctx, int64_t begin, int64_t end)
 	bool bf16 = c->a->dtype_in == NK_BF16;
 
 	for (int64_t t = begin; t < end; t++) {
-		int64_t o = t / s->nch, r0 = t % s->nch * RD_WIDE_ROWS;
-		int64_t r1 = r0 + RD_WIDE_ROWS < c->R ? r0 + RD_WIDE_ROWS : c->R;
+		int64_t o = t / s->nch, r0 = t % s->nch * s->rows;
+		int64_t r1 = r0 + s->rows < c->R ? r0 + s->rows : c->R;
 		const char *base = (const char *)c->a->in + o * c->R * rs;
 		double *acc = s->parts + t * c->I;
 		_Alignas(64) float tmp[RD_WIDE_COLS];
@@ -699,10 +702,14 @@ static void rd_task_wide(void *ctx, int64_t begin, int64_t end)
 static int rd_wide(const rd_ctx_t *c)
 {
 	const nk_reduce_args_t *a = c->a;
-	rd_wide_t s = {.c = c, .nch = (a->R + RD_WIDE_ROWS - 1) / RD_WIDE_ROWS};
+	/* chunks of at least RD_WIDE_ROWS rows, at most RD_WIDE_CHUNKS of them (a function of the shape) */
+	int64_t rows = (a->R + RD_WIDE_CHUNKS - 1) / RD_WIDE_CHUNKS;
+	rd_wide_t s = {.c = c, .rows = rows < RD_WIDE_ROWS ? RD_WIDE_ROWS : (rows + 7) / 8 * 8};
 
+	s.nch = (a->R + s.rows - 1) / s.rows;
 	if (!c->avx512 || (c->op != NK_RED_SUM && c->op != NK_RED_MEAN) ||
-	    (a->dtype_in != NK_F32 && a->dtype_in != NK_BF16) || a->I < RD_WIDE_MIN || s.nch < 2)
+	    (a->dtype_in != NK_F32 && a->dtype_in != NK_BF16) || a->I < RD_WIDE_MIN || s.nch < 2 ||
+	    (size_t)(a->O * s.nch * a->I) * sizeof(double) > RD_WIDE_PARTS)
 		return 0;
 	s.parts = nk_ws_get(NK_WS_PARTIALS, (size_t)(a->O * s.nch * a->I) * sizeof(double));
 	if (!s.parts) {

@@ -126,6 +126,11 @@ static void test_large_vs_ref(void)
 			for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
 				red_case(op, dts[t], shapes[s][0], shapes[s][1], shapes[s][2], op == NK_RED_NORM ? 2 : 1,
 					 false);
+	/* wide column sums with a long R: 63 chunks of 320 rows (the chunk count is capped at 64) */
+	for (int op = NK_RED_SUM; op <= NK_RED_MEAN; op++) {
+		red_case(op, NK_F32, 1, 20000, 260, 0, false);
+		red_case(op, NK_BF16, 1, 20000, 260, 0, false);
+	}
 	/* NaN far into a long row: max/argmax must still find it */
 	for (int op = NK_RED_AMAX; op <= NK_RED_ARGMIN; op++)
 		red_case(op, NK_F32, 2, 70000, 1, 0, true);
