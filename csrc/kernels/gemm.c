@@ -1055,7 +1055,7 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 			prefetch_t pf;
 
 			/* the next A panel to pack: the next slice of these rows, else the next rows */
-			if (sh->ap || pl->inplace_a)
+			if (sh->ap || pl->inplace_a || spread)
 				pf = (prefetch_t){ 0 };
 			else if (s + 1 < nslices)
 				pf = prefetch_a_init(pl, A, ir, g->M, pc + kc, min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc), ncols);
@@ -1077,7 +1077,6 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 			if (spread) {
 				int64_t ir2 = ir, k2 = pc + kc;
 
-				pf = (prefetch_t){ 0 };
 				if (s + 1 < nslices)
 					pfk = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc);
 				else if (t + 1 < t1 && (t + 1) % sh->panels_m)
