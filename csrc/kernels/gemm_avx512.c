@@ -686,17 +686,18 @@ float nk_dot_f16_avx512(const uint16_t *x, const uint16_t *y, int64_t n)
 	return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
-/* y streams from DRAM in GEMV: four independent 16-lane sums, the next 1 KiB of y prefetched. */
+/* One column of F.linear's x @ W^T (a row of W, streamed from DRAM): four independent 16-lane sums, on
+ * the hardware prefetcher alone.  The GEMV takes one column at a time, so each core reads one
+ * sequential stream: a kernel taking four columns at once (four streams per core, x loaded once) was
+ * 10-30 % slower from DRAM whenever this VM's memory was busy (4096 x 4096: 18.5-26.7 against 20.6-35.4
+ * GB/s, alternating in one process; the same when it was quiet) and no faster from cache; the software
+ * prefetch 1 KiB ahead this loop had made no difference from DRAM and cost ~5 % from L2. */
 float nk_dot_f32_avx512(const float *x, const float *y, int64_t n)
 {
 	__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
 	int64_t i = 0;
 
 	for (; i + 64 <= n; i += 64) {
-		_mm_prefetch((const char *)(y + i + 256), _MM_HINT_T0);
-		_mm_prefetch((const char *)(y + i + 272), _MM_HINT_T0);
-		_mm_prefetch((const char *)(y + i + 288), _MM_HINT_T0);
-		_mm_prefetch((const char *)(y + i + 304), _MM_HINT_T0);
 		s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), s0);
 		s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), s1);
 		s2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(y + i + 32), s2);
@@ -708,43 +709,6 @@ float nk_dot_f32_avx512(const float *x, const float *y, int64_t n)
 		s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, y + i), s0);
 	}
 	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-}
-
-/* Four columns at once (four DRAM streams per core, x loaded once): two 16-lane sums per column.  No
- * software prefetch: the hardware prefetcher keeps the four streams going, and prefetches 512 bytes
- * ahead made 4096x14336 ~25 % slower (huge-page and 4 KiB-page weights alike, measured alternating in
- * one process: 10.5-11.3 against 8.3-8.7 ms). */
-void nk_dot4_f32_avx512(const float *x, const float *y, int64_t ldy, int64_t n, float out[4])
-{
-	const float *y0 = y, *y1 = y + ldy, *y2 = y + 2 * ldy, *y3 = y + 3 * ldy;
-	__m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
-	int64_t i = 0;
-
-	for (; i + 32 <= n; i += 32) {
-		__m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
-
-		a0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(y0 + i), a0);
-		a1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(y0 + i + 16), a1);
-		b0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(y1 + i), b0);
-		b1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(y1 + i + 16), b1);
-		c0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(y2 + i), c0);
-		c1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(y2 + i + 16), c1);
-		d0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(y3 + i), d0);
-		d1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(y3 + i + 16), d1);
-	}
-	for (; i < n; i += 16) {
-		__mmask16 k = mask_n((int)(n - i < 16 ? n - i : 16));
-		__m512 x0 = _mm512_maskz_loadu_ps(k, x + i);
-
-		a0 = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(k, y0 + i), a0);
-		b0 = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(k, y1 + i), b0);
-		c0 = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(k, y2 + i), c0);
-		d0 = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(k, y3 + i), d0);
-	}
-	out[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-	out[1] = _mm512_reduce_add_ps(_mm512_add_ps(b0, b1));
-	out[2] = _mm512_reduce_add_ps(_mm512_add_ps(c0, c1));
-	out[3] = _mm512_reduce_add_ps(_mm512_add_ps(d0, d1));
 }
 
 const nk_gemm_isa_t nk_gemm_isa_avx512 = {
@@ -766,5 +730,4 @@ const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.dot_bf16 = nk_dot_bf16_avx512,
 	.dot_f16 = nk_dot_f16_avx512,
 	.dot_f32 = nk_dot_f32_avx512,
-	.dot4_f32 = nk_dot4_f32_avx512,
 };

@@ -167,14 +167,7 @@ static void gemv_dots(const gemv_t *v, int64_t b, int64_t j0, int64_t n)
 	for (int64_t j = 0; j < n; j++) {
 		int64_t oc = ob + j * v->cs;
 
-		if (v->dtype == NK_F32 && v->incx == 1 && v->rs == 1 && v->isa.dot4_f32 && j + 4 <= n) {
-			float d[4];
-
-			v->isa.dot4_f32((const float *)v->x + ox, (const float *)v->B + oc, v->cs, v->K, d);
-			for (int q = 0; q < 4; q++)
-				gemv_store(v, y, j + q, d[q]);
-			j += 3;
-		} else if (v->dtype == NK_F64) {
+		if (v->dtype == NK_F64) {
 			const double *x = (const double *)v->x + ox, *col = (const double *)v->B + oc;
 			double s = 0;
 

@@ -123,8 +123,6 @@ typedef struct {
 	float (*dot_bf16)(const uint16_t *x, const uint16_t *y, int64_t n);
 	float (*dot_f16)(const uint16_t *x, const uint16_t *y, int64_t n);
 	float (*dot_f32)(const float *x, const float *y, int64_t n); /* GEMV f32 columns; may be NULL */
-	/* out[c] = dot(x, y + c*ldy) for c < 4 (four columns streamed together); may be NULL */
-	void (*dot4_f32)(const float *x, const float *y, int64_t ldy, int64_t n, float out[4]);
 } nk_gemm_isa_t;
 
 /* Portable reference micro-kernels (gemm.c) and the AVX-512 ones (gemm_avx512.c). */
@@ -171,7 +169,6 @@ void nk_dgemm_avx512_14x16(int64_t k, const double *a, const double *b, double *
 float nk_dot_bf16_avx512(const uint16_t *x, const uint16_t *y, int64_t n); /* vdpbf16ps */
 float nk_dot_f16_avx512(const uint16_t *x, const uint16_t *y, int64_t n);  /* vcvtph2ps + FMA */
 float nk_dot_f32_avx512(const float *x, const float *y, int64_t n);        /* 4 x 16-lane FMA sums */
-void nk_dot4_f32_avx512(const float *x, const float *y, int64_t ldy, int64_t n, float out[4]);
 void nk_gemm_pack_a_ref(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k, float *dst);
 void nk_gemm_pack_b_ref(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n,
 			float *dst);
