@@ -588,8 +588,16 @@ static void queue_sleep(int64_t us)
 	launch(current_queue(current_device()), sleep_kernel, us, "neuron::queue_sleep");
 }
 
+// torch.ops.neuron._inline_launches(): how many records ran inline on the launching thread (small kernels
+// on an idle queue, nrt_queue_launch_cost) since the process started.
+static int64_t inline_launches()
+{
+	return (int64_t)nrt_inline_launches();
+}
+
 TORCH_LIBRARY_FRAGMENT(neuron, m)
 {
 	m.def("_fuse_control(int enable=-1, int tile=-1, int dead=-1) -> int[]", &fuse_control);
 	m.def("_queue_sleep(int us) -> ()", &queue_sleep);
+	m.def("_inline_launches() -> int", &inline_launches);
 }

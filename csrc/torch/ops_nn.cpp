@@ -42,6 +42,17 @@ static void check_same_device(const char *op, std::initializer_list<const at::Te
 	}
 }
 
+// Tiny GEMMs run inline on an idle queue (launch_cost).  Cost: multiply-adds * element size / 16, or the
+// bytes of A, B and C where those are more (a GEMV: M == 1 x 4096 x 4096 is 4 MiB of arithmetic by the
+// first measure but streams 64 MiB of weights, milliseconds the host thread would otherwise wait for).
+static size_t gemm_cost(const nk_gemm_args_t &g, size_t es)
+{
+	size_t b = (size_t)g.batch, m = (size_t)g.M, n = (size_t)g.N, k = (size_t)std::max<int64_t>(g.K, 1);
+	size_t flops = b * m * n * k * es / 16, bytes = b * (m * k + k * n + m * n) * es;
+
+	return std::max(flops, bytes);
+}
+
 // C[b] = alpha * A[b] @ B[b] + beta * C[b] on 3-d views (batch, rows, cols); strides as given.
 static void gemm3(const char *name, const at::Tensor &A, const at::Tensor &B, const at::Tensor &C, double alpha, double beta)
 {
@@ -54,10 +65,8 @@ static void gemm3(const char *name, const at::Tensor &A, const at::Tensor &B, co
 	g.C = C.data_ptr(), g.bs_c = C.stride(0), g.rs_c = C.stride(1), g.cs_c = C.stride(2);
 	if (g.batch == 0 || g.M == 0 || g.N == 0)
 		return;
-	// tiny GEMMs run inline on an idle queue (launch_cost): cost ~ multiply-adds * element size / 16
-	size_t cost = (size_t)g.batch * (size_t)g.M * (size_t)g.N * (size_t)std::max<int64_t>(g.K, 1) * C.element_size() / 16;
 	launch_cost(current_queue(C.device().index()), at::isIntegralType(C.scalar_type(), false) ? nk_igemm_run : nk_gemm_run, g,
-		    name, cost);
+		    name, gemm_cost(g, C.element_size()));
 }
 
 // gemm3 for 2-d operands without building the 3-d views (three dispatcher round trips per mm).
@@ -76,9 +85,8 @@ static void gemm2(const char *name, const at::Tensor &A, const at::Tensor &B, co
 	g.C = C.data_ptr(), g.bs_c = 0, g.rs_c = C.stride(0), g.cs_c = C.stride(1);
 	if (g.M == 0 || g.N == 0)
 		return;
-	size_t cost = (size_t)g.M * (size_t)g.N * (size_t)std::max<int64_t>(g.K, 1) * C.element_size() / 16;
 	launch_cost(current_queue(C.device().index()), at::isIntegralType(C.scalar_type(), false) ? nk_igemm_run : nk_gemm_run, g,
-		    name, cost);
+		    name, gemm_cost(g, C.element_size()));
 }
 
 static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, int64_t dims)

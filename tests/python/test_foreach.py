@@ -246,6 +246,22 @@ def test_small_ops_inline_keep_order_and_errors():
         torch.neuron.synchronize()
 
 
+def test_gemv_streaming_weights_is_queued():
+    # the inline cost of a GEMM counts the bytes of its operands too: an M = 1 product with a 64 MiB
+    # weight (4 MiB of arithmetic by multiply-adds / 16) goes to the queue, not the host thread; a
+    # 16 x 16 one may run inline.  Results as on the CPU either way.
+    w = torch.randn(4096, 4096)
+    x = torch.randn(1, 4096)
+    wn, xn = w.to("neuron"), x.to("neuron")
+    torch.neuron.synchronize()
+    n0 = torch.ops.neuron._inline_launches()
+    y = torch.nn.functional.linear(xn, wn)
+    assert torch.ops.neuron._inline_launches() == n0
+    torch.testing.assert_close(y.cpu(), torch.nn.functional.linear(x, w), atol=2e-3, rtol=1e-4)
+    a = torch.randn(16, 16)
+    torch.testing.assert_close(torch.mm(a.to("neuron"), a.to("neuron")).cpu(), a @ a, atol=1e-4, rtol=1e-5)
+
+
 def _run(code, **env):
     import os
     import subprocess
