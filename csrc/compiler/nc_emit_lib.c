@@ -64,6 +64,11 @@ static void gemm_fill(nc_graph_t *g, nc_sb_t *s, int seg, const nc_node_t *n, bo
 		  B->stride[o], B->stride[o + 1], batched ? B->stride[0] : "0");
 	sb_printf(s, "\t\ta_.C = %s; a_.rs_c = (%s); a_.cs_c = (%s); a_.bs_c = %s;\n", ptr(g, seg, C->id, pc, sizeof pc),
 		  C->stride[o], C->stride[o + 1], batched ? C->stride[0] : "0");
+	if (!batched && n->nin == 3) { /* addmm's bias row (N or 1 elements, C's dtype): C = A@B + bias, in the GEMM */
+		const nc_value_t *b = &g->v[in_v(n, 2)];
+		sb_printf(s, "\t\ta_.beta = 1.0; a_.bias = %s; a_.rs_bias = 0; a_.cs_bias = (%s) == 1 ? 0 : (%s); a_.bs_bias = 0;\n",
+			  ptr(g, seg, b->id, pa, sizeof pa), b->size[0], b->stride[0]);
+	}
 }
 
 /* the argument struct of a layer norm node (declared and filled) */
@@ -89,17 +94,21 @@ static void gemm(nc_graph_t *g, nc_sb_t *s, int seg, const nc_node_t *n, bool ba
 	int epi = batched ? 0 : g->u[n->unit].epi1;
 	if (epi) {
 		/* the epilogue (a PW unit over rows of C, R = M, L = N) after each row block of the GEMM,
-		 * while the block is in cache: blocks of about 8 MiB of C (L3), at least 64 rows.  Every row block
-		 * re-packs all of B (the library has no epilogue callback), so blocks of 1 MiB cost a whole BERT
-		 * layer's GEMMs about a third more than one call (packing B 12 times for N = 3072). */
+		 * while the block is in cache: C cut into equal row blocks of at most about 16 MiB (half the
+		 * L3), at least 64 rows.  Every row block re-packs all of B (the library has no epilogue
+		 * callback): blocks of 1 MiB cost a whole BERT layer's GEMMs about a third more than one call
+		 * (packing B 12 times for N = 3072), and blocks of 8 MiB (a 12 MiB C in 672 + 352 rows) made
+		 * linear + GELU [1024 x 768 -> 3072] 9-13 % slower than eager, against 3-4 % as one block. */
 		const nc_unit_t *e = &g->u[epi - 1];
 		sb_printf(s, "\t\tconst int64_t L_ = (%s), CH_ = L_ < NC_CHUNK ? (L_ > 0 ? L_ : 1) : NC_CHUNK, NCH_ = (L_ + CH_ - 1) / CH_;\n", e->L);
-		sb_printf(s, "\t\tconst int64_t MB_ = nc_max(64, ((8 << 20) / (%d * nc_max(a_.N, 1))) / 16 * 16);\n", nc_dtype_size(C->dtype));
+		sb_printf(s, "\t\tconst int64_t NBK_ = nc_max(1, (a_.M * nc_max(a_.N, 1) * %d + (16 << 20) - 1) / (16 << 20));\n",
+			  nc_dtype_size(C->dtype));
+		sb_printf(s, "\t\tconst int64_t MB_ = nc_max(64, ((a_.M + NBK_ - 1) / NBK_ + 15) / 16 * 16);\n");
 		sb_printf(s, "\t\tfor (int64_t m0_ = 0; m0_ < a_.M; m0_ += MB_) {\n");
 		sb_printf(s, "\t\t\tnk_gemm_args_t b_ = a_;\n\t\t\tb_.M = nc_min(MB_, a_.M - m0_);\n");
 		sb_printf(s, "\t\t\tb_.A = (const char *)a_.A + m0_ * a_.rs_a * %d;\n", nc_dtype_size(A->dtype));
 		sb_printf(s, "\t\t\tb_.C = (char *)a_.C + m0_ * a_.rs_c * %d;\n", nc_dtype_size(C->dtype));
-		sb_printf(s, "\t\t\tif (b_.N > 0 && b_.K == 0) {\n\t\t\t\tfor (int64_t i = 0; i < b_.M; i++)\n"
+		sb_printf(s, "\t\t\tif (b_.N > 0 && b_.K == 0 && !b_.bias) {\n\t\t\t\tfor (int64_t i = 0; i < b_.M; i++)\n"
 			     "\t\t\t\t\tfor (int64_t j = 0; j < b_.N; j++)\n"
 			     "\t\t\t\t\t\tmemset((char *)b_.C + (i * b_.rs_c + j * b_.cs_c) * %d, 0, %d);\n"
 			     "\t\t\t} else if (b_.N > 0 && RT->gemm(&b_)) {\n\t\t\t\treturn 1;\n\t\t\t}\n",
@@ -110,7 +119,7 @@ static void gemm(nc_graph_t *g, nc_sb_t *s, int seg, const nc_node_t *n, bool ba
 		return;
 	}
 	sb_printf(s, "\t\tif (a_.M > 0 && a_.N > 0 && a_.batch > 0) {\n");
-	sb_printf(s, "\t\t\tif (a_.K == 0) {\n\t\t\t\tfor (int64_t b = 0; b < a_.batch; b++)\n"
+	sb_printf(s, "\t\t\tif (a_.K == 0 && !a_.bias) {\n\t\t\t\tfor (int64_t b = 0; b < a_.batch; b++)\n"
 		     "\t\t\t\t\tfor (int64_t i = 0; i < a_.M; i++)\n\t\t\t\t\t\tfor (int64_t j = 0; j < a_.N; j++)\n"
 		     "\t\t\t\t\t\t\tmemset((char *)a_.C + (b * a_.bs_c + i * a_.rs_c + j * a_.cs_c) * %d, 0, %d);\n",
 		  nc_dtype_size(C->dtype), nc_dtype_size(C->dtype));
@@ -227,6 +236,7 @@ int nc_emit_group_fns(nc_graph_t *g, nc_sb_t *s, int ui)
 		sb_printf(s, "\t\tb_.A = (const char *)a_.A + (bi * a_.bs_a + m0 * a_.rs_a) * %d;\n", ea);
 		sb_printf(s, "\t\tb_.B = (const char *)a_.B + (bi * a_.bs_b + n0 * a_.cs_b) * %d;\n", eb);
 		sb_printf(s, "\t\tb_.C = (char *)a_.C + (bi * a_.bs_c + m0 * a_.rs_c + n0 * a_.cs_c) * %d;\n", ec);
+		sb_printf(s, "\t\tif (a_.bias)\n\t\t\tb_.bias = (const char *)a_.bias + n0 * a_.cs_bias * %d;\n", ec);
 		if (ln) { /* the prologue: normalize the block's rows first (A's rows are the layer norm's rows) */
 			int ex = nc_dtype_size(g->v[in_v(ln, 0)].dtype), ey = nc_dtype_size(g->v[out_v(ln, 0)].dtype);
 			int em = out_v(ln, 1) >= 0 ? nc_dtype_size(g->v[out_v(ln, 1)].dtype) : 0;
@@ -237,7 +247,7 @@ int nc_emit_group_fns(nc_graph_t *g, nc_sb_t *s, int ui)
 			sb_printf(s, "\t\tif (l_.rstd)\n\t\t\tlb_.rstd = (char *)l_.rstd + m0 * %d;\n", er);
 			sb_printf(s, "\t\tif (lb_.rows > 0 && RT->layernorm(&lb_)) {\n\t\t\tnc_task_fail(cx);\n\t\t\treturn;\n\t\t}\n");
 		}
-		sb_printf(s, "\t\tif (b_.K == 0) {\n\t\t\tfor (int64_t i = 0; i < b_.M; i++)\n"
+		sb_printf(s, "\t\tif (b_.K == 0 && !b_.bias) {\n\t\t\tfor (int64_t i = 0; i < b_.M; i++)\n"
 			     "\t\t\t\tfor (int64_t j = 0; j < b_.N; j++)\n"
 			     "\t\t\t\t\tmemset((char *)b_.C + (i * b_.rs_c + j * b_.cs_c) * %d, 0, %d);\n"
 			     "\t\t} else if (RT->gemm(&b_)) {\n\t\t\tnc_task_fail(cx);\n\t\t\treturn;\n\t\t}\n", ec, ec);

@@ -371,6 +371,9 @@ static bool lib_ok(const nc_graph_t *g, const nc_node_t *n)
 	int a = in_at(n, 0), b = in_at(n, 1), o = out_at(n, 0);
 	if (!strcmp(op, "mm") || !strcmp(op, "bmm")) {
 		int r = op[0] == 'b' ? 3 : 2;
+		/* mm may take a third operand: addmm's bias row (1-D, N or 1 elements), added inside the GEMM */
+		if (r == 2 && n->nin == 3)
+			return rank_of(g, a) == 2 && rank_of(g, b) == 2 && rank_of(g, o) == 2 && rank_of(g, in_at(n, 2)) == 1;
 		return n->nin == 2 && rank_of(g, a) == r && rank_of(g, b) == r && rank_of(g, o) == r;
 	}
 	if (!strcmp(op, "cat")) {

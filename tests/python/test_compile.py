@@ -177,6 +177,53 @@ def test_horizontal_fusion_runs_independent_kernels_as_one():
     assert gr["kernels"] <= 5, gr
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_addmm_bias_inside_the_gemm(dtype):
+    """addmm's 1-D bias (N elements, or one broadcast) is added by the GEMM itself, no pass over C:
+    plain, with K = 0 (C is the bias), two independent linears in one group (N > M: column blocks,
+    each with its part of the bias), with a GELU epilogue (row blocks) and after a layer norm (the
+    prologue's row blocks); a 2-D bias keeps the separate add.  Results match the CPU."""
+    from torchneuron.compile import frontend
+    g = torch.Generator().manual_seed(0)
+
+    def r(*s):
+        return torch.randn(*s, generator=g).to(dtype)
+
+    M, K, N = 37, 50, 300
+    x, w, b, b1, b2d = r(M, K), r(N, K), r(N), r(1), r(M, N)
+    x0, w0 = r(M, 0), r(N, 0)
+    x2, w2, bb = r(M, 300), r(617, 300), r(617)  # 2^21 multiply-adds or more: column blocks
+    lw, lb = r(K), r(K)
+
+    def f(x, w, b, b1, b2d, x0, w0, x2, w2, bb, lw, lb):
+        return (F.linear(x, w, b),
+                torch.addmm(b1, x, w.t()),
+                torch.addmm(b2d, x, w.t()),
+                F.linear(x0, w0, b),
+                F.linear(x2, w2, bb),
+                F.gelu(F.linear(x, w, b)),
+                F.linear(F.layer_norm(x, (K,), lw, lb), w, b))
+
+    args = (x, w, b, b1, b2d, x0, w0, x2, w2, bb, lw, lb)
+    frontend.programs.clear()
+    out = torch.compile(f, backend="neuron")(*[a.to("neuron") for a in args])
+    ref = f(*args)  # PyTorch's CPU in the same dtype
+    tol = dict(rtol=2e-2, atol=1e-1) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-4)
+    for i, (o, rr) in enumerate(zip(out, ref)):
+        assert o.dtype == dtype, i
+        torch.testing.assert_close(o.cpu().float(), rr.float(), **tol, msg=lambda m: f"output {i}: {m}")
+
+    def plain(x, w, b):
+        return F.linear(x, w, b)
+
+    frontend.programs.clear()
+    y = torch.compile(plain, backend="neuron")(x.to("neuron"), w.to("neuron"), b.to("neuron"))
+    torch.testing.assert_close(y.cpu().float(), plain(x, w, b).float(), **tol)
+    (prog,) = frontend.programs
+    units = [ln for ln in prog.fusion_log.splitlines() if ln.startswith("unit ")]
+    assert units and not any(" pw " in u for u in units), prog.fusion_log  # the mm alone, no add kernel
+
+
 def test_dependency_groups_run_library_calls_as_one_kernel():
     """Independent GEMMs (the dX and dW of a linear layer's backward, big enough to split into column
     and row blocks, odd sizes) and column reductions (the bias gradient) read only the incoming gradient: one

@@ -806,6 +806,17 @@ def _arange_rows(idx):
     return end
 
 
+def _bias_fits(n_bias, n):
+    """addmm's 1-D bias broadcasts along C's rows: N elements or one (known without a new guard)."""
+    if isinstance(n_bias, int) and isinstance(n, int):
+        return n_bias in (n, 1)
+    try:
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+        return bool(statically_known_true(n_bias == n))
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def library(S, emit, operand, node, outs):
     """Emit an L node for a kernel-library op (or an mm + add pair for addmm); None if the op's
     arguments are outside what the library does (the caller makes it eager)."""
@@ -860,6 +871,14 @@ def library(S, emit, operand, node, outs):
             if beta != 1 or alpha != 1 or not same_float(vid(a[1]), vid(a[2]), out_toks[0]):
                 return None
             m = node.meta["val"]
+            bias = S.values[S.fx_value[a[0]]] if isinstance(S.fx_value.get(a[0]), int) else None
+            bv = a[0].meta.get("val") if isinstance(a[0], torch.fx.Node) else None
+            if (bias is not None and bias.rank == 1 and bias.dtype == m.dtype and bv is not None
+                    and _bias_fits(bv.shape[0], m.shape[1])):
+                # the bias row (N elements, or one broadcast) goes into the GEMM, which starts C from it
+                # (nk_gemm_args_t.bias): no pass over C for the add, as eager addmm
+                emit("L", "mm", outs, [vid(a[1]), vid(a[2]), vid(a[0])], fx=node)
+                return "L"
             tmp = Value(S.new_id(), m)
             S.values[tmp.id] = tmp
             emit("L", "mm", [tmp.id], [vid(a[1]), vid(a[2])], fx=node)
