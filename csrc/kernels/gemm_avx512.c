@@ -691,7 +691,7 @@ float nk_dot_f16_avx512(const uint16_t *x, const uint16_t *y, int64_t n)
  * sequential stream: a kernel taking four columns at once (four streams per core, x loaded once) was
  * 10-30 % slower from DRAM whenever this VM's memory was busy (4096 x 4096: 18.5-26.7 against 20.6-35.4
  * GB/s, alternating in one process; the same when it was quiet) and no faster from cache; the software
- * prefetch 1 KiB ahead this loop had made no difference from DRAM and cost ~5 % from L2. */
+ * prefetch 1 KiB ahead this loop had made no difference from DRAM and cost 2-5 % from cache. */
 float nk_dot_f32_avx512(const float *x, const float *y, int64_t n)
 {
 	__m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
