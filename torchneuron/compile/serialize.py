@@ -818,8 +818,9 @@ def _bias_fits(n_bias, n):
 
 
 def library(S, emit, operand, node, outs):
-    """Emit an L node for a kernel-library op (or an mm + add pair for addmm); None if the op's
-    arguments are outside what the library does (the caller makes it eager)."""
+    """Emit an L node for a kernel-library op (addmm: an mm with its 1-D bias as a third operand, else
+    an mm + add pair); None if the op's arguments are outside what the library does (the caller makes it
+    eager)."""
     name = ops.LIBRARY[str(node.target)]
     a, kw = node.args, node.kwargs
 
