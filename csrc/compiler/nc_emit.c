@@ -1113,6 +1113,9 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 			int skip = 0;
 			if (u->hsize > 1)
 				emit_hz_launch(g, s, p), skip = u->hsize - 1;
+			else if (u->kind == U_LIB && u->epi1 && strcmp(g->n[u->nodes[0]].op, "mm"))
+				st = nc_fail(g, NC_ERR_INVALID, "internal: the epilogue of unit %d (%s) would not run", ui,
+					     g->n[u->nodes[0]].op); /* only 2-D GEMMs run one outside a group */
 			else if (u->kind == U_LIB)
 				st = nc_emit_lib(g, s, u->nodes[0]);
 			else

@@ -632,7 +632,10 @@ static void horizontal(nc_graph_t *g)
 	for (int p = 0; p < g->nsched;) {
 		nc_unit_t *lead = &g->u[g->sched[p]];
 		int q = p + 1, members = !lead->is_pro, pro = lead->is_pro;
-		if (lead->kind != U_EAGER && (lead->grp || lead->is_pro))
+		/* the span covers the group's members and the tails placed right after their owners (an
+		 * epilogue, a GEMM after its prologue): also for a lone unit with an epilogue, whose
+		 * epilogue runs nowhere else (an embedding's runs only on the group path) */
+		if (lead->kind != U_EAGER && (lead->grp || lead->is_pro || lead->epi1))
 			for (; q < g->nsched; q++) {
 				const nc_unit_t *u = &g->u[g->sched[q]];
 				bool tail = u->is_epi || (u->pro1 && g->u[u->pro1 - 1].step == u->step && u->pro1 - 1 == g->sched[q - 1]);
