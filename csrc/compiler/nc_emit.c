@@ -509,7 +509,9 @@ static int emit_acc_update(kc_t *k, const nc_node_t *m, const char *acc, const c
 {
 	const nc_value_t *in = &k->g->v[m->ins[0].v];
 	char x[NC_EXPR], reg[NC_EXPR];
-	if (in_unit(k, in->id)) {
+	if (is_free(k->g, in->id)) { /* a constant (sum of ones_like): inlined, as for pointwise operands */
+		fmt(reg, sizeof reg, "c%d", in->root);
+	} else if (in_unit(k, in->id)) {
 		fmt(reg, sizeof reg, "x%d", in->root);
 	} else {
 		char name[48];

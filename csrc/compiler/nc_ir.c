@@ -541,7 +541,9 @@ int nc_parse(nc_graph_t *g, const char *ir)
 			g->profile = next_int(&L, 0, 1) != 0;
 		} else if (!strcmp(t, "in") || !strcmp(t, "out")) {
 			bool in = t[0] == 'i';
-			int n = (int)next_int(&L, 0, g->nv);
+			/* a graph may return one value several times (the backward of a + b returns the incoming
+			 * gradient twice): outputs may repeat, inputs may not */
+			int n = (int)next_int(&L, 0, in ? g->nv : (int64_t)1 << 24);
 			int *ids = nc_alloc(&g->A, sizeof(int) * (size_t)(n + 1));
 			if (!ids)
 				return nc_fail(g, NC_ERR_NOMEM, "out of memory");

@@ -89,3 +89,61 @@ def test_embedding_plus_pointwise():
     out = torch.compile(f, backend="neuron")(ids.to("neuron"), W.to("neuron"), x.to("neuron"))
     torch.testing.assert_close(out.cpu(), f(ids, W, x))
     assert any("epilogue" in getattr(p, "fusion_log", "") for p in frontend.programs)  # still fused
+
+
+# ---- 3: graphs that were rejected ---------------------------------------------------------------------------
+
+def test_reduction_over_a_constant(recwarn):
+    x = torch.randn(4, 5)
+    out = torch.compile(lambda x: torch.ones_like(x).sum(-1) + x.mean(-1), backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), torch.ones_like(x).sum(-1) + x.mean(-1))
+    assert all(g["compiled"] for g in _compiled_graphs())
+    assert not [w for w in recwarn if "op by op" in str(w.message)]
+
+
+def test_graph_returning_a_value_twice(recwarn):
+    # the backward of a + b returns the incoming gradient twice
+    a, b = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    an, bn = (t.detach().to("neuron").requires_grad_() for t in (a, b))
+    (a + b).mul(torch.arange(3.0)).sum().backward()
+    torch.compile(lambda a, b: a + b, backend="neuron")(an, bn).mul(torch.arange(3.0, device="neuron")).sum().backward()
+    torch.testing.assert_close(an.grad.cpu(), a.grad)
+    torch.testing.assert_close(bn.grad.cpu(), b.grad)
+    assert all(g["compiled"] for g in _compiled_graphs())
+    assert not [w for w in recwarn if "op by op" in str(w.message)]
+
+
+def _rejecting(monkeypatch):
+    nc = toolchain.graph_compiler()
+    monkeypatch.setattr(type(nc), "compile", lambda self, ir: (-1, "", "", "", "injected rejection"))
+
+
+@pytest.mark.parametrize("fault", ["graph compiler", "serializer"])
+def test_rejected_graph_runs_op_by_op_with_one_warning(monkeypatch, fault):
+    if fault == "graph compiler":
+        _rejecting(monkeypatch)
+        reason = "injected rejection"
+    else:
+        def broken(*a, **k):
+            raise KeyError("injected serializer defect")
+        monkeypatch.setattr(serialize, "serialize", broken)
+        reason = "injected serializer defect"
+    x = torch.randn(6, 5, requires_grad=True)
+    xn = x.detach().to("neuron").requires_grad_()
+
+    def f(x):
+        return (x.sin() * 3).softmax(-1).sum(0)
+
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        cf = torch.compile(f, backend="neuron")
+        out = cf(xn)
+        out.sum().backward()
+        out2 = cf(xn)
+    ours = [w for w in ws if "torchneuron" in str(w.message) and "op by op" in str(w.message)]
+    assert len(ours) == 2, [str(w.message) for w in ws]  # one per graph (forward, backward), not per call
+    assert all(reason in str(w.message) for w in ours)
+    f(x).sum().backward()
+    torch.testing.assert_close(out.cpu(), f(x))
+    torch.testing.assert_close(out2.cpu(), f(x))
+    torch.testing.assert_close(xn.grad.cpu(), x.grad)

@@ -24,32 +24,52 @@ def decompositions():
     return {op: fn for op, fn in table.items() if op.name().split("::")[1].split(".")[0] not in keep}
 
 
+def _eager_fallback(gm, name, reason):
+    """A graph the compiler cannot take runs op by op, with one warning naming the reason."""
+    warnings.warn(f"torchneuron: graph {name} runs op by op (not compiled): {reason}")
+    prog = runtime.EagerProgram(gm, name, reason)
+    programs.append(prog)
+    return prog
+
+
 def compile_graph(gm, example_inputs, kind="forward"):
-    """Compile one ATen FX graph into a callable taking the (boxed) list of its inputs."""
+    """Compile one ATen FX graph into a callable taking the (boxed) list of its inputs.  A graph the
+    serializer or the graph compiler cannot take (or a defect of either) runs op by op with one
+    warning instead of raising; only a failing C compiler (an environment problem, CompileError) and
+    a lock timeout raise."""
     name = f"{kind}{next(_counter)}"
     t0 = time.perf_counter()
     try:
         ser = serialize.serialize(gm, example_inputs)
     except serialize.Unsupported as e:
-        warnings.warn(f"torchneuron: graph {name} runs op by op (not compiled): {e}")
-        prog = runtime.EagerProgram(gm, name, str(e))
-        programs.append(prog)
-        return prog
+        return _eager_fallback(gm, name, str(e))
+    except Exception as e:  # a defect of the serializer: the graph still runs
+        log.warning("torchneuron: serializing %s failed", name, exc_info=True)
+        return _eager_fallback(gm, name, f"the serializer failed: {e.__class__.__name__}: {e}")
     nc = toolchain.graph_compiler()
     st, source, plan_text, fusion_log, err = nc.compile(ser.ir)
     if st != 0 and (ser.mutations or ser.scalars):
         log.info("torchneuron: %s: in-place input writes / launch-time scalars rejected (%s); eager instead",
                  name, err)
-        ser = serialize.serialize(gm, example_inputs, inplace=False, scalars=False)
+        try:
+            ser = serialize.serialize(gm, example_inputs, inplace=False, scalars=False)
+        except Exception as e:
+            return _eager_fallback(gm, name, f"the serializer failed: {e.__class__.__name__}: {e}")
         st, source, plan_text, fusion_log, err = nc.compile(ser.ir)
     if st != 0:
-        raise RuntimeError(f"neuron compile: the graph compiler rejected graph {name}: {err}")
-    plan = runtime.Plan(plan_text)
-    lib, key = None, None
-    if plan.segs:
-        key, lib = toolchain.load_program(source, {"graph.ir": ser.ir, "plan.txt": plan_text,
-                                                   "fusion.log": fusion_log})
-    prog = runtime.Program(ser, plan, lib, key, gm, name)
+        return _eager_fallback(gm, name, f"the graph compiler rejected it: {err}")
+    try:
+        plan = runtime.Plan(plan_text)
+        lib, key = None, None
+        if plan.segs:
+            key, lib = toolchain.load_program(source, {"graph.ir": ser.ir, "plan.txt": plan_text,
+                                                       "fusion.log": fusion_log})
+        prog = runtime.Program(ser, plan, lib, key, gm, name)
+    except (toolchain.CompileError, TimeoutError):
+        raise
+    except Exception as e:  # a plan or program the runtime cannot bind: run the graph op by op
+        log.warning("torchneuron: loading %s failed", name, exc_info=True)
+        return _eager_fallback(gm, name, f"the compiled program could not be set up: {e.__class__.__name__}: {e}")
     prog.aten_ops = sum(n for k, n in ser.kinds.items() if k != "V")
     prog.fusion_log = fusion_log
     prog.compile_seconds = time.perf_counter() - t0
