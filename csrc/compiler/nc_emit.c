@@ -481,8 +481,10 @@ static const char *acc_type(const nc_graph_t *g, const nc_node_t *m)
 	const nc_value_t *in = &g->v[m->ins[0].v];
 	if (!strcmp(m->op, "amax") || !strcmp(m->op, "amin"))
 		return reg_of(in->dtype);
+	/* sum/mean of floating values accumulate in double, as the eager kernels (csrc/kernels/reduce.c):
+	 * float lanes lose the low bits of long rows (a sum of 64M values near 1 was off by 2e-4) */
 	if (nc_dtype_is_float(m->cdtype))
-		return m->cdtype == NC_F64 ? "double" : "float";
+		return "double";
 	return "int64_t";
 }
 
@@ -504,8 +506,17 @@ static bool red_is_float_ext(const nc_graph_t *g, const nc_node_t *m)
 	return (!strcmp(m->op, "amax") || !strcmp(m->op, "amin")) && nc_dtype_is_float(g->v[m->ins[0].v].dtype);
 }
 
-/* accumulate input register of reduction m into acc (`acc` names the accumulator lvalue) */
-static int emit_acc_update(kc_t *k, const nc_node_t *m, const char *acc, const char *nanv, int indent)
+/* A column sum/mean of f32/bf16/f16 values adds blocks of NC_CBLK rows in float, then each block sum
+ * into its column's double accumulator: the scheme of the eager column sums (reduce.c), at float
+ * vector width. */
+static bool col_block(const nc_graph_t *g, const nc_node_t *m)
+{
+	return (!strcmp(m->op, "sum") || !strcmp(m->op, "mean")) && nc_dtype_is_float(m->cdtype) && m->cdtype != NC_F64;
+}
+
+/* accumulate input register of reduction m into acc (`acc` names the accumulator lvalue; block: a float
+ * block sum of a column reduction, see col_block) */
+static int emit_acc_update(kc_t *k, const nc_node_t *m, const char *acc, const char *nanv, bool block, int indent)
 {
 	const nc_value_t *in = &k->g->v[m->ins[0].v];
 	char x[NC_EXPR], reg[NC_EXPR];
@@ -520,7 +531,7 @@ static int emit_acc_update(kc_t *k, const nc_node_t *m, const char *acc, const c
 		if (st)
 			return st;
 	}
-	fmt(x, sizeof x, "((%s)%s)", acc_type(k->g, m), reg);
+	fmt(x, sizeof x, "((%s)%s)", block ? "float" : acc_type(k->g, m), reg);
 	if (!strcmp(m->op, "amax"))
 		sb_printf(k->s, "%*s%s = %s > %s ? %s : %s;\n", indent, "", acc, acc, x, acc, x);
 	else if (!strcmp(m->op, "amin"))
@@ -605,14 +616,15 @@ static int emit_full_body(kc_t *k, int pass, bool col, int indent)
 		const nc_node_t *m = &g->n[k->u->nodes[i]];
 		if (m->kind == 'R' && k->level[m->outs[0]] - 1 == pass) {
 			char acc[48], nanv[48];
+			bool block = col && col_block(g, m);
 			if (col) {
-				fmt(acc, sizeof acc, "acc%d[j - j0]", m->index);
+				fmt(acc, sizeof acc, "%s%d[j - j0]", block ? "blk" : "acc", m->index);
 				fmt(nanv, sizeof nanv, "nan%d[j - j0]", m->index);
 			} else {
 				fmt(acc, sizeof acc, "acc%d", m->index);
 				fmt(nanv, sizeof nanv, "nan%d", m->index);
 			}
-			int st = emit_acc_update(k, m, acc, nanv, indent);
+			int st = emit_acc_update(k, m, acc, nanv, block, indent);
 			if (st)
 				return st;
 		}
@@ -850,12 +862,23 @@ static int emit_col(kc_t *k)
 		sb_printf(s, "\t\tint nan%d[NC_CC];\n", m->index);
 		sb_printf(s, "\t\tfor (int64_t j = 0; j < CW; j++)\n\t\t\tacc%d[j] = %s, nan%d[j] = 0;\n", m->index,
 			  acc_init(g, m), m->index);
+		if (col_block(g, m))
+			sb_printf(s, "\t\tfloat blk%d[NC_CC];\n", m->index);
 	}
-	sb_printf(s, "\t\tfor (int64_t r = 0; r < R; r++) {\n\t\t\tconst int64_t rr = o * R + r;\n");
+	sb_printf(s, "\t\tfor (int64_t rb = 0; rb < R; rb += NC_CBLK) {\n");
+	for (int i = 0; i < k->u->nnodes; i++)
+		if (g->n[k->u->nodes[i]].kind == 'R' && col_block(g, &g->n[k->u->nodes[i]]))
+			sb_printf(s, "\t\tfor (int64_t j = 0; j < CW; j++)\n\t\t\tblk%d[j] = 0;\n", g->n[k->u->nodes[i]].index);
+	sb_printf(s, "\t\tfor (int64_t r = rb; r < nc_min(rb + NC_CBLK, R); r++) {\n\t\t\tconst int64_t rr = o * R + r;\n");
 	int st = emit_loop(k, 0, true, "\t\t\t#pragma omp simd\n\t\t\tfor (int64_t j = j0; j < j1; j++) {\n", 32);
 	if (st)
 		return st;
 	sb_printf(s, "\t\t\t}\n\t\t}\n");
+	for (int i = 0; i < k->u->nnodes; i++)
+		if (g->n[k->u->nodes[i]].kind == 'R' && col_block(g, &g->n[k->u->nodes[i]]))
+			sb_printf(s, "\t\t#pragma omp simd\n\t\tfor (int64_t j = 0; j < j1 - j0; j++)\n\t\t\tacc%d[j] += blk%d[j];\n",
+				  g->n[k->u->nodes[i]].index, g->n[k->u->nodes[i]].index);
+	sb_printf(s, "\t\t}\n");
 	sb_printf(s, "\t\tfor (int64_t j = j0; j < j1; j++) {\n");
 	for (int i = 0; i < k->u->nnodes; i++) {
 		const nc_node_t *m = &g->n[k->u->nodes[i]];

@@ -55,6 +55,7 @@ typedef struct {
 #define NC_EXPORT __attribute__((visibility("default")))
 #define NC_CHUNK 4096 /* elements per tile of a pointwise kernel */
 #define NC_CC 512     /* most columns per tile of a column reduction (accumulator arrays) */
+#define NC_CBLK 8     /* rows per float block sum of a column sum/mean (then added in double) */
 
 #include <time.h>
 static inline int64_t nc_now_ns(void)

@@ -147,3 +147,25 @@ def test_rejected_graph_runs_op_by_op_with_one_warning(monkeypatch, fault):
     torch.testing.assert_close(out.cpu(), f(x))
     torch.testing.assert_close(out2.cpu(), f(x))
     torch.testing.assert_close(xn.grad.cpu(), x.grad)
+
+
+# ---- 14: accumulation of generated reductions ---------------------------------------------------------------
+
+def test_large_sum_and_mean_accumulate_like_eager():
+    torch.manual_seed(0)
+    x = torch.rand(64 << 20) * 0.02 + 0.99          # 64M values near 1: float lanes lose the low bits
+    xn = x.to("neuron")
+    ref = x.double().sum()
+    eager = xn.sum().item()
+    comp = torch.compile(lambda x: x.sum(), backend="neuron")(xn).item()
+    ulp = torch.finfo(torch.float32).eps * ref.item()  # 8 here; float lanes were 32 off
+    assert abs(eager - ref) <= ulp
+    assert abs(comp - ref) <= ulp, (comp, eager, ref.item())
+    y, yn = x[: 32 << 20], xn[: 32 << 20]
+    mref = y.double().mean()
+    m = torch.compile(lambda x: x.view(2048, -1).mean(), backend="neuron")(yn).item()
+    assert abs(m - mref) < 2e-7, (m, mref.item(), yn.mean().item())
+    # column sums over many rows (a bias gradient of a long batch)
+    z, zn = y.view(1 << 21, 16), yn.view(1 << 21, 16)
+    col = torch.compile(lambda x: x.sum(0), backend="neuron")(zn).cpu().double()
+    torch.testing.assert_close(col, z.double().sum(0), rtol=1e-6, atol=0)
