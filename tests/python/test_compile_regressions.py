@@ -169,3 +169,112 @@ def test_large_sum_and_mean_accumulate_like_eager():
     z, zn = y.view(1 << 21, 16), yn.view(1 << 21, 16)
     col = torch.compile(lambda x: x.sum(0), backend="neuron")(zn).cpu().double()
     torch.testing.assert_close(col, z.double().sum(0), rtol=1e-6, atol=0)
+
+
+# ---- 14, 11: the program cache --------------------------------------------------------------------------
+
+def _entries(cache):
+    return sorted(Path(cache, "programs").glob("*/*/entry.json"))
+
+
+def _fresh():
+    toolchain._loaded.clear()
+    torch._dynamo.reset()
+
+
+def _f(x):
+    return (x * 5 - 2).tanh()
+
+
+def test_entry_recording_another_key_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEURON_CACHE_DIR", str(tmp_path))
+    x = torch.randn(5, 6)
+    torch.compile(_f, backend="neuron")(x.to("neuron"))
+    (entry,) = _entries(tmp_path)
+    # another program's files (its own consistent entry) moved under this key's directory
+    other = tmp_path / "other"
+    _fresh()
+    monkeypatch.setenv("NEURON_CACHE_DIR", str(other))
+    torch.compile(lambda x: x.exp(), backend="neuron")(x.to("neuron"))
+    (oentry,) = _entries(other)
+    for n in ("program.so", "entry.json"):
+        os.replace(oentry.parent / n, entry.parent / n)
+    assert json.loads(entry.read_text())["key"] != entry.parent.name
+    monkeypatch.setenv("NEURON_CACHE_DIR", str(tmp_path))
+    _fresh()
+    before = toolchain.stats.rebuilt_corrupt
+    with pytest.warns(UserWarning, match="another key"):
+        out = torch.compile(_f, backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), _f(x))
+    assert toolchain.stats.rebuilt_corrupt == before + 1
+    assert json.loads(entry.read_text())["key"] == entry.parent.name and toolchain._valid(str(entry.parent))
+
+
+def test_truncated_so_with_consistent_entry_is_rebuilt_not_loaded(tmp_path):
+    # the .so truncated and entry.json rewritten to match it: the hash passes, dlopen would SIGBUS
+    cache = tmp_path / "cache"
+    build = f"""
+import json, hashlib, os, torch
+from pathlib import Path
+torch.compile(lambda x: (x * 5 - 2).tanh(), backend="neuron")(torch.randn(5, 6, device="neuron"))
+(entry,) = Path({str(cache)!r}).glob("programs/*/*/entry.json")
+so = entry.parent / "program.so"
+data = so.read_bytes()[: os.path.getsize(so) * 3 // 4]
+(entry.parent / "t.so").write_bytes(data)
+os.replace(entry.parent / "t.so", so)
+m = json.loads(entry.read_text())
+m.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+entry.write_text(json.dumps(m))
+print("truncated")
+"""
+    p = run_python(build, env={"NEURON_CACHE_DIR": str(cache)}, timeout=180)
+    assert p.returncode == 0 and "truncated" in p.stdout, p.report
+    use = """
+import warnings, torch
+from torchneuron.compile import toolchain
+x = torch.randn(5, 6)
+with warnings.catch_warnings(record=True) as ws:
+    warnings.simplefilter("always")
+    out = torch.compile(lambda x: (x * 5 - 2).tanh(), backend="neuron")(x.to("neuron"))
+torch.testing.assert_close(out.cpu(), (x * 5 - 2).tanh())
+assert toolchain.stats.rebuilt_corrupt == 1, toolchain.stats.rebuilt_corrupt
+print("ok", [str(w.message) for w in ws if "corrupted" in str(w.message)])
+"""
+    p = run_python(use, env={"NEURON_CACHE_DIR": str(cache)}, timeout=180)
+    assert p.returncode == 0 and "not a complete shared object" in p.stdout, p.report
+
+
+# ---- 14: out of memory inside a compiled function --------------------------------------------------------
+
+def test_intermediate_out_of_memory_raises_and_device_stays_usable(tmp_path):
+    code = """
+import torch
+from torchneuron.compile import toolchain
+
+def f(a, b):
+    h = (a @ b).relu()                        # intermediates in the program's workspace
+    return (torch.cat([h, h, h, h], 1) @ torch.cat([b, b, b, b], 0)).sum(1)
+
+def run(cf, n):
+    a, b = torch.randn(n, 512), torch.randn(512, 512)
+    out = cf(a.to("neuron"), b.to("neuron"))
+    torch.testing.assert_close(out.cpu(), f(a, b), rtol=1e-4, atol=1e-2)
+
+for mode in ("compiled", "op by op"):
+    if mode == "op by op":   # the graph compiler rejects the graph: EagerProgram
+        nc = toolchain.graph_compiler()
+        type(nc).compile = lambda self, ir: (-1, "", "", "", "injected")
+        torch._dynamo.reset()
+    cf = torch.compile(f, backend="neuron", dynamic=False)
+    try:
+        run(cf, 8192)                          # 16 MiB inputs, 32+ MiB intermediates: over the limit
+        print(mode, "no error")
+    except torch.OutOfMemoryError:
+        print(mode, "OOM")
+    torch._dynamo.reset()
+    run(torch.compile(f, backend="neuron", dynamic=False), 256)   # the device still works
+    print(mode, "recovered")
+"""
+    p = run_python(code, env={"NEURON_CACHE_DIR": str(tmp_path), "NEURON_RT_MEMORY_LIMIT": "48MiB"}, timeout=300)
+    assert p.returncode == 0, p.report
+    assert p.stdout.split("\n")[:4] == ["compiled OOM", "compiled recovered", "op by op OOM", "op by op recovered"], p.report

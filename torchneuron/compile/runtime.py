@@ -354,6 +354,8 @@ class EagerProgram:
                             u = torch.empty_strided(size, want, dtype=r.dtype, device=r.device)
                             u.copy_(r)
                             r = u
+                    except torch.OutOfMemoryError:
+                        raise  # never hand on a result that could not be laid out
                     except (TypeError, ValueError, RuntimeError):
                         pass
                 return r

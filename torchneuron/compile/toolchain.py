@@ -5,9 +5,12 @@ Cache layout under NEURON_CACHE_DIR (default ~/.cache/torchneuron):
 
     lib/libnc-<hash>.so                     the graph compiler, keyed by its sources and the compiler
     programs/<k[:2]>/<key>/program.so       a compiled program
-    programs/<k[:2]>/<key>/entry.json       sha256 and size of program.so: written last, so an entry
-                                            without it (a killed compile) or with a mismatching .so
-                                            (a truncated or corrupted file) is a miss and is rebuilt
+    programs/<k[:2]>/<key>/entry.json       the key, sha256 and size of program.so: written last.  An
+                                            entry without it (a killed compile), recording another key
+                                            (another program's files), with a mismatching .so (corrupted)
+                                            or with a .so shorter than its ELF headers say (truncated, even
+                                            if entry.json was rewritten to match) is a miss: rebuilt.
+                                            All of it is checked before dlopen maps the file.
     programs/<k[:2]>/<key>/program.c, graph.ir, plan.txt, fusion.log, cc.log
                                             kept with NEURON_COMPILE_DEBUG=1 (program.c always when
                                             the C compiler fails)
@@ -28,6 +31,7 @@ import os
 import re
 import shlex
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -314,17 +318,60 @@ def _entry_dir(key):
     return os.path.join(cache_dir(), "programs", key[:2], key)
 
 
-def _valid(d):
-    """True if the entry in d is complete and its program.so matches the recorded hash."""
-    so, meta = os.path.join(d, "program.so"), os.path.join(d, "entry.json")
-    if not os.path.exists(meta):
+def _elf_complete(path, size):
+    """True if the ELF file at path holds every byte its headers point at (program headers, loadable
+    segments, section headers).  A truncated shared object passes a hash recorded after the truncation
+    but would fault (SIGBUS) when dlopen maps the missing pages; this check runs before every load."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return False  # a 64-bit little-endian ELF is what cc builds here
+            phoff, shoff = struct.unpack_from("<QQ", head, 32)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
+            if phnum == 0 or phentsize < 56 or phoff + phnum * phentsize > size:
+                return False
+            if shnum and (shentsize < 64 or shoff + shnum * shentsize > size):
+                return False
+            f.seek(phoff)
+            ph = f.read(phnum * phentsize)
+            if len(ph) != phnum * phentsize:
+                return False
+            for i in range(phnum):
+                p_type, _flags, p_offset, _va, _pa, p_filesz = struct.unpack_from("<IIQQQQ", ph, i * phentsize)
+                if p_type == 1 and p_offset + p_filesz > size:  # PT_LOAD past the end of the file
+                    return False
+        return True
+    except (OSError, struct.error):
         return False
+
+
+def _valid(d, key=None):
+    """True if the entry in d can be loaded (see _entry_problem)."""
+    return _entry_problem(d, key) is None
+
+
+def _entry_problem(d, key=None):
+    """Why the entry in d cannot be loaded, or None if it is complete: entry.json names this key (the
+    directory's name: not another program's files), program.so has the recorded size and sha256, and
+    it is a complete ELF file (checked before dlopen maps it)."""
+    so, meta = os.path.join(d, "program.so"), os.path.join(d, "entry.json")
+    key = os.path.basename(os.path.normpath(d)) if key is None else key
     try:
         with open(meta) as f:
             m = json.load(f)
-        return os.path.getsize(so) == m["size"] and _sha256_file(so) == m["sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+        if not isinstance(m, dict) or m.get("key") != key:
+            return "entry.json records another key"
+        size = os.path.getsize(so)
+        if size != m["size"] or _sha256_file(so) != m["sha256"]:
+            return "program.so does not match entry.json"
+        if not _elf_complete(so, size):
+            return "program.so is not a complete shared object"
+        return None
+    except FileNotFoundError:
+        return "incomplete entry"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"unreadable entry ({e.__class__.__name__})"
 
 
 def _corrupt(key, d, why):
@@ -376,8 +423,9 @@ def load_program(source, debug_files=None):
 
 
 def _try_load(key, d, so):
-    if not _valid(d):
-        _corrupt(key, d, "program.so does not match entry.json")
+    why = _entry_problem(d, key)
+    if why is not None:
+        _corrupt(key, d, why)
         return None
     try:
         return ctypes.CDLL(so)
