@@ -1,4 +1,5 @@
 """torch.neuron: the device module, with the names and meaning of torch.cuda's."""
+import atexit
 import collections
 import contextlib
 import os
@@ -51,6 +52,34 @@ def _after_fork_in_child():
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _autograd_device_threads() -> bool:
+    """True if the autograd engine has started its per-device worker threads (named pt_autograd_<d>)."""
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().startswith("pt_autograd_"):
+                    return True
+    except OSError:
+        return True  # cannot tell: drain anyway
+    return False
+
+
+def _drain_autograd_at_exit():
+    """atexit (runs before the interpreter finalizes): make each autograd device worker drop the last
+    GraphTask it ran, and the Python objects that task holds, while the GIL can still be taken.  Without
+    it a worker preempted after a backward drops them during finalization and the process aborts
+    (issue 16, 4; the reasoning is at py_autograd_drain in csrc/torch/python.cpp)."""
+    if _in_bad_fork or _C._device_count() == 0 or not _autograd_device_threads():
+        return
+    try:
+        _C._autograd_drain()
+    except Exception:
+        pass  # never turn a clean exit into a traceback
+
+
+atexit.register(_drain_autograd_at_exit)
 
 
 def _index(device=None) -> int:

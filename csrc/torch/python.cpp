@@ -5,7 +5,11 @@
 #include "neuron.h"
 
 #include <ATen/core/Generator.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/python_numbers.h>
 
@@ -92,6 +96,41 @@ static PyObject *py_synchronize(PyObject *, PyObject *arg)
 	END_HANDLE_TH_ERRORS
 }
 
+// Interpreter shutdown vs the autograd engine's device threads (issue 16, 4).  A backward on neuron runs
+// on the engine's worker thread for the device (pt_autograd_<d>), which drops its reference to the
+// GraphTask only after it has woken the caller.  The GraphTask's captured thread-local state holds the
+// contextvars.Context that torch.autograd stashes for every backward (torch._C._stash_obj_in_tls); the
+// caller erases its own reference when backward returns, so when the worker is preempted past that
+// point it holds the last one.  If the interpreter is finalizing by the time it drops it, the
+// SafePyObject's decref takes the GIL, CPython's take_gil() calls pthread_exit() on the non-main
+// thread, and the forced unwind through the noexcept destructor ends in std::terminate ("terminate
+// called without an active exception", SIGABRT).  The CPU never aborts because its backward runs on
+// the calling thread.  Called from an atexit handler (before finalization), with the GIL released, this
+// runs one C++-only backward through each device's worker: the worker takes a new task only after
+// dropping the previous GraphTask, so every Python object it held is released while the GIL can still
+// be taken, and the drain's own GraphTask holds no Python object (its tensors have no PyObject, and the
+// caller's thread-local Python objects were erased).
+static PyObject *py_autograd_drain(PyObject *, PyObject *)
+{
+	HANDLE_TH_ERRORS
+	int n = nrt_device_count();
+	std::string err;
+	Py_BEGIN_ALLOW_THREADS
+	try {
+		at::AutoGradMode grad(true);
+		for (int d = 0; d < n; d++) {
+			auto x = at::zeros({1}, at::TensorOptions().device(kDev, (c10::DeviceIndex)d)).requires_grad_(true);
+			torch::autograd::backward({x.sum()});
+		}
+	} catch (const std::exception &e) {
+		err = e.what();
+	}
+	Py_END_ALLOW_THREADS
+	TORCH_CHECK(err.empty(), "neuron: draining the autograd device threads: ", err);
+	Py_RETURN_NONE;
+	END_HANDLE_TH_ERRORS
+}
+
 static PyObject *py_executed_ops(PyObject *, PyObject *) { return to_pyset(executed_ops()); }
 static PyObject *py_fallback_ops(PyObject *, PyObject *) { return to_pyset(fallback_ops()); }
 static PyObject *py_clear_op_tracking(PyObject *, PyObject *)
@@ -148,6 +187,7 @@ static PyMethodDef methods[] = {
 	{"_memory_limit", py_memory_limit, METH_O, "Arena limit of a device in bytes."},
 	{"_default_generator", py_default_generator, METH_O, "The default generator of a device."},
 	{"_synchronize", py_synchronize, METH_O, "Wait for every queue of a device (-1: current); raises kernel errors."},
+	{"_autograd_drain", py_autograd_drain, METH_NOARGS, "Run one backward through each device's autograd worker (exit)."},
 	{"_executed_ops", py_executed_ops, METH_NOARGS, "ATen ops run on neuron since the last clear."},
 	{"_fallback_ops", py_fallback_ops, METH_NOARGS, "ATen ops that ran through the CPU fallback."},
 	{"_clear_op_tracking", py_clear_op_tracking, METH_NOARGS, "Reset op tracking."},
