@@ -8,7 +8,9 @@
  * a lower-bound search.  A block taken from a larger free block is split (remainder >= 512 bytes in the
  * small pool, > 1 MiB in the large pool); a freed block merges with free neighbours of its segment.
  * A segment goes back to the OS only when it is one free block again (empty_cache, or before the OOM
- * retry).
+ * retry), and only once its queue has run every record submitted before the segment's last free: a
+ * tensor freed while its kernels are still queued is reusable at once by later work on its queue (which
+ * runs after them) but its memory stays the arena's until those kernels are done.
  *
  * Queue ownership: a block belongs to the queue it was allocated on and only that queue's allocations
  * reuse it, at once after nrt_free (the queue is in order).  nrt_record_queue(ptr, q2) adds q2 to the
@@ -388,18 +390,45 @@ static void collect_unsplit(struct nrt_block *x, struct nrt_block **list)
 	}
 }
 
-static void release_cached_locked(struct nrt_alloc *a)
+/* Returns the cached segments of a (free blocks that are whole segments) to the arena.  A segment goes
+ * back only once its queue has run every record submitted before its last free: a kernel still queued
+ * behind a freed tensor (the randn that filled it, an op that reads it) would otherwise touch memory the
+ * arena no longer owns.  With wait, the lock is dropped to wait for those queues (never for the queue
+ * whose kernel is calling, which cannot advance meanwhile) and the pools are scanned again; without it,
+ * segments still in use stay cached.  Returns the number of segments released. */
+static int release_cached_locked(struct nrt_alloc *a, bool wait)
 {
-	struct nrt_block *list = NULL, *b;
+	int released = 0;
 
-	collect_unsplit(a->small.root, &list);
-	collect_unsplit(a->large.root, &list);
-	while ((b = list)) {
-		list = b->hnext;
-		b->hnext = NULL;
-		pool_remove(a, b);
-		segment_free(a, b);
+	for (int pass = 0; pass < 64; pass++) {
+		struct nrt_block *list = NULL, *b, *wq_blk = NULL;
+		struct nrt_queue *wq = NULL;
+		uint64_t wseq = 0;
+
+		collect_unsplit(a->small.root, &list);
+		collect_unsplit(a->large.root, &list);
+		while ((b = list)) {
+			list = b->hnext;
+			b->hnext = NULL;
+			if (b->q && !nrt_queue_reached(b->q, b->free_seq)) {
+				if (b->q != nrt_current_queue() && (!wq_blk || b->free_seq > wseq)) {
+					wq_blk = b;
+					wq = b->q;
+					wseq = b->free_seq;
+				}
+				continue;
+			}
+			pool_remove(a, b);
+			segment_free(a, b);
+			released++;
+		}
+		if (!wait || !wq)
+			break;
+		pthread_mutex_unlock(&a->lock);
+		nrt_queue_wait_seq(wq, wseq);
+		pthread_mutex_lock(&a->lock);
 	}
+	return released;
 }
 
 /* ---- freeing -------------------------------------------------------------------------------------- */
@@ -414,6 +443,8 @@ static void free_block(struct nrt_alloc *a, struct nrt_block *b)
 	b->nuses = 0;
 	if ((n = b->prev) && n->in_pool) {
 		pool_remove(a, n);
+		if (n->free_seq > b->free_seq)
+			b->free_seq = n->free_seq;
 		b->ptr = n->ptr;
 		b->size += n->size;
 		b->prev = n->prev;
@@ -423,6 +454,8 @@ static void free_block(struct nrt_alloc *a, struct nrt_block *b)
 	}
 	if ((n = b->next) && n->in_pool) {
 		pool_remove(a, n);
+		if (n->free_seq > b->free_seq)
+			b->free_seq = n->free_seq;
 		b->size += n->size;
 		b->next = n->next;
 		if (b->next)
@@ -577,7 +610,7 @@ static int get_block(struct nrt_alloc *a, int dev, int qid, size_t size, size_t 
 			/* free every cached segment of this device and try once more */
 			a->st.num_alloc_retries++;
 			drain_pending_locked(a);
-			release_cached_locked(a);
+			release_cached_locked(a, true);
 			if ((b = treap_best_fit(t->root, qid, size))) { /* freed while the lock was dropped */
 				pool_remove(a, b);
 				*out = b;
@@ -630,11 +663,14 @@ int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr)
 	rc = get_block(a, q->dev, q->id, size, nbytes, &b);
 	if (rc)
 		goto put_rest;
+	b->q = q;
 	if (should_split(b, size)) {
 		rest->ptr = b->ptr + size;
 		rest->size = b->size - size;
 		rest->dev = b->dev;
 		rest->qid = b->qid;
+		rest->q = b->q;
+		rest->free_seq = b->free_seq;
 		rest->small = b->small;
 		rest->prio = (uint32_t)((((uintptr_t)rest->ptr >> 9) * UINT64_C(0x9E3779B97F4A7C15)) >> 32);
 		rest->prev = b;
@@ -705,6 +741,7 @@ int nrt_free(void *ptr)
 	stat_sub(&a->st.allocated_bytes, (int64_t)b->size);
 	stat_sub(&a->st.requested_bytes, (int64_t)b->requested);
 	b->requested = 0;
+	b->free_seq = nrt_queue_submitted(b->q); /* work queued so far on the owner may still use it */
 	for (int i = 0; i < b->nuses; i++)
 		b->uses[i].seq = nrt_queue_submitted(b->uses[i].q); /* an event on each user queue */
 	if (uses_done(b, &q, &seq)) {
@@ -828,7 +865,7 @@ int nrt_empty_cache(int dev)
 		return NRT_ERR_INVALID;
 	pthread_mutex_lock(&a->lock);
 	process_pending_locked(a);
-	release_cached_locked(a);
+	release_cached_locked(a, true);
 	spare_release(a);
 	pthread_mutex_unlock(&a->lock);
 	return NRT_OK;

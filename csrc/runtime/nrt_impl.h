@@ -151,6 +151,9 @@ struct nrt_block {
 	size_t requested;      /* caller's size while allocated */
 	int dev;
 	int qid;               /* owning queue */
+	struct nrt_queue *q;   /* the owning queue (structs are never freed) */
+	uint64_t free_seq;     /* free: q's submitted count when last freed; the memory may go back to the
+				  arena only once q's head has reached it (queued kernels may still use it) */
 	bool small;            /* pool */
 	bool allocated;        /* handed out (or pending free) */
 	bool in_pool;

@@ -590,6 +590,98 @@ static void test_huge_page_segments(void)
 	check_no_live("huge pages");
 }
 
+/* ---- segments stay until their queued kernels are done (issue 16, 11) ------------------------------ */
+/* A kernel that waits for its gate and then writes its whole block: the randn behind a freed tensor. */
+struct late_write {
+	atomic_int *gate;
+	atomic_int *done;
+	char *p;
+	size_t n;
+};
+
+static int k_late_write(void *p)
+{
+	struct late_write *a = p;
+	struct timespec ts = { 0, 200000 };
+
+	while (!atomic_load(a->gate))
+		nanosleep(&ts, NULL);
+	memset(a->p, 0x5a, a->n);
+	atomic_store(a->done, 1);
+	return 0;
+}
+
+static void *open_gate_later(void *p)
+{
+	struct timespec ts = { 0, 30 * 1000 * 1000 };
+
+	nanosleep(&ts, NULL);
+	atomic_store((atomic_int *)p, 1);
+	return NULL;
+}
+
+/* x = randn(20 << 20); del x; empty_cache(): the segment must not go back while the kernel writing it is
+ * queued (under ASan the write would be a heap-use-after-free; here empty_cache also must have waited). */
+static void test_empty_cache_waits_for_queued_kernels(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	atomic_int gate = 0, done = 0;
+	struct late_write a = { &gate, &done, NULL, 80 * MiB };
+	pthread_t t;
+
+	nrt_empty_cache(0);
+	CHECK(nrt_malloc(q, a.n, (void **)&a.p) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_late_write, &a, sizeof a, "test::late_write") == NRT_OK, "launch");
+	CHECK(nrt_free(a.p) == NRT_OK, "free");
+	CHECK(pthread_create(&t, NULL, open_gate_later, &gate) == 0, "thread");
+	CHECK(nrt_empty_cache(0) == NRT_OK, "%s", nrt_last_error());
+	CHECK(atomic_load(&done) == 1, "empty_cache returned the segment while its kernel was still queued");
+	CHECK(stats().reserved_bytes.current == 0, "segment released after the kernel: %lld reserved",
+	      (long long)stats().reserved_bytes.current);
+	pthread_join(t, NULL);
+
+	/* a freed input: the kernel reads (here: writes) a block whose tensor is gone, empty_cache from
+	 * another queue's point of view changes nothing */
+	gate = 0;
+	done = 0;
+	CHECK(nrt_malloc(q, 3 * MiB, (void **)&a.p) == NRT_OK, "%s", nrt_last_error());
+	a.n = 3 * MiB;
+	CHECK(nrt_queue_launch(q, k_late_write, &a, sizeof a, "test::late_write") == NRT_OK, "launch");
+	CHECK(nrt_free(a.p) == NRT_OK, "free");
+	CHECK(pthread_create(&t, NULL, open_gate_later, &gate) == 0, "thread");
+	CHECK(nrt_empty_cache(0) == NRT_OK, "%s", nrt_last_error());
+	CHECK(atomic_load(&done) == 1, "empty_cache released a small segment under a queued kernel");
+	pthread_join(t, NULL);
+	CHECK(nrt_device_synchronize(0) == NRT_OK, "sync");
+	check_no_live("empty_cache waits");
+}
+
+/* The OOM retry releases cached segments too: it must wait for their kernels the same way. */
+static void test_oom_retry_waits_for_queued_kernels(void)
+{
+	nrt_queue_t *q;
+	atomic_int gate = 0, done = 0;
+	struct late_write a = { &gate, &done, NULL, 40 * MiB };
+	void *b = NULL;
+	pthread_t t;
+
+	if (set_limit("64MiB"))
+		return;
+	q = nrt_queue_default(0);
+	CHECK(nrt_malloc(q, a.n, (void **)&a.p) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_late_write, &a, sizeof a, "test::late_write") == NRT_OK, "launch");
+	CHECK(nrt_free(a.p) == NRT_OK, "free");
+	CHECK(pthread_create(&t, NULL, open_gate_later, &gate) == 0, "thread");
+	/* 50 MiB fits only once the cached 40 MiB segment is gone */
+	CHECK(nrt_malloc(q, 50 * MiB, &b) == NRT_OK, "%s", nrt_last_error());
+	CHECK(atomic_load(&done) == 1, "the OOM retry released a segment while its kernel was still queued");
+	CHECK(nrt_free(b) == NRT_OK, "free");
+	pthread_join(t, NULL);
+	CHECK(nrt_device_synchronize(0) == NRT_OK, "sync");
+	check_no_live("oom retry waits");
+	set_limit("1GiB");
+}
+
 int main(void)
 {
 	unsetenv("NEURON_RT_VISIBLE_CORES");
@@ -605,6 +697,8 @@ int main(void)
 	RUN(test_record_queue);
 	RUN(test_oom);
 	RUN(test_oom_waits_for_pending);
+	RUN(test_empty_cache_waits_for_queued_kernels);
+	RUN(test_oom_retry_waits_for_queued_kernels);
 	RUN(test_devices);
 	RUN(test_fault_injection);
 	RUN(test_fuzz);
