@@ -9,15 +9,16 @@ BUILD     := build
 SAN_BUILD := build-san
 
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -fPIC -pthread -Wall -Wextra -Wno-unused-parameter \
-                 -Wno-missing-field-initializers -Icsrc/runtime -Icsrc/kernels
+                 -Wno-missing-field-initializers -Icsrc/runtime -Icsrc/kernels -Icsrc/ccl
 WERROR    ?= -Werror
 CFLAGS    ?= -O2 -g
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c
 
 RT_SRC  := $(wildcard csrc/runtime/*.c)
 NK_SRC  := $(wildcard csrc/kernels/*.c)
-C_SRC   := $(RT_SRC) $(NK_SRC)
-C_HDR   := $(wildcard csrc/runtime/*.h csrc/kernels/*.h)
+CCL_SRC := $(wildcard csrc/ccl/*.c)
+C_SRC   := $(RT_SRC) $(NK_SRC) $(CCL_SRC)
+C_HDR   := $(wildcard csrc/runtime/*.h csrc/kernels/*.h csrc/ccl/*.h)
 CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC))

@@ -20,7 +20,7 @@ class Build(BuildExtension):
 ext = CppExtension(
     name="torchneuron._C",
     sources=sorted(glob.glob("csrc/torch/*.cpp")),
-    include_dirs=[os.path.join(ROOT, "csrc/runtime"), os.path.join(ROOT, "csrc/kernels")],
+    include_dirs=[os.path.join(ROOT, "csrc/runtime"), os.path.join(ROOT, "csrc/kernels"), os.path.join(ROOT, "csrc/ccl")],
     extra_objects=[os.path.join(ROOT, "build/libneuron.a")],
     extra_compile_args=["-O2", "-Wall", "-Wno-unused-parameter", "-Wno-sign-compare"],
     libraries=["m"],

@@ -34,6 +34,8 @@ def _register():
     global _registered
     import torch
 
+    from . import distributed as _dist
+    _dist.apply_launch_env()  # torchrun defaults, before the runtime reads NEURON_NUM_THREADS and the cores
     from . import _C  # noqa: F401  (loads the C runtime, kernels and the op registrations)
     from . import device as _device
 
@@ -43,6 +45,10 @@ def _register():
         torch._register_device_module("neuron", _device)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     _registered = True
+    try:  # c10d backend "neuron" (torch.distributed); never fails the device
+        _dist.register()
+    except Exception as e:
+        warnings.warn(f"torchneuron: the c10d backend 'neuron' is not available: {e}")
     try:  # torch.compile backend "neuron" (registers when torch._dynamo is imported); never fails the device
         from .compile import register as _reg_compile; _reg_compile()  # noqa: E702
     except Exception:

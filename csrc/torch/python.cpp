@@ -201,7 +201,17 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "torchneuron._C", nullptr, -1, methods};
 
+namespace neuron {
+bool add_distributed(PyObject *m); // distributed.cpp: the c10d backend's entry point
+} // namespace neuron
+
 PyMODINIT_FUNC PyInit__C(void)
 {
-	return PyModule_Create(&module);
+	PyObject *m = PyModule_Create(&module);
+
+	if (m && !neuron::add_distributed(m)) {
+		Py_DECREF(m);
+		return nullptr;
+	}
+	return m;
 }

@@ -1,0 +1,139 @@
+/* ncl_impl.h - layout of a communicator's shared segment and its process-local state.  Only csrc/ccl
+ * includes this.
+ *
+ * Segment: [ncl_hdr][nranks x ncl_rank_ctl][nranks^2 x ncl_p2p_ctl][nranks x 2 collective halves]
+ * [nranks^2 x 2 p2p halves].  Each half is a 64-byte descriptor followed by chunk (or p2p_chunk) bytes.
+ *
+ * Collective rounds: rank r's k-th round (k = 1, 2, ...) uses its half k % 2.  Before writing it, r
+ * waits until every rank has consumed round k - 2 (the last user of that half); it writes the
+ * descriptor and its data, publishes posted = k and waits until every rank has posted k, checks their
+ * descriptors against its own, reads what it needs from their halves and publishes consumed = k.
+ * Point to point: the channel src->dst carries chunks numbered 1, 2, ... in halves n % 2 the same way
+ * (sent / acked).  Every counter is a 32-bit word compared modulo 2^32.  A rank bumps its `bell` after
+ * each publication and wakes the futex waiters counted in `waiters`; waiters sleep on the bell of the
+ * rank they wait for, in slices, checking between slices whether that rank died (its robust `life`
+ * mutex), departed or failed, and the deadline.
+ */
+#ifndef NCL_IMPL_H
+#define NCL_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "ncl.h"
+
+#define NCL_MAGIC 0x4e434c31u /* "NCL1" */
+#define NCL_DESC_BYTES 64
+#define NCL_ERRMSG 512
+#define NCL_NAME_MAX 200
+#define NCL_MAX_RANKS 64
+
+struct ncl_hdr {
+	atomic_uint magic; /* written last by the creator */
+	uint32_t nranks;
+	uint64_t chunk, p2p_chunk, size;
+	_Alignas(64) atomic_uint attached; /* futex word: ranks attached and alive-marked */
+	atomic_uint attach_waiters;
+};
+
+struct ncl_rank_ctl {
+	_Alignas(64) atomic_uint bell; /* futex word, bumped after every publication */
+	atomic_uint waiters;
+	atomic_uint posted, consumed;
+	atomic_int live;     /* life mutex held */
+	atomic_int departed; /* ncl_comm_destroy ran */
+	atomic_int failed;   /* NCL_ERR_* of the rank's failed call, 0 if none */
+	int32_t pid;
+	atomic_uint_fast64_t cur_seq; /* collective the rank is in (or last entered) */
+	atomic_int cur_kind;
+	char errmsg[NCL_ERRMSG]; /* written before failed is set */
+	pthread_mutex_t life;    /* robust, process-shared: locked by the rank's life thread */
+};
+
+struct ncl_p2p_ctl {
+	_Alignas(64) atomic_uint sent; /* chunks the sender published */
+	atomic_uint acked;             /* chunks the receiver consumed */
+};
+
+/* The descriptor at the head of each half. */
+struct ncl_desc {
+	uint64_t seq;   /* collective sequence number, or p2p message number */
+	uint64_t count; /* elements of the whole call (0 where counts may differ) */
+	uint64_t aux;   /* per kind: all_to_all the largest block count; p2p the chunk's element offset */
+	uint32_t round;
+	int32_t root;   /* root rank, or p2p tag */
+	uint16_t kind;
+	uint8_t dtype, redop;
+};
+
+enum ncl_kind {
+	NCL_K_NONE, NCL_K_ALL_REDUCE, NCL_K_REDUCE, NCL_K_BROADCAST, NCL_K_ALL_GATHER, NCL_K_GATHER,
+	NCL_K_REDUCE_SCATTER, NCL_K_SCATTER, NCL_K_ALL_TO_ALL, NCL_K_BARRIER, NCL_K_SEND, NCL_K_RECV,
+	NCL_K_COUNT
+};
+
+struct ncl_comm {
+	char name[NCL_NAME_MAX];
+	int rank, nranks;
+	bool linked; /* rank 0: the name still exists */
+	void *base;
+	size_t size, chunk, p2p_chunk;
+	struct ncl_hdr *hdr;
+	struct ncl_rank_ctl *ctl;
+	struct ncl_p2p_ctl *p2p;
+	unsigned char *halves, *p2p_halves;
+
+	uint32_t step;              /* rounds this rank posted */
+	uint32_t *p2p_sent_n;       /* per peer: chunks sent to it */
+	uint32_t *p2p_recv_n;       /* per peer: chunks received from it */
+	uint64_t *p2p_msg_sent;     /* per peer: messages sent (for the descriptor) */
+	uint64_t *p2p_msg_recv;
+	pthread_mutex_t *p2p_send_lock, *p2p_recv_lock; /* per peer: one message at a time */
+	bool *dead;                 /* per peer: seen dead (we then hold its life mutex) */
+
+	/* sequence tickets: collectives run in ticket order within the process */
+	atomic_uint_fast64_t next_seq; /* last ticket taken */
+	atomic_uint_fast64_t done_seq; /* last ticket that ran (or failed) */
+	pthread_mutex_t seq_lock;      /* done_cv */
+	pthread_cond_t seq_cv;
+	pthread_mutex_t call_lock;     /* one collective at a time (the ticket holder) */
+
+	atomic_int aborted;
+	atomic_int broken; /* first error status, 0 if none */
+	char broken_msg[768];
+	pthread_mutex_t broken_lock;
+
+	pthread_t life_thread;
+	pthread_mutex_t life_lock;
+	pthread_cond_t life_cv;
+	int life_state; /* 0 not started, 1 holding, 2 stop requested, 3 stopped, -1 failed */
+};
+
+/* comm.c */
+int ncl_set_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int64_t ncl_now_ms(void);
+const char *ncl_kind_name(int kind);
+/* Waits until *word - target >= 0 (mod 2^32), where word belongs to rank peer; fails on peer death,
+ * departure or failure, abort, or deadline (ms since ncl_now_ms's epoch).  what names the wait. */
+int ncl_wait_word(struct ncl_comm *c, int peer, const atomic_uint *word, uint32_t target, int64_t deadline,
+		  int kind, uint64_t seq, const char *what);
+/* Publishes a change of this rank's words: bumps its bell and wakes its waiters. */
+void ncl_ring(struct ncl_comm *c);
+/* Records a failure of this rank's call: breaks the communicator, tells the peers (failed + errmsg). */
+int ncl_fail(struct ncl_comm *c, int status);
+/* Fails fast when the communicator is aborted or broken. */
+int ncl_check_usable(struct ncl_comm *c, int kind, uint64_t seq);
+/* Begins collective `kind` with ticket call->seq (taking one if 0): waits for its turn; on success the
+ * caller holds call_lock and must call ncl_coll_end. */
+int ncl_coll_begin(struct ncl_comm *c, int kind, ncl_call_t *call, int64_t *deadline);
+int ncl_coll_end(struct ncl_comm *c, uint64_t seq, int status);
+static inline unsigned char *ncl_half(struct ncl_comm *c, int r, uint32_t round)
+{
+	return c->halves + ((size_t)r * 2 + (round & 1)) * (NCL_DESC_BYTES + c->chunk);
+}
+static inline unsigned char *ncl_p2p_half(struct ncl_comm *c, int src, int dst, uint32_t n)
+{
+	return c->p2p_halves + (((size_t)src * c->nranks + dst) * 2 + (n & 1)) * (NCL_DESC_BYTES + c->p2p_chunk);
+}
+
+#endif /* NCL_IMPL_H */
