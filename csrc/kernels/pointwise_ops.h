@@ -215,8 +215,9 @@ static inline PW_T PW_NAME(scalar)(int op, PW_T x, PW_T y, PW_T z, PW_T a, PW_T 
 	case NK_OP_ISNAN: return isnan(x) != 0;
 	case NK_OP_ISINF: return isinf(x) != 0;
 	case NK_OP_ISFINITE: return isfinite(x) != 0;
-	case NK_OP_CLAMP_SCALAR: {
+	case NK_OP_CLAMP_SCALAR: {	/* aten: a NaN bound makes every element NaN */
 		PW_T r = x;
+		if (((ia & 1) && a != a) || ((ia & 2) && b != b)) return (PW_T)NAN;
 		if (ia & 1) r = PW_NAME(stdmax)(r, a);
 		if (ia & 2) r = PW_NAME(stdmin)(r, b);
 		return r;

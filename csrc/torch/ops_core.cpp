@@ -338,6 +338,13 @@ static std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor &x, do
 static at::Tensor &bernoulli_tensor(at::Tensor &self, const at::Tensor &p, std::optional<at::Generator> gen)
 {
 	NEURON_TRACK("aten::bernoulli_.Tensor");
+	// aten's CPU kernel checks every probability (NaN fails too): one read-back, as binary_cross_entropy's
+	if (p.numel()) {
+		at::Tensor pd = p.to(self.device());
+		bool ok = pd.ge(0).logical_and(pd.le(1)).all().item<bool>();
+		TORCH_CHECK(ok, "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error message be improved?  "
+				"If so, please report an enhancement request to PyTorch.)");
+	}
 	at::Tensor u = at::empty_like(self, self.options().dtype(p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
 	random_kernel(u, NK_RNG_UNIFORM, 0, 1, 0, 0, gen, "aten::bernoulli_");
 	self.copy_(u.lt(p.to(self.device())));

@@ -12,6 +12,8 @@
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/WrapDimUtils.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/BinaryOps.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
@@ -237,6 +239,11 @@ static at::Tensor &scatter_common(const char *name, const at::Tensor &self, int6
 	check_same_device(name, {&self, &index, &src});
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
 	check_gather_shapes("scatter", self, d, index, src.defined() ? &src : nullptr);
+	// aten's scatter meta: the written tensor may not overlap itself, the index or the source
+	at::assert_no_internal_overlap(out);
+	at::assert_no_overlap(out, index);
+	if (src.defined())
+		at::assert_no_overlap(out, src);
 	c10::DeviceGuard g(self.device());
 	if (!out.is_same(self)) {
 		at::native::resize_output(out, self.sizes());
@@ -447,6 +454,12 @@ static at::Tensor &index_scatter(const char *name, int op, const at::Tensor &sel
 	check_index_1d(name, index);
 	check_same_device(name, {&self, &index, &source});
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
+	// aten's index_add/index_copy meta (index_fill_ only warns on an expanded self)
+	if (source.defined())
+		at::assert_no_internal_overlap(out);
+	at::assert_no_overlap(out, index);
+	if (source.defined())
+		at::assert_no_overlap(out, source);
 	c10::DeviceGuard g(self.device());
 	if (!out.is_same(self)) {
 		at::native::resize_output(out, self.sizes());
@@ -484,6 +497,7 @@ static at::Tensor &index_add_o(const at::Tensor &self, int64_t dim, const at::Te
 {
 	NEURON_TRACK("aten::index_add.out");
 	bool one = alpha.isBoolean() ? alpha.toBool() : alpha.toDouble() == 1.0;
+	at::assert_no_overlap(out, source);	// before the scaled copy hides it
 	at::Tensor src = one ? source : source * alpha;
 	return index_scatter("index_add", NK_IDX_SCATTER_ADD, self, dim, index, src, 0, false, out);
 }
@@ -1250,6 +1264,8 @@ static at::Tensor rsub_t(const at::Tensor &s, const at::Tensor &other, const c10
 	NEURON_TRACK("aten::rsub.Tensor");
 	TORCH_CHECK(s.scalar_type() != at::kBool || other.scalar_type() != at::kBool,
 		    "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
+	if (!alpha.isIntegral(false))
+		at::native::alpha_check(at::result_type(s, other), alpha);
 	double a; int64_t ia; alpha_params(alpha, a, ia);
 	return PW("rsub", NK_OP_SUB, {other, s}, {}, Same, a, 0, ia);
 }
@@ -1557,21 +1573,23 @@ static at::Tensor &log_sigmoid_bw_o(const at::Tensor &g, const at::Tensor &x, co
 
 static at::Tensor nll2d_rows(const at::Tensor &self)
 {
-	TORCH_CHECK(self.dim() == 4, "only batches of spatial inputs supported (4D tensors), but got input of size: ", self.sizes());
 	return self.permute({0, 2, 3, 1}).reshape({-1, self.size(1)});
 }
-static void check_nll2d(const at::Tensor &self, const at::Tensor &target)
+// aten's check_inputs_nll_loss2d, in its order and with its messages
+static void check_nll2d(const at::Tensor &self, const at::Tensor &target, const std::optional<at::Tensor> &w)
 {
-	TORCH_CHECK(target.dim() == 3, "only batches of spatial targets supported (3D tensors) but got targets of size: ", target.sizes());
+	TORCH_CHECK(target.dim() == 3, "only batches of spatial targets supported (3D tensors) but got targets of dimension: ", target.dim());
+	TORCH_CHECK(self.dim() == 4, "only batches of spatial inputs supported (4D tensors), but got input of dimension: ", self.dim());
+	TORCH_CHECK(!w.has_value() || !w->defined() || w->numel() == self.size(1), "weight tensor should be defined either for all or no classes");
 	TORCH_CHECK(self.size(0) == target.size(0) && self.size(2) == target.size(1) && self.size(3) == target.size(2),
-		    "input and target batch or spatial sizes don't match: target ", target.sizes(), ", input ", self.sizes());
+		    "size mismatch (got input: ", self.sizes(), " , target: ", target.sizes());
 }
 static std::tuple<at::Tensor, at::Tensor> nll2d_fwd(const at::Tensor &self, const at::Tensor &target, const std::optional<at::Tensor> &w,
 						     int64_t reduction, int64_t ignore_index)
 {
 	NEURON_TRACK("aten::nll_loss2d_forward");
+	check_nll2d(self, target, w);
 	at::Tensor x = nll2d_rows(self);
-	check_nll2d(self, target);
 	auto r = at::nll_loss_forward(x, target.reshape({-1}), w, reduction, ignore_index);
 	at::Tensor out = std::get<0>(r);
 	if (reduction == NK_REDUCTION_NONE)
@@ -1591,8 +1609,8 @@ static at::Tensor nll2d_bwd(const at::Tensor &grad, const at::Tensor &self, cons
 			    int64_t reduction, int64_t ignore_index, const at::Tensor &total_weight)
 {
 	NEURON_TRACK("aten::nll_loss2d_backward");
+	check_nll2d(self, target, w);
 	at::Tensor x = nll2d_rows(self);
-	check_nll2d(self, target);
 	at::Tensor g = reduction == NK_REDUCTION_NONE ? grad.reshape({-1}) : grad;
 	at::Tensor gi = at::nll_loss_backward(g, x, target.reshape({-1}), w, reduction, ignore_index, total_weight);
 	return gi.view({self.size(0), self.size(2), self.size(3), self.size(1)}).permute({0, 3, 1, 2}).contiguous();

@@ -352,7 +352,9 @@ static at::Tensor softmax_impl(const char *name, const at::Tensor &x, int64_t di
 	c10::DeviceGuard g(x.device());
 	int64_t d = at::maybe_wrap_dim(dim, x.dim());
 	at::Tensor xin = half_to_float ? x.to(at::kFloat) : x;
-	TORCH_CHECK(at::isFloatingType(xin.scalar_type()), name, ": expected a floating point tensor, got ", xin.scalar_type());
+	// aten's dtype dispatch error (NotImplementedError), naming the op instead of its CPU kernel
+	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(xin.scalar_type()), "\"", log ? "log_softmax" : "softmax", "\" not implemented for '",
+				    c10::toString(xin.scalar_type()), "'");
 	// the usual case (last dim of a contiguous tensor) takes no transposed views: they cost dispatcher
 	// calls per op
 	bool last = x.dim() == 0 || d == x.dim() - 1;
@@ -475,16 +477,22 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd(const at::T
 
 // ---- nll_loss --------------------------------------------------------------------------------------
 
+// aten's nll_loss_forward meta, then its CPU kernel's dtype checks (target Long or Byte; a weight of
+// the input's dtype), with their messages
 static void check_nll(const at::Tensor &self, const at::Tensor &target, const at::Tensor &weight)
 {
 	TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "input tensor should be 1D or 2D");
 	TORCH_CHECK(target.dim() <= 1, "0D or 1D target tensor expected, multi-target not supported");
-	TORCH_CHECK(target.scalar_type() == at::kLong, "expected scalar type Long but found ", target.scalar_type());
-	int64_t n = self.dim() == 2 ? self.size(0) : 1;
-	TORCH_CHECK(n == (target.dim() ? target.size(0) : 1), "Expected input batch_size (", n, ") to match target batch_size (", target.dim() ? target.size(0) : 1, ").");
+	bool no_batch_dim = self.dim() == 1 && target.dim() == 0;
+	TORCH_CHECK(no_batch_dim || (self.size(0) == target.size(0)), "size mismatch (got input: ", self.sizes(), ", target: ", target.sizes(), ")");
 	int64_t C = self.size(-1);
-	TORCH_CHECK(!weight.defined() || (weight.dim() <= 1 && weight.numel() == C), "weight tensor should be defined either for all ", C, " classes or no classes but got weight tensor of shape: ", weight.sizes());
+	TORCH_CHECK(!weight.defined() || (weight.dim() == 1 && weight.numel() == C), "weight tensor should be defined either for all ", C,
+		    " classes or no classes but got weight tensor of shape: ", weight.sizes());
 	check_same_device("nll_loss", {&self, &target, &weight});
+	TORCH_CHECK(target.scalar_type() == at::kLong || target.scalar_type() == at::kByte,
+		    "expected target dtype to be Long or Byte, but got ", target.scalar_type());
+	TORCH_CHECK(!weight.defined() || weight.scalar_type() == self.scalar_type(), "expected scalar type ", self.scalar_type(),
+		    " but found ", weight.scalar_type());
 }
 
 static std::tuple<at::Tensor, at::Tensor> nll_fwd(const at::Tensor &self, const at::Tensor &target, const std::optional<at::Tensor> &weight_opt, int64_t reduction, int64_t ignore_index)
@@ -495,7 +503,7 @@ static std::tuple<at::Tensor, at::Tensor> nll_fwd(const at::Tensor &self, const 
 	c10::DeviceGuard g(self.device());
 	at::Tensor x = self.dim() == 1 ? self.unsqueeze(0) : self;
 	x = x.contiguous();
-	at::Tensor t = target.contiguous(), wc = weight.defined() ? weight.contiguous().to(self.scalar_type()) : weight;
+	at::Tensor t = target.to(at::kLong).contiguous(), wc = weight.defined() ? weight.contiguous() : weight;
 	int64_t N = x.size(0), C = x.size(1);
 	at::Tensor out = reduction == NK_REDUCTION_NONE && self.dim() == 2 ? at::empty({N}, self.options()) : at::empty({}, self.options());
 	at::Tensor tw = at::empty({}, self.options());
@@ -516,8 +524,8 @@ static at::Tensor nll_bwd(const at::Tensor &grad, const at::Tensor &self, const 
 	c10::DeviceGuard g(self.device());
 	int64_t N = self.dim() == 2 ? self.size(0) : 1, C = self.size(-1);
 	at::Tensor gi = at::empty(self.sizes(), self.options());
-	at::Tensor gc = grad.contiguous().to(self.scalar_type()), t = target.contiguous();
-	at::Tensor wc = weight.defined() ? weight.contiguous().to(self.scalar_type()) : weight;
+	at::Tensor gc = grad.contiguous().to(self.scalar_type()), t = target.to(at::kLong).contiguous();
+	at::Tensor wc = weight.defined() ? weight.contiguous() : weight;
 	nk_nll_bwd_args_t a{};
 	a.dtype = nk_dtype(self.scalar_type(), "aten::nll_loss_backward");
 	a.N = N, a.C = C, a.ignore_index = ignore_index, a.reduction = (int)reduction;

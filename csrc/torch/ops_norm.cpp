@@ -649,21 +649,44 @@ static void margin_input(const char *op, const at::Tensor &x, const at::Tensor &
 	check_device(op, x, {&target});
 }
 
+// aten's multi_margin_loss CPU checks in its order and with its messages: p, the shapes
+// (multi_margin_loss_shape_check), then (for a non-empty input) the dtypes its kernel dispatches on:
+// a floating input (f16/bf16 too, as on CUDA), a Long target and a weight of the input's dtype.
+static void mm_check(const char *op, const at::Tensor &x, const at::Tensor &target, const c10::Scalar &p, const at::Tensor &w,
+		     int64_t &N, int64_t &C)
+{
+	TORCH_CHECK(p.toLong() == 1 || p.toLong() == 2, "only p == 1 and p == 2 supported");
+	int64_t nd = x.dim();
+	TORCH_CHECK((nd == 2 && x.size(1) != 0) || (nd == 1 && x.size(0) != 0) || nd == 0,
+		    "Expected non-empty vector or matrix with optional 0-dim batch size, but got: ", x.sizes());
+	N = nd <= 1 ? 1 : x.size(0);
+	C = nd == 0 ? 1 : x.size(-1);
+	TORCH_CHECK(target.dim() <= 1 && target.numel() == N,
+		    "multi_margin_loss: target tensor should be 1-D with size equal to the number of input samples (batch size). "
+		    "Expected target size [", N, "], but got ", target.sizes(), ". Input has shape ", x.sizes(), ".");
+	TORCH_CHECK(!w.defined() || (w.dim() <= 1 && w.numel() == C), "inconsistent weight size, expected ", C, " but got ", w.sizes());
+	check_device(op, x, {&target, &w});
+	if (x.numel() == 0)
+		return;
+	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(x.scalar_type()) && !at::isFloat8Type(x.scalar_type()), "\"", op,
+				    "\" not implemented for '", c10::toString(x.scalar_type()), "'");
+	TORCH_CHECK(target.scalar_type() == at::kLong, "expected scalar type Long but found ", target.scalar_type());
+	TORCH_CHECK(!w.defined() || w.scalar_type() == x.scalar_type(), "expected scalar type ", x.scalar_type(), " but found ", w.scalar_type());
+}
+
 static at::Tensor mm_loss(const at::Tensor &x, const at::Tensor &target, const c10::Scalar &p, const c10::Scalar &margin, const std::optional<at::Tensor> &w_opt,
 			  int64_t reduction)
 {
 	NEURON_TRACK("aten::multi_margin_loss");
 	const char *op = "multi_margin_loss";
 	int64_t N, C;
-	margin_input(op, x, target, N, C);
 	at::Tensor w = opt(w_opt);
-	TORCH_CHECK(p.toLong() == 1 || p.toLong() == 2, op, ": only p == 1 and p == 2 supported");
-	TORCH_CHECK(target.numel() == N && target.dim() <= 1, op, ": inconsistent target size: ", target.sizes(), " for input of size: ", x.sizes());
-	TORCH_CHECK(!w.defined() || w.numel() == C, op, ": inconsistent weight size, expected ", C, " but got ", w.sizes());
-	check_device(op, x, {&w});
+	mm_check(op, x, target, p, w, N, C);
 	c10::DeviceGuard g(x.device());
-	at::Tensor xc = x.contiguous(), tc = target.contiguous(), wc = w.defined() ? w.contiguous().to(x.scalar_type()) : w;
 	at::Tensor out = reduction == NK_REDUCTION_NONE && target.dim() > 0 ? at::empty({N}, x.options()) : at::empty({}, x.options());
+	if (x.numel() == 0)
+		return out;
+	at::Tensor xc = x.contiguous(), tc = target.contiguous(), wc = w.defined() ? w.contiguous() : w;
 	nk_multi_margin_args_t a{};
 	a.dtype = nk_dtype(x.scalar_type(), op);
 	a.N = N, a.C = C, a.p = p.toLong(), a.margin = margin.toDouble(), a.reduction = (int)reduction;
@@ -683,15 +706,14 @@ static at::Tensor mm_loss_bw(const at::Tensor &go, const at::Tensor &x, const at
 	NEURON_TRACK("aten::multi_margin_loss_backward");
 	const char *op = "multi_margin_loss_backward";
 	int64_t N, C;
-	margin_input(op, x, target, N, C);
 	at::Tensor w = opt(w_opt);
-	TORCH_CHECK(p.toLong() == 1 || p.toLong() == 2, op, ": only p == 1 and p == 2 supported");
-	TORCH_CHECK(target.numel() == N, op, ": inconsistent target size: ", target.sizes(), " for input of size: ", x.sizes());
-	TORCH_CHECK(!w.defined() || w.numel() == C, op, ": inconsistent weight size, expected ", C, " but got ", w.sizes());
+	mm_check(op, x, target, p, w, N, C);
 	TORCH_CHECK(reduction != NK_REDUCTION_NONE || go.numel() == N || go.dim() == 0, op, ": grad_output of size ", go.sizes(), " for ", N, " rows");
-	check_device(op, x, {&w, &go});
+	check_device(op, x, {&go});
 	c10::DeviceGuard g(x.device());
-	at::Tensor xc = x.contiguous(), tc = target.contiguous(), wc = w.defined() ? w.contiguous().to(x.scalar_type()) : w;
+	if (x.numel() == 0)
+		return at::empty(x.sizes(), x.options());
+	at::Tensor xc = x.contiguous(), tc = target.contiguous(), wc = w.defined() ? w.contiguous() : w;
 	at::Tensor gc = go.contiguous().to(x.scalar_type()), gi = at::empty(x.sizes(), x.options());
 	nk_multi_margin_args_t a{};
 	a.dtype = nk_dtype(x.scalar_type(), op);

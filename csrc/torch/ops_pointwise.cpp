@@ -9,6 +9,7 @@
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/WrapDimUtils.h>
+#include <ATen/native/BinaryOps.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
@@ -268,6 +269,15 @@ static at::Tensor wrap(const c10::Scalar &s)
 	return at::native::wrapped_scalar_tensor(s);
 }
 
+// aten's alpha_check on the inputs' common dtype: no bool alpha unless the result is bool, no floating
+// alpha for integral results (add, sub and rsub with alpha).
+static void check_alpha(const at::Tensor &s, const at::Tensor &o, const c10::Scalar &alpha)
+{
+	if (alpha.isIntegral(false))	// passes for every dtype: skip the promotion on the hot path
+		return;
+	at::native::alpha_check(at::result_type(s, o), alpha);
+}
+
 static void alpha_params(const c10::Scalar &alpha, double &a, int64_t &ia)
 {
 	if (alpha.isIntegral(true))
@@ -371,12 +381,14 @@ static at::Tensor threshold_bw(const at::Tensor &g, const at::Tensor &x, const c
 	static at::Tensor fn##_t(const at::Tensor &s, const at::Tensor &o, const c10::Scalar &al)          \
 	{                                                                                                  \
 		NEURON_TRACK("aten::" opname ".Tensor");                                                   \
+		check_alpha(s, o, al);                                                                     \
 		double a; int64_t ia; alpha_params(al, a, ia);                                             \
 		return pointwise("aten::" opname, NKOP, {s, o}, {}, Kind::Same, a, 0, ia);                 \
 	}                                                                                                  \
 	static at::Tensor &fn##_ti(at::Tensor &s, const at::Tensor &o, const c10::Scalar &al)              \
 	{                                                                                                  \
 		NEURON_TRACK("aten::" opname "_.Tensor");                                                  \
+		check_alpha(s, o, al);                                                                     \
 		double a; int64_t ia; alpha_params(al, a, ia);                                             \
 		pointwise("aten::" opname "_", NKOP, {s, o}, s, Kind::Same, a, 0, ia);                     \
 		return s;                                                                                  \
@@ -384,6 +396,7 @@ static at::Tensor threshold_bw(const at::Tensor &g, const at::Tensor &x, const c
 	static at::Tensor &fn##_to(const at::Tensor &s, const at::Tensor &o, const c10::Scalar &al, at::Tensor &out) \
 	{                                                                                                  \
 		NEURON_TRACK("aten::" opname ".out");                                                      \
+		check_alpha(s, o, al);                                                                     \
 		double a; int64_t ia; alpha_params(al, a, ia);                                             \
 		pointwise("aten::" opname ".out", NKOP, {s, o}, out, Kind::Same, a, 0, ia);                \
 		return out;                                                                                \
@@ -495,9 +508,15 @@ static at::Tensor &div_smi(at::Tensor &s, const c10::Scalar &o, std::optional<c1
 
 static at::Tensor pow_tt(const at::Tensor &s, const at::Tensor &e) { NEURON_TRACK("aten::pow.Tensor_Tensor"); return pointwise("aten::pow", NK_OP_POW, {s, e}, {}, Kind::Same); }
 static at::Tensor &pow_tto(const at::Tensor &s, const at::Tensor &e, at::Tensor &o) { NEURON_TRACK("aten::pow.Tensor_Tensor_out"); pointwise("aten::pow.out", NK_OP_POW, {s, e}, o, Kind::Same); return o; }
-static at::Tensor pow_ts(const at::Tensor &s, const c10::Scalar &e) { NEURON_TRACK("aten::pow.Tensor_Scalar"); return pointwise("aten::pow", NK_OP_POW, {s, wrap(e)}, {}, Kind::Same); }
-static at::Tensor &pow_tso(const at::Tensor &s, const c10::Scalar &e, at::Tensor &o) { NEURON_TRACK("aten::pow.Tensor_Scalar_out"); pointwise("aten::pow.out", NK_OP_POW, {s, wrap(e)}, o, Kind::Same); return o; }
-static at::Tensor &pow_tsi(at::Tensor &s, const c10::Scalar &e) { NEURON_TRACK("aten::pow_.Scalar"); pointwise("aten::pow_", NK_OP_POW, {s, wrap(e)}, s, Kind::Same); return s; }
+// NumPy's rule, as aten's pow.Tensor_Scalar meta checks it (a tensor exponent is not checked)
+static void check_pow_scalar(const at::Tensor &s, const c10::Scalar &e)
+{
+	TORCH_CHECK(!(at::isIntegralType(s.scalar_type(), true) && e.isIntegral(true) && e.toLong() < 0),
+		    "Integers to negative integer powers are not allowed.");
+}
+static at::Tensor pow_ts(const at::Tensor &s, const c10::Scalar &e) { NEURON_TRACK("aten::pow.Tensor_Scalar"); check_pow_scalar(s, e); return pointwise("aten::pow", NK_OP_POW, {s, wrap(e)}, {}, Kind::Same); }
+static at::Tensor &pow_tso(const at::Tensor &s, const c10::Scalar &e, at::Tensor &o) { NEURON_TRACK("aten::pow.Tensor_Scalar_out"); check_pow_scalar(s, e); pointwise("aten::pow.out", NK_OP_POW, {s, wrap(e)}, o, Kind::Same); return o; }
+static at::Tensor &pow_tsi(at::Tensor &s, const c10::Scalar &e) { NEURON_TRACK("aten::pow_.Scalar"); check_pow_scalar(s, e); pointwise("aten::pow_", NK_OP_POW, {s, wrap(e)}, s, Kind::Same); return s; }
 static at::Tensor &pow_tti(at::Tensor &s, const at::Tensor &e) { NEURON_TRACK("aten::pow_.Tensor"); pointwise("aten::pow_", NK_OP_POW, {s, e}, s, Kind::Same); return s; }
 static at::Tensor pow_st(const c10::Scalar &b, const at::Tensor &e) { NEURON_TRACK("aten::pow.Scalar"); return pointwise("aten::pow", NK_OP_POW, {wrap(b), e}, {}, Kind::Same); }
 

@@ -84,7 +84,9 @@ std::array<int64_t, 3> param(IntArrayRef v, int n, const char *op, const char *w
 	std::array<int64_t, 3> r{fill, fill, fill};
 	if (v.empty() && !dflt.empty())
 		v = dflt;
-	TORCH_CHECK(v.size() == 1 || (int)v.size() == n, op, ": ", what, " must either be ",
+	// aten's wording: "dilation must be either", the others "must either be"
+	bool dil = !strcmp(what, "dilation");
+	TORCH_CHECK(v.size() == 1 || (int)v.size() == n, op, ": ", what, dil ? " must be either " : " must either be ",
 		    std::string(strcmp(what, "stride") ? "" : "omitted, "), "a single int, or a tuple of ", n == 2 ? "two" : "three", " ints");
 	for (int d = 0; d < n; d++)
 		r[3 - n + d] = v.size() == 1 ? v[0] : v[d];
@@ -116,15 +118,15 @@ PoolCfg pool_cfg(const char *op, int mode, int nsp, IntArrayRef k, IntArrayRef s
 std::array<int64_t, 3> pool_out_shape(const char *op, const at::Tensor &x, const PoolCfg &c)
 {
 	int nsp = c.nsp;
-	TORCH_CHECK(x.dim() == nsp + 1 || x.dim() == nsp + 2, op, ": Expected ", nsp + 1, "D or ", nsp + 2,
-		    "D (batch mode) tensor with optional 0 dim batch size for input, but got: ", x.sizes());
+	// aten's pooling meta: this rank check, then pooling_output_shape (stride, padding) and the
+	// pool2d/pool3d shape checks (kernel, dilation, empty planes, output size), messages unprefixed
+	TORCH_CHECK(x.dim() == nsp + 1 || x.dim() == nsp + 2, "non-empty ", nsp + 1, "D or ", nsp + 2,
+		    "D (batch mode) tensor expected for input");
 	int64_t NC, in[3];
 	planes_of(x, nsp, NC, in);
 	std::array<int64_t, 3> o{1, 1, 1};
-	for (int d = 3 - nsp; d < 3; d++) {
-		TORCH_CHECK(c.s[d] != 0, op, ": stride should not be zero");
+	for (int d = 3 - nsp; d < 3; d++)
 		o[d] = at::native::pooling_output_shape<int64_t>(in[d], c.k[d], c.p[d], c.s[d], c.dil[d], c.ceil);
-	}
 	int64_t nplane = x.size(x.dim() - nsp - 1);
 	if (nsp == 2) {
 		at::native::pool2d_shape_check(x, c.k[1], c.k[2], c.s[1], c.s[2], c.p[1], c.p[2], c.dil[1], c.dil[2], nplane, in[1], in[2],
@@ -199,9 +201,9 @@ std::tuple<at::Tensor &, at::Tensor &> max_pool_out(const char *name, int nsp, c
 						     IntArrayRef dil, bool ceil, at::Tensor &out, at::Tensor &idx)
 {
 	const char *op = nsp == 2 ? "max_pool2d" : "max_pool3d";
-	check_dtype(op, self, true);
 	PoolCfg c = pool_cfg(op, NK_POOL_MAX, nsp, k, s, p, dil, ceil);
 	auto o = pool_out_shape(op, self, c);
+	check_dtype(op, self, true);
 	check_device(name, self, out);
 	pool_forward(name, self, c, o.data(), out, &idx);
 	return {out, idx};

@@ -233,3 +233,98 @@ def test_bad_op_arguments(case):
     w = torch.zeros(4, device="neuron")
     w.scatter_(0, torch.tensor([1], device="neuron"), 1.0)
     assert w.cpu().tolist() == [0.0, 1.0, 0.0, 0.0]
+
+
+# ---- parity with the CPU: the same call raises the same exception type and message ----------------
+
+def _cpu_outcome(fn, device):
+    try:
+        r = fn(device)
+        (r[0] if isinstance(r, tuple) else r).cpu()
+    except Exception as e:  # noqa: BLE001 - the type is what is compared
+        return type(e), str(e)
+    return None, None
+
+
+def _self_index_copy(d):
+    a = torch.arange(6.0, device=d)
+    return a.index_copy_(0, torch.arange(6, device=d), a)
+
+
+def _self_scatter(d):
+    b = torch.arange(6.0, device=d)
+    return b.scatter_(0, torch.arange(5, -1, -1, device=d), b)
+
+
+def _overlap_view_scatter(d):
+    b = torch.arange(8.0, device=d)
+    return b[:6].scatter_(0, torch.arange(6, device=d), b[2:])
+
+
+def _self_index_add(d):
+    a = torch.arange(6.0, device=d)
+    return a.index_add_(0, torch.arange(6, device=d), a, alpha=2)
+
+
+CPU_PARITY = {
+    "index_copy_self_source": _self_index_copy,
+    "scatter_self_source": _self_scatter,
+    "scatter_overlapping_view": _overlap_view_scatter,
+    "index_add_self_source": _self_index_add,
+    "bernoulli_p_above_1": lambda d: torch.bernoulli(torch.tensor([0.5, 1.5], device=d)),
+    "bernoulli_p_negative": lambda d: torch.zeros(2, device=d).bernoulli_(torch.tensor([0.5, -0.5], device=d)),
+    "bernoulli_p_nan": lambda d: torch.bernoulli(torch.tensor([0.5, float("nan")], device=d)),
+    "bernoulli_float_p": lambda d: torch.zeros(3, device=d).bernoulli_(1.5),
+    "pow_int_negative_scalar": lambda d: torch.tensor([1, 2, 3], device=d) ** -1,
+    "pow_int_negative_scalar_inplace": lambda d: torch.tensor([1, 2, 3], device=d).pow_(-2),
+    "pow_bool_negative_scalar": lambda d: torch.tensor([True, False], device=d).pow(-1),
+    "add_int_float_alpha": lambda d: torch.add(torch.tensor([1, 2], device=d), torch.tensor([1, 2], device=d), alpha=0.5),
+    "add_int_scalar_float_alpha": lambda d: torch.tensor([1, 2], device=d).add(3, alpha=0.5),
+    "add_inplace_float_alpha": lambda d: torch.tensor([1, 2], device=d).add_(torch.tensor([1, 2], device=d), alpha=1.5),
+    "sub_int_float_alpha": lambda d: torch.sub(torch.tensor([1, 2], device=d), torch.tensor([1, 2], device=d), alpha=0.5),
+    "rsub_int_float_alpha": lambda d: torch.rsub(torch.tensor([1, 2], device=d), torch.tensor([1, 2], device=d), alpha=0.5),
+    "add_float_bool_alpha": lambda d: torch.add(torch.ones(2, device=d), torch.ones(2, device=d), alpha=True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CPU_PARITY))
+def test_bad_input_matches_cpu(case):
+    fn = CPU_PARITY[case]
+    cpu_type, cpu_msg = _cpu_outcome(fn, "cpu")
+    assert cpu_type is not None, "the case must be an error on the CPU"
+    torch.neuron.synchronize()
+    dev_type, dev_msg = _cpu_outcome(fn, "neuron")
+    assert dev_type is cpu_type and dev_msg == cpu_msg, (dev_type, dev_msg, cpu_type, cpu_msg)
+    assert (torch.arange(4.0, device="neuron") * 2).sum().item() == 12.0
+
+
+# valid calls next to the rejected ones: the same values as the CPU
+CPU_VALUES = {
+    "pow_int_tensor_negative_exponent": lambda d: torch.pow(torch.tensor([1, 2, 3], device=d), torch.tensor([-1, 1, 2], device=d)),
+    "pow_int_positive_scalar": lambda d: torch.tensor([1, 2, 3], device=d) ** 2,
+    "pow_float_negative_scalar": lambda d: torch.tensor([1.0, 2.0, 4.0], device=d) ** -1,
+    "add_int_int_alpha": lambda d: torch.add(torch.tensor([1, 2], device=d), torch.tensor([1, 2], device=d), alpha=3),
+    "add_int_float_tensor_float_alpha": lambda d: torch.add(torch.tensor([1, 2], device=d), torch.tensor([1.0, 2.0], device=d), alpha=0.5),
+    "add_bool_int_alpha": lambda d: torch.add(torch.tensor([True, False], device=d), torch.tensor([True, True], device=d), alpha=2),
+    "scatter_index_copy_of_self": lambda d: (lambda b: b.scatter_(0, torch.arange(5, -1, -1, device=d), b.clone()))(torch.arange(6.0, device=d)),
+    "bernoulli_p_edges": lambda d: torch.bernoulli(torch.tensor([0.0, 1.0, 1.0, 0.0], device=d)),
+    "clamp_min_nan": lambda d: torch.clamp(torch.tensor([1.0, float("nan"), -2.0, 3.0], device=d), min=float("nan")),
+    "clamp_max_nan": lambda d: torch.clamp(torch.tensor([1.0, float("nan"), -2.0, 3.0], device=d), max=float("nan")),
+    "clamp_both_one_nan": lambda d: torch.clamp(torch.tensor([1.0, -2.0, 3.0], device=d), min=0.0, max=float("nan")),
+    "clamp_nan_input": lambda d: torch.clamp(torch.tensor([1.0, float("nan"), -2.0, 3.0], device=d), min=0.0, max=2.0),
+    "clamp_int_nan_bound": lambda d: torch.clamp(torch.tensor([1, 2, 3], device=d), min=float("nan")),
+    "clamp_min_op_nan": lambda d: torch.clamp_min(torch.tensor([1.0, -2.0], device=d, dtype=torch.bfloat16), float("nan")),
+    "clamp_max_inplace_nan": lambda d: torch.tensor([1.0, -2.0], device=d, dtype=torch.float64).clamp_max_(float("nan")),
+    "clamp_tensor_nan_bounds": lambda d: torch.clamp(torch.tensor([1.0, 2.0, -2.0, 3.0], device=d),
+                                                     min=torch.tensor([0.0, float("nan"), 0.0, 0.0], device=d),
+                                                     max=torch.tensor([float("nan"), 1.0, 1.0, 1.0], device=d)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CPU_VALUES))
+def test_edge_values_match_cpu(case):
+    fn = CPU_VALUES[case]
+    want = fn("cpu")
+    got = fn("neuron").cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
