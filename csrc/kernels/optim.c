@@ -1,4 +1,5 @@
-/* optim.c - one fused Adam / AdamW step over n contiguous elements.
+/* optim.c - one fused Adam / AdamW step over n contiguous elements; fused SGD and Adagrad steps
+ * (nk_optim.h); the multi-tensor _foreach_ kernels (nk_foreach.h).
  *
  * Per element, in PyTorch's single-tensor order (torch/optim/adam.py, _single_tensor_adam) with every
  * Python scalar cast to the compute type as ATen does (float for f32/bf16/f16, double for f64):
@@ -19,6 +20,7 @@
 #include <stddef.h>
 
 #include "nk_foreach.h"
+#include "nk_optim.h"
 #include "nk_impl.h"
 #include "nrt.h"
 
@@ -261,6 +263,181 @@ int nk_adam_run(void *args)
 		nrt_parallel_for(a->n, NK_PARALLEL_GRAIN, adam_task, &c);
 	else
 		adam_range(&c, 0, a->n);
+	return 0;
+}
+
+/* ---- SGD and Adagrad (nk_optim.h) ------------------------------------------------------------------ */
+static int optim_check(const char *name, int dt, int64_t n, const void *p, const void *g, const void *st)
+{
+	if (dt != NK_F32 && dt != NK_F64 && dt != NK_BF16 && dt != NK_F16) {
+		nrt_kernel_fail("%s: dtype %s is not supported (f32, f64, bf16, f16)", name, nk_dtype_name(dt));
+		return -1;
+	}
+	if (n < 0 || (n > 0 && (!p || !g || !st))) {
+		nrt_kernel_fail("%s: bad n=%lld or null tensor pointer", name, (long long)n);
+		return -1;
+	}
+	return 0;
+}
+
+/* One SGD element in T (float or double); buf NULL: no momentum.  Returns the grad to store back. */
+#define SGD_ELEM(T, FMA)                                                                                  \
+	static inline T sgd_elem_##T(const nk_sgd_args_t *a, T *p, T g, T *buf, T *gstore)              \
+	{                                                                                                 \
+		if (a->grad_scale != 1.0) {                                                               \
+			g = g / (T)a->grad_scale;                                                         \
+			*gstore = g;                                                                      \
+		}                                                                                         \
+		if (a->maximize) g = -g;                                                                  \
+		if (a->weight_decay != 0) g = FMA(*p, (T)a->weight_decay, g);                             \
+		if (buf) {                                                                                \
+			T b = a->first_step ? g : FMA((T)(1 - a->dampening), g, *buf * (T)a->momentum);   \
+			*buf = b;                                                                         \
+			g = a->nesterov ? FMA(b, (T)a->momentum, g) : b;                                  \
+		}                                                                                         \
+		*p = *p + g * (T)(-a->lr);                                                                \
+		return g;                                                                                 \
+	}
+SGD_ELEM(float, fmaf)
+SGD_ELEM(double, fma)
+
+#define ADAGRAD_ELEM(T, SQRT)                                                                             \
+	static inline void adagrad_elem_##T(const nk_adagrad_args_t *a, T clr, T *p, T g, T *sum, T *gstore) \
+	{                                                                                                 \
+		if (a->grad_scale != 1.0) {                                                               \
+			g = g / (T)a->grad_scale;                                                         \
+			*gstore = g;                                                                      \
+		}                                                                                         \
+		if (a->maximize) g = -g;                                                                  \
+		if (a->weight_decay != 0) g = g + *p * (T)a->weight_decay;                                \
+		*sum = *sum + g * g;                                                                      \
+		T sd = SQRT(*sum) + (T)a->eps;                                                            \
+		*p = *p - g / sd * clr;                                                                   \
+	}
+ADAGRAD_ELEM(float, sqrtf)
+ADAGRAD_ELEM(double, sqrt)
+
+/* Elements [i0, i1): f32/f64 in place, bf16/f16 through float blocks. */
+static void sgd_range(const nk_sgd_args_t *a, int64_t i0, int64_t i1)
+{
+	int dt = a->dtype;
+	bool mom = a->momentum_buf != NULL;
+	if (dt == NK_F64 || dt == NK_F32) {
+		for (int64_t i = i0; i < i1; i++) {
+			if (dt == NK_F64) {
+				double *g = (double *)a->grad + i;
+				sgd_elem_double(a, (double *)a->param + i, *g, mom ? (double *)a->momentum_buf + i : NULL, g);
+			} else {
+				float *g = (float *)a->grad + i;
+				sgd_elem_float(a, (float *)a->param + i, *g, mom ? (float *)a->momentum_buf + i : NULL, g);
+			}
+		}
+		return;
+	}
+	float p[ADAM_BLK], g[ADAM_BLK], b[ADAM_BLK];
+	for (int64_t blk = i0; blk < i1; blk += ADAM_BLK) {
+		int64_t n = i1 - blk < ADAM_BLK ? i1 - blk : ADAM_BLK, off = blk * 2;
+		nk_block_load_f32(p, (const char *)a->param + off, 2, dt, n);
+		nk_block_load_f32(g, (const char *)a->grad + off, 2, dt, n);
+		if (mom)
+			nk_block_load_f32(b, (const char *)a->momentum_buf + off, 2, dt, n);
+		for (int64_t i = 0; i < n; i++)
+			sgd_elem_float(a, &p[i], g[i], mom ? &b[i] : NULL, &g[i]);
+		nk_block_store_f32((char *)a->param + off, 2, dt, p, n);
+		if (a->grad_scale != 1.0)
+			nk_block_store_f32((char *)a->grad + off, 2, dt, g, n);
+		if (mom)
+			nk_block_store_f32((char *)a->momentum_buf + off, 2, dt, b, n);
+	}
+}
+
+static void adagrad_range(const nk_adagrad_args_t *a, int64_t i0, int64_t i1)
+{
+	int dt = a->dtype;
+	double clr = a->lr / (1 + (a->step - 1) * a->lr_decay);
+	if (dt == NK_F64 || dt == NK_F32) {
+		for (int64_t i = i0; i < i1; i++) {
+			if (dt == NK_F64) {
+				double *g = (double *)a->grad + i;
+				adagrad_elem_double(a, clr, (double *)a->param + i, *g, (double *)a->state_sum + i, g);
+			} else {
+				float *g = (float *)a->grad + i;
+				adagrad_elem_float(a, (float)clr, (float *)a->param + i, *g, (float *)a->state_sum + i, g);
+			}
+		}
+		return;
+	}
+	float p[ADAM_BLK], g[ADAM_BLK], v[ADAM_BLK];
+	for (int64_t blk = i0; blk < i1; blk += ADAM_BLK) {
+		int64_t n = i1 - blk < ADAM_BLK ? i1 - blk : ADAM_BLK, off = blk * 2;
+		nk_block_load_f32(p, (const char *)a->param + off, 2, dt, n);
+		nk_block_load_f32(g, (const char *)a->grad + off, 2, dt, n);
+		nk_block_load_f32(v, (const char *)a->state_sum + off, 2, dt, n);
+		for (int64_t i = 0; i < n; i++)
+			adagrad_elem_float(a, (float)clr, &p[i], g[i], &v[i], &g[i]);
+		nk_block_store_f32((char *)a->param + off, 2, dt, p, n);
+		nk_block_store_f32((char *)a->state_sum + off, 2, dt, v, n);
+		if (a->grad_scale != 1.0)
+			nk_block_store_f32((char *)a->grad + off, 2, dt, g, n);
+	}
+}
+
+/* The references: the same element functions, one element at a time through the dtype's casts. */
+int nk_sgd_ref(void *args)
+{
+	const nk_sgd_args_t *a = args;
+	if (optim_check("nk_sgd", a->dtype, a->n, a->param, a->grad, a->momentum_buf ? a->momentum_buf : a->param))
+		return -1;
+	for (int64_t i = 0; i < a->n; i++)
+		sgd_range(a, i, i + 1);
+	return 0;
+}
+
+int nk_adagrad_ref(void *args)
+{
+	const nk_adagrad_args_t *a = args;
+	if (optim_check("nk_adagrad", a->dtype, a->n, a->param, a->grad, a->state_sum))
+		return -1;
+	for (int64_t i = 0; i < a->n; i++)
+		adagrad_range(a, i, i + 1);
+	return 0;
+}
+
+static void sgd_task(void *ctx, int64_t begin, int64_t end)
+{
+	sgd_range(ctx, begin, end);
+}
+
+static void adagrad_task(void *ctx, int64_t begin, int64_t end)
+{
+	adagrad_range(ctx, begin, end);
+}
+
+int nk_sgd_run(void *args)
+{
+	const nk_sgd_args_t *a = args;
+	if (nk_using_reference())
+		return nk_sgd_ref(args);
+	if (optim_check("nk_sgd", a->dtype, a->n, a->param, a->grad, a->momentum_buf ? a->momentum_buf : a->param))
+		return -1;
+	if (a->n > NK_PARALLEL_GRAIN)
+		nrt_parallel_for(a->n, NK_PARALLEL_GRAIN, sgd_task, (void *)a);
+	else
+		sgd_range(a, 0, a->n);
+	return 0;
+}
+
+int nk_adagrad_run(void *args)
+{
+	const nk_adagrad_args_t *a = args;
+	if (nk_using_reference())
+		return nk_adagrad_ref(args);
+	if (optim_check("nk_adagrad", a->dtype, a->n, a->param, a->grad, a->state_sum))
+		return -1;
+	if (a->n > NK_PARALLEL_GRAIN)
+		nrt_parallel_for(a->n, NK_PARALLEL_GRAIN, adagrad_task, (void *)a);
+	else
+		adagrad_range(a, 0, a->n);
 	return 0;
 }
 

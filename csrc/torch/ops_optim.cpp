@@ -1,13 +1,47 @@
-// ops_optim.cpp - the fused optimizer ops torch.optim calls with fused=True: _fused_adamw_ and
-// _fused_adam_, one nk_adam_run launch per parameter tensor.
+// ops_optim.cpp - the fused optimizer ops torch.optim calls with fused=True: _fused_adamw_,
+// _fused_adam_ (nk_adam_run), _fused_sgd_ (nk_sgd_run) and _fused_adagrad_ (nk_adagrad_run), one
+// launch per parameter tensor, on tensors of any strides.
 #include "neuron.h"
 
+extern "C" {
+#include "nk_optim.h"
+}
+
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
 
 #include <vector>
 
 namespace neuron {
+
+// One element order for the tensors of one fused update: the reference's own strides when it is
+// non-overlapping and dense (its n elements then fill [data_ptr, data_ptr + n) in some order), else
+// contiguous.  operand(t) is t itself when t is dense with those strides, else a copy of t laid out so;
+// write_back copies such a copy into t (queued after the kernel, on the same queue).
+struct DenseLayout {
+	at::Tensor ref;
+	bool keep;
+	explicit DenseLayout(const at::Tensor &r) : ref(r), keep(r.is_non_overlapping_and_dense()) {}
+	bool fits(const at::Tensor &t) const
+	{
+		return keep ? t.strides() == ref.strides() : t.is_contiguous();
+	}
+	at::Tensor operand(const at::Tensor &t) const
+	{
+		if (fits(t))
+			return t;
+		at::Tensor c = keep ? at::empty_strided(ref.sizes(), ref.strides(), t.options()) : at::empty(ref.sizes(), t.options());
+		c.copy_(t);
+		return c;
+	}
+	static void write_back(const at::Tensor &t, const at::Tensor &w)
+	{
+		if (!w.is_same(t))
+			const_cast<at::Tensor &>(t).copy_(w);
+	}
+};
 
 // state_steps, grad_scale and found_inf live on the device; their values are read once (one
 // synchronization) before any update is launched.
@@ -31,18 +65,24 @@ static void fused_adam(const char *name, bool adamw, at::TensorList params, at::
 	for (size_t i = 0; i < n; i++) {
 		const at::Tensor &p = params[i];
 		std::initializer_list<const at::Tensor *> all = {&grads[i], &exp_avgs[i], &exp_avg_sqs[i]};
-		TORCH_CHECK(p.device().type() == kDev && p.is_contiguous(), name, ": parameters must be contiguous neuron tensors, got ",
-			    p.device(), p.is_contiguous() ? "" : " (non-contiguous)");
+		TORCH_CHECK(p.device().type() == kDev, name, ": parameters must be neuron tensors, got ", p.device());
 		for (const at::Tensor *t : all)
-			TORCH_CHECK(t->device() == p.device() && t->scalar_type() == p.scalar_type() && t->is_contiguous() &&
-					    t->numel() == p.numel(),
+			TORCH_CHECK(t->device() == p.device() && t->scalar_type() == p.scalar_type() && t->sizes() == p.sizes(),
 				    name, ": grad and state tensors must match their parameter (device ", p.device(), ", dtype ",
-				    p.scalar_type(), ", ", p.numel(), " elements, contiguous)");
+				    p.scalar_type(), ", sizes ", p.sizes(), ")");
 		if (amsgrad)
-			TORCH_CHECK(max_exp_avg_sqs[i].sizes() == p.sizes() && max_exp_avg_sqs[i].is_contiguous(), name,
-				    ": max_exp_avg_sqs must match the parameter");
+			TORCH_CHECK(max_exp_avg_sqs[i].device() == p.device() && max_exp_avg_sqs[i].scalar_type() == p.scalar_type() &&
+					    max_exp_avg_sqs[i].sizes() == p.sizes(),
+				    name, ": max_exp_avg_sqs must match the parameter");
 		if (p.numel() == 0)
 			continue;
+		// The kernel updates n elements in place, in the same order for all five tensors: each runs on
+		// its own storage when it is dense with the layout of the one that sets it (the parameter when
+		// dense, else a contiguous copy of it), otherwise on a copy that the states are written back from.
+		DenseLayout lay(p);
+		at::Tensor pw = lay.operand(p), mw = lay.operand(exp_avgs[i]), vw = lay.operand(exp_avg_sqs[i]);
+		at::Tensor xw = amsgrad ? lay.operand(max_exp_avg_sqs[i]) : at::Tensor();
+		at::Tensor gw = lay.operand(grads[i]);
 		nk_adam_args_t a{};
 		a.dtype = nk_dtype(p.scalar_type(), name);
 		a.n = p.numel();
@@ -50,12 +90,20 @@ static void fused_adam(const char *name, bool adamw, at::TensorList params, at::
 		a.step = step[i];
 		a.adamw = adamw, a.amsgrad = amsgrad, a.maximize = maximize;
 		a.grad_scale = scale;
-		a.param = p.data_ptr();
-		a.exp_avg = exp_avgs[i].data_ptr();
-		a.exp_avg_sq = exp_avg_sqs[i].data_ptr();
-		a.max_exp_avg_sq = amsgrad ? max_exp_avg_sqs[i].data_ptr() : nullptr;
-		a.grad = grads[i].const_data_ptr();
+		a.param = pw.data_ptr();
+		a.exp_avg = mw.data_ptr();
+		a.exp_avg_sq = vw.data_ptr();
+		a.max_exp_avg_sq = amsgrad ? xw.data_ptr() : nullptr;
+		a.grad = gw.const_data_ptr();
 		launch(current_queue(p.device().index()), nk_adam_run, a, name);
+		lay.write_back(params[i], pw);
+		lay.write_back(exp_avgs[i], mw);
+		lay.write_back(exp_avg_sqs[i], vw);
+		if (amsgrad)
+			lay.write_back(max_exp_avg_sqs[i], xw);
+		// the CPU's fused step leaves the unscaled grad behind (its float value rounded to the grad's dtype)
+		if (scale != 1.0)
+			grads[i].div_(scale);
 	}
 }
 
@@ -79,6 +127,121 @@ static void fused_adam(const char *name, bool adamw, at::TensorList params, at::
 FUSED_ADAM(fused_adamw_, "_fused_adamw_", true)
 FUSED_ADAM(fused_adam_, "_fused_adam_", false)
 
+// Checks shared by the SGD / Adagrad steps: neuron parameters; grads and states of the parameter's
+// device, dtype and sizes.
+static void check_like(const char *name, const at::Tensor &p, std::initializer_list<const at::Tensor *> ts)
+{
+	TORCH_CHECK(p.device().type() == kDev, name, ": parameters must be neuron tensors, got ", p.device());
+	for (const at::Tensor *t : ts)
+		TORCH_CHECK(t->device() == p.device() && t->scalar_type() == p.scalar_type() && t->sizes() == p.sizes(), name,
+			    ": grad and state tensors must match their parameter (device ", p.device(), ", dtype ", p.scalar_type(),
+			    ", sizes ", p.sizes(), ")");
+}
+
+// found_inf set: the step is skipped (GradScaler); else the grad scale (1: none).  One read-back each.
+static bool amp_skip(const std::optional<at::Tensor> &grad_scale, const std::optional<at::Tensor> &found_inf, double &scale)
+{
+	if (found_inf.has_value() && found_inf->defined() && found_inf->item<double>() != 0)
+		return true;
+	scale = grad_scale.has_value() && grad_scale->defined() ? grad_scale->item<double>() : 1.0;
+	return false;
+}
+
+static void fused_sgd(const char *name, at::TensorList params, at::TensorList grads, at::TensorList bufs, double weight_decay,
+		      double momentum, double lr, double dampening, bool nesterov, bool maximize, bool first_step,
+		      const std::optional<at::Tensor> &grad_scale, const std::optional<at::Tensor> &found_inf)
+{
+	size_t n = params.size();
+	bool mom = momentum != 0.0;
+	TORCH_CHECK(grads.size() == n && (mom ? bufs.size() == n : bufs.empty()), name,
+		    ": expected as many grads (and, with momentum, momentum buffers) as parameters");
+	double scale = 1.0;
+	if (n == 0 || amp_skip(grad_scale, found_inf, scale))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		const at::Tensor &p = params[i];
+		if (mom)
+			check_like(name, p, {&grads[i], &bufs[i]});
+		else
+			check_like(name, p, {&grads[i]});
+		if (p.numel() == 0)
+			continue;
+		DenseLayout lay(p);
+		at::Tensor pw = lay.operand(p), gw = lay.operand(grads[i]), bw = mom ? lay.operand(bufs[i]) : at::Tensor();
+		nk_sgd_args_t a{};
+		a.dtype = nk_dtype(p.scalar_type(), name);
+		a.n = p.numel();
+		a.lr = lr, a.weight_decay = weight_decay, a.momentum = momentum, a.dampening = dampening, a.grad_scale = scale;
+		a.nesterov = nesterov, a.maximize = maximize, a.first_step = first_step;
+		a.param = pw.data_ptr(), a.grad = gw.data_ptr(), a.momentum_buf = mom ? bw.data_ptr() : nullptr;
+		launch(current_queue(p.device().index()), nk_sgd_run, a, name);
+		lay.write_back(p, pw);
+		if (scale != 1.0)
+			lay.write_back(grads[i], gw);
+		if (mom)
+			lay.write_back(bufs[i], bw);
+	}
+}
+
+static void fused_adagrad(const char *name, at::TensorList params, at::TensorList grads, at::TensorList sums, at::TensorList steps,
+			  double lr, double lr_decay, double weight_decay, double eps, bool maximize,
+			  const std::optional<at::Tensor> &grad_scale, const std::optional<at::Tensor> &found_inf)
+{
+	size_t n = params.size();
+	TORCH_CHECK(grads.size() == n && sums.size() == n && steps.size() == n, name, ": tensor lists must have the same length");
+	double scale = 1.0;
+	if (n == 0 || amp_skip(grad_scale, found_inf, scale))
+		return;
+	std::vector<double> step(n);
+	for (size_t i = 0; i < n; i++)
+		step[i] = steps[i].item<double>();
+	for (size_t i = 0; i < n; i++) {
+		const at::Tensor &p = params[i];
+		check_like(name, p, {&grads[i], &sums[i]});
+		if (p.numel() == 0)
+			continue;
+		DenseLayout lay(p);
+		at::Tensor pw = lay.operand(p), gw = lay.operand(grads[i]), sw = lay.operand(sums[i]);
+		nk_adagrad_args_t a{};
+		a.dtype = nk_dtype(p.scalar_type(), name);
+		a.n = p.numel();
+		a.lr = lr, a.lr_decay = lr_decay, a.weight_decay = weight_decay, a.eps = eps, a.grad_scale = scale;
+		a.step = step[i], a.maximize = maximize;
+		a.param = pw.data_ptr(), a.grad = gw.data_ptr(), a.state_sum = sw.data_ptr();
+		launch(current_queue(p.device().index()), nk_adagrad_run, a, name);
+		lay.write_back(p, pw);
+		lay.write_back(sums[i], sw);
+		if (scale != 1.0)
+			lay.write_back(grads[i], gw);
+	}
+}
+
+static void fused_sgd_(at::TensorList p, at::TensorList g, at::TensorList b, double wd, double mom, double lr, double damp, bool nesterov,
+		       bool maximize, bool first, const std::optional<at::Tensor> &gs, const std::optional<at::Tensor> &fi)
+{
+	NEURON_TRACK("aten::_fused_sgd_");
+	fused_sgd("aten::_fused_sgd_", p, g, b, wd, mom, lr, damp, nesterov, maximize, first, gs, fi);
+}
+static void fused_sgd__tlr(at::TensorList p, at::TensorList g, at::TensorList b, double wd, double mom, const at::Tensor &lr, double damp,
+			   bool nesterov, bool maximize, bool first, const std::optional<at::Tensor> &gs, const std::optional<at::Tensor> &fi)
+{
+	NEURON_TRACK("aten::_fused_sgd_.tensor_lr");
+	fused_sgd("aten::_fused_sgd_", p, g, b, wd, mom, lr.item<double>(), damp, nesterov, maximize, first, gs, fi);
+}
+static void fused_adagrad_(at::TensorList p, at::TensorList g, at::TensorList s, at::TensorList steps, double lr, double lr_decay, double wd,
+			   double eps, bool maximize, const std::optional<at::Tensor> &gs, const std::optional<at::Tensor> &fi)
+{
+	NEURON_TRACK("aten::_fused_adagrad_");
+	fused_adagrad("aten::_fused_adagrad_", p, g, s, steps, lr, lr_decay, wd, eps, maximize, gs, fi);
+}
+static void fused_adagrad__tlr(at::TensorList p, at::TensorList g, at::TensorList s, at::TensorList steps, const at::Tensor &lr,
+			       double lr_decay, double wd, double eps, bool maximize, const std::optional<at::Tensor> &gs,
+			       const std::optional<at::Tensor> &fi)
+{
+	NEURON_TRACK("aten::_fused_adagrad_.tensor_lr");
+	fused_adagrad("aten::_fused_adagrad_", p, g, s, steps, lr.item<double>(), lr_decay, wd, eps, maximize, gs, fi);
+}
+
 } // namespace neuron
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
@@ -87,4 +250,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("_fused_adamw_.tensor_lr", neuron::fused_adamw__tlr);
 	m.impl("_fused_adam_", neuron::fused_adam_);
 	m.impl("_fused_adam_.tensor_lr", neuron::fused_adam__tlr);
+	m.impl("_fused_sgd_", neuron::fused_sgd_);
+	m.impl("_fused_sgd_.tensor_lr", neuron::fused_sgd__tlr);
+	m.impl("_fused_adagrad_", neuron::fused_adagrad_);
+	m.impl("_fused_adagrad_.tensor_lr", neuron::fused_adagrad__tlr);
 }

@@ -1,6 +1,7 @@
 /* test_optim.c - fused Adam/AdamW: three steps against torch.optim (2.13, CPU, single-tensor) values,
  * and nk_adam_run against nk_adam_ref (bit for bit) for every dtype and flag combination, including
- * sizes that split over the pool. */
+ * sizes that split over the pool; fused SGD and Adagrad (nk_optim.h): run against ref the same way, a
+ * hand-computed step, bad arguments.  (The Python tests compare all four with PyTorch's fused CPU ops.) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include "ctest.h"
 #include "nk.h"
 #include "nk_impl.h"
+#include "nk_optim.h"
 #include "nrt.h"
 
 static uint64_t rng = 0x853c49e6748fea9bull;
@@ -112,6 +114,53 @@ static void test_errors(void)
 	CHECK(nk_adam_run(&A) == 0 && fabsf(p[0] - (1 - 1e-3f)) < 1e-6f && fabsf(p[1] - (2 - 1e-3f)) < 1e-6f, " ");
 }
 
+static void sgd_adagrad_vs_ref_case(int dt, int64_t n, int flags)
+{
+	size_t bytes = (size_t)n * nk_dtype_size(dt);
+	bool mom = flags & 1, nest = flags & 2, maxi = flags & 4, first = flags & 8;
+	double wd = (flags & 16) ? 0.05 : 0.0, gs = flags % 3 ? 1.0 : 64.0;
+	void *p = rnd_tensor(dt, n, -1, 1), *g = rnd_tensor(dt, n, -2, 2), *b = rnd_tensor(dt, n, -0.1, 0.1);
+	void *p2 = dup(p, bytes), *g2 = dup(g, bytes), *b2 = dup(b, bytes);
+	nk_sgd_args_t A = {dt, n, 0.1, wd, mom ? 0.9 : 0.0, 0.1, gs, nest, maxi, first, p, g, mom ? b : NULL};
+	nk_sgd_args_t B = A;
+	B.param = p2, B.grad = g2, B.momentum_buf = mom ? b2 : NULL;
+	CHECK(nk_sgd_run(&A) == 0 && nk_sgd_ref(&B) == 0, " ");
+	CHECK(!memcmp(p, p2, bytes) && !memcmp(g, g2, bytes) && !memcmp(b, b2, bytes), "sgd %s n %lld flags %d: run != ref",
+	      nk_dtype_name(dt), (long long)n, flags);
+	/* Adagrad on the same buffers (b as the state sum, kept non-negative) */
+	memcpy(b, p, bytes);
+	void *s = rnd_tensor(dt, n, 0, 0.5), *s2 = dup(s, bytes);
+	memcpy(p2, p, bytes), memcpy(g2, g, bytes);
+	nk_adagrad_args_t C = {dt, n, 0.1, (flags & 2) ? 0.01 : 0.0, wd, 1e-10, gs, 1.0 + flags, maxi, p, g, s};
+	nk_adagrad_args_t D = C;
+	D.param = p2, D.grad = g2, D.state_sum = s2;
+	CHECK(nk_adagrad_run(&C) == 0 && nk_adagrad_ref(&D) == 0, " ");
+	CHECK(!memcmp(p, p2, bytes) && !memcmp(g, g2, bytes) && !memcmp(s, s2, bytes), "adagrad %s n %lld flags %d: run != ref",
+	      nk_dtype_name(dt), (long long)n, flags);
+	free(p), free(g), free(b), free(s), free(p2), free(g2), free(b2), free(s2);
+}
+
+static void test_sgd_adagrad(void)
+{
+	static const int dts[] = {NK_F32, NK_F64, NK_BF16, NK_F16};
+	for (size_t t = 0; t < 4; t++)
+		for (int flags = 0; flags < 32; flags += 3)
+			sgd_adagrad_vs_ref_case(dts[t], 1003, flags);
+	sgd_adagrad_vs_ref_case(NK_F32, 100003, 1 | 16);
+	sgd_adagrad_vs_ref_case(NK_BF16, 100003, 1 | 2 | 16);
+	/* one hand-computed step each: SGD with momentum (not the first step), Adagrad with lr_decay */
+	float p[1] = {1.0f}, g[1] = {0.5f}, b[1] = {0.2f};
+	nk_sgd_args_t A = {NK_F32, 1, 0.1, 0.0, 0.9, 0.0, 1.0, false, false, false, p, g, b};
+	CHECK(nk_sgd_run(&A) == 0 && fabsf(b[0] - 0.68f) < 1e-6f && fabsf(p[0] - 0.932f) < 1e-6f, "sgd: %g %g", p[0], b[0]);
+	float q[1] = {1.0f}, h[1] = {2.0f}, s[1] = {0.0f};
+	nk_adagrad_args_t C = {NK_F32, 1, 0.1, 0.5, 0.0, 0.0, 2.0, 3.0, false, q, h, s};  /* clr = 0.1 / 2, g = 1 */
+	CHECK(nk_adagrad_run(&C) == 0 && h[0] == 1.0f && s[0] == 1.0f && fabsf(q[0] - 0.95f) < 1e-6f, "adagrad: %g", q[0]);
+	A.dtype = NK_I32;
+	CHECK(nk_sgd_run(&A) != 0, "int32 params");
+	C.grad = NULL;
+	CHECK(nk_adagrad_run(&C) != 0, "null grad");
+}
+
 /* The same tests on the portable optimized paths (NEURON_KERNELS=portable disables the AVX-512 ones),
  * in a child process: the choice is made once per process. */
 static const char *self_exe;
@@ -132,6 +181,7 @@ int main(int argc, char **argv)
 	RUN(test_against_torch);
 	RUN(test_vs_ref);
 	RUN(test_errors);
+	RUN(test_sgd_adagrad);
 	RUN(test_portable_paths);
 	return ctest_finish();
 }
