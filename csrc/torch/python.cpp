@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/Storage.h>
 #include <torch/csrc/utils/python_numbers.h>
 
 #include <set>
@@ -131,6 +132,22 @@ static PyObject *py_autograd_drain(PyObject *, PyObject *)
 	END_HANDLE_TH_ERRORS
 }
 
+// torch.load gives neuron storages that are not resizable, as the CPU storages it reads from the file
+// are: a tensor whose sizes, strides or offset lie past its storage then fails in set_ with the CPU's
+// "Trying to resize storage that is not resizable" instead of growing the storage.
+static PyObject *py_storage_set_resizable(PyObject *, PyObject *args)
+{
+	HANDLE_TH_ERRORS
+	PyObject *st = nullptr;
+	int flag = 0;
+	if (!PyArg_ParseTuple(args, "Op", &st, &flag))
+		return nullptr;
+	TORCH_CHECK_TYPE(THPStorage_Check(st), "_storage_set_resizable: expected a torch.UntypedStorage, got ", Py_TYPE(st)->tp_name);
+	THPStorage_Unpack(st).unsafeGetStorageImpl()->set_resizable(flag != 0);
+	Py_RETURN_NONE;
+	END_HANDLE_TH_ERRORS
+}
+
 static PyObject *py_executed_ops(PyObject *, PyObject *) { return to_pyset(executed_ops()); }
 static PyObject *py_fallback_ops(PyObject *, PyObject *) { return to_pyset(fallback_ops()); }
 static PyObject *py_clear_op_tracking(PyObject *, PyObject *)
@@ -188,6 +205,7 @@ static PyMethodDef methods[] = {
 	{"_default_generator", py_default_generator, METH_O, "The default generator of a device."},
 	{"_synchronize", py_synchronize, METH_O, "Wait for every queue of a device (-1: current); raises kernel errors."},
 	{"_autograd_drain", py_autograd_drain, METH_NOARGS, "Run one backward through each device's autograd worker (exit)."},
+	{"_storage_set_resizable", py_storage_set_resizable, METH_VARARGS, "Mark an UntypedStorage (not) resizable."},
 	{"_executed_ops", py_executed_ops, METH_NOARGS, "ATen ops run on neuron since the last clear."},
 	{"_fallback_ops", py_fallback_ops, METH_NOARGS, "ATen ops that ran through the CPU fallback."},
 	{"_clear_op_tracking", py_clear_op_tracking, METH_NOARGS, "Reset op tracking."},

@@ -1,7 +1,9 @@
 """torch.save / torch.load of neuron tensors and modules (weights_only=True, map_location)."""
 
+import collections
 import io
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -123,3 +125,67 @@ def test_optimizer_state_roundtrip(tmp_path, device):
         assert s2["exp_avg"].device == p.device
         torch.testing.assert_close(s2["exp_avg"].cpu(), s1["exp_avg"].cpu(), rtol=0, atol=0)
         torch.testing.assert_close(s2["exp_avg_sq"].cpu(), s1["exp_avg_sq"].cpu(), rtol=0, atol=0)
+
+
+# ---- a checkpoint whose tensor lies past its storage: the CPU's error, not garbage --------------------
+
+class _Forged:
+    """Pickles as a tensor of `t`'s storage with the given offset, size and stride (a corrupt or hostile
+    checkpoint); torch.save stores the storage itself as usual."""
+
+    def __init__(self, t, offset, size, stride):
+        self.t, self.offset, self.size, self.stride = t, offset, size, stride
+
+    def __reduce_ex__(self, proto):
+        st = torch.storage.TypedStorage(wrap_storage=self.t.untyped_storage(), dtype=self.t.dtype, _internal=True)
+        return (torch._utils._rebuild_tensor_v2,
+                (st, self.offset, self.size, self.stride, False, collections.OrderedDict()))
+
+
+def _load_forged(device, offset, size, stride, map_location=None):
+    buf = io.BytesIO()
+    torch.save({"w": _Forged(torch.arange(8.0, device=device), offset, size, stride)}, buf)
+    buf.seek(0)
+    try:
+        return None, torch.load(buf, weights_only=True, map_location=map_location)["w"].cpu()
+    except Exception as e:  # noqa: BLE001 - the type is what is compared
+        return (type(e), str(e)), None
+
+
+@pytest.mark.parametrize("offset,size,stride", [
+    (0, (9,), (1,)),       # size past the storage
+    (6, (4,), (1,)),       # offset + size past it
+    (9, (1,), (1,)),       # offset past it
+    (0, (3,), (4,)),       # a stride that reaches past it
+    (0, (2, 3), (4, 2)),
+])
+def test_load_tensor_past_storage_raises_as_on_cpu(offset, size, stride):
+    cpu_err, _ = _load_forged("cpu", offset, size, stride)
+    assert cpu_err is not None and "not resizable" in cpu_err[1], cpu_err
+    dev_err, got = _load_forged("neuron", offset, size, stride)
+    assert dev_err == cpu_err, (dev_err, got)
+    # a CPU checkpoint mapped onto the device is checked the same way
+    mapped_err, got = _load_forged("cpu", offset, size, stride, map_location="neuron")
+    assert mapped_err == cpu_err, (mapped_err, got)
+
+
+@pytest.mark.parametrize("offset,size,stride", [(0, (8,), (1,)), (5, (3,), (1,)), (1, (2, 2), (3, 2)), (7, (1,), (1,))])
+def test_load_tensor_inside_storage_matches_cpu(offset, size, stride):
+    cpu_err, want = _load_forged("cpu", offset, size, stride)
+    dev_err, got = _load_forged("neuron", offset, size, stride)
+    assert cpu_err is None and dev_err is None, (cpu_err, dev_err)
+    assert torch.equal(got, want)
+
+
+def test_loaded_storage_keeps_working(tmp_path):
+    """The restored storages are not resizable, as the CPU's: the tensors are ordinary otherwise."""
+    path = tmp_path / "m.pt"
+    torch.save({"w": torch.arange(6.0, device="neuron").view(2, 3)}, path)
+    w = torch.load(path, weights_only=True)["w"]
+    w.add_(1).mul_(2)
+    assert w.cpu().tolist() == [[2.0, 4.0, 6.0], [8.0, 10.0, 12.0]]
+    with pytest.raises(RuntimeError, match="not resizable"):
+        w.resize_(100)
+    cpu = torch.load(path, weights_only=True, map_location="cpu")["w"]
+    with pytest.raises(RuntimeError, match="not resizable"):
+        cpu.resize_(100)
