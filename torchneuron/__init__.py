@@ -49,11 +49,12 @@ def _register():
         _dist.register()
     except Exception as e:
         warnings.warn(f"torchneuron: the c10d backend 'neuron' is not available: {e}")
-    try:  # torch.load keeping the CPU's storage contract
-        from . import checkpoint as _checkpoint
+    try:  # the nested-tensor fast path of nn.TransformerEncoder; torch.load keeping the CPU's storage contract
+        from . import checkpoint as _checkpoint, nested as _nested
+        _nested.register()
         _checkpoint.register()
     except Exception as e:  # never fails the device
-        warnings.warn(f"torchneuron: checkpoint restore not registered: {e}")
+        warnings.warn(f"torchneuron: nested tensors / checkpoint restore not registered: {e}")
     try:  # torch.compile backend "neuron" (registers when torch._dynamo is imported); never fails the device
         from .compile import register as _reg_compile; _reg_compile()  # noqa: E702
     except Exception:
