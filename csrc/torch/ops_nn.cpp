@@ -493,6 +493,8 @@ static void check_nll(const at::Tensor &self, const at::Tensor &target, const at
 		    "expected target dtype to be Long or Byte, but got ", target.scalar_type());
 	TORCH_CHECK(!weight.defined() || weight.scalar_type() == self.scalar_type(), "expected scalar type ", self.scalar_type(),
 		    " but found ", weight.scalar_type());
+	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()) && !at::isFloat8Type(self.scalar_type()),
+				    "\"nll_loss\" not implemented for '", c10::toString(self.scalar_type()), "'");
 }
 
 static std::tuple<at::Tensor, at::Tensor> nll_fwd(const at::Tensor &self, const at::Tensor &target, const std::optional<at::Tensor> &weight_opt, int64_t reduction, int64_t ignore_index)

@@ -70,7 +70,7 @@ void check_dtype(const char *op, const at::Tensor &t, bool ints, bool only_u8 = 
 {
 	auto st = t.scalar_type();
 	bool ok = is_float(st) || (ints && st != at::kBool && at::isIntegralType(st, false) && (!only_u8 || st == at::kByte));
-	TORCH_CHECK(ok, "\"", op, "\" not implemented for '", c10::toString(st), "'");
+	TORCH_CHECK_NOT_IMPLEMENTED(ok, "\"", op, "\" not implemented for '", c10::toString(st), "'");
 }
 
 void run(const at::Tensor &on, nrt_kernel_fn fn, const void *args, size_t size, const char *name)

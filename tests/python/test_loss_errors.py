@@ -47,6 +47,7 @@ CASES = {
     "nll_target_int": lambda d: F.nll_loss(_x(d, 3, 5), _t(TGT, d).int()),
     "nll_target_2d": lambda d: torch.ops.aten.nll_loss_forward(_x(d, 3, 5), _t([[0], [1], [4]], d), None, 1, -100),
     "nll_target_range": lambda d: F.nll_loss(_x(d, 3, 5), _t([0, 1, 5], d)),
+    "nll_int_input": lambda d: F.nll_loss(torch.ones(3, 5, dtype=torch.long, device=d), _t(TGT, d)),
     "nll_backward_weight_f16": lambda d: torch.ops.aten.nll_loss_backward(
         _t(1.0, d), _x(d, 3, 5), _t(TGT, d), torch.ones(5, dtype=torch.half, device=d), 1, -100, _t(3.0, d)),
     # cross_entropy
@@ -90,6 +91,7 @@ CASES = {
     "mp_stride_3": lambda d: F.max_pool2d(_x(d, 1, 1, 4, 4), 2, (1, 1, 1)),
     "mp_dilation_3": lambda d: F.max_pool2d(_x(d, 1, 1, 4, 4), 2, 2, 0, (1, 1, 1)),
     "mp_empty_plane": lambda d: F.max_pool2d(_x(d, 1, 0, 4, 4), 2),
+    "mp_bool_input": lambda d: F.max_pool2d(torch.ones(1, 1, 4, 4, dtype=torch.bool, device=d), 2),
     "mp_empty_height": lambda d: F.max_pool2d(_x(d, 1, 1, 0, 4), 2, return_indices=True),
 }
 
