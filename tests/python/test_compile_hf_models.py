@@ -24,23 +24,13 @@ pytestmark = pytest.mark.usefixtures("compile_cache_dir", "fresh_dynamo")
 # Eager neuron vs CPU: the same, our kernels against ATen's.
 RTOL, ATOL = 1e-4, 1e-5
 
-# Known defects of the compiled path (issue 16), each with its smallest repro; name -> reason.
-_TIED = ("issue 16 defect 1: compiled gradient of a tied embedding weight is wrong (only that gradient; "
-         "embedding_dense_backward fused with the output projection's dW); repro: "
-         "((F.embedding(ids, W) @ W.t()) * w).sum() compiled, backward, W.grad vs eager")
-_EMB_POINTWISE = ("issue 16 defect 2: a pointwise op fused into embedding computes a wrong forward (then "
-                  "every gradient is wrong); here the position embedding of ids computed from the input "
-                  "(cumsum of a mask) added to the token embedding; repro: F.embedding(ids, W) * 2 compiled "
-                  "vs eager")
-_CONST_REDUCTION = ("issue 16 defect 3: the graph compiler rejects a reduction over a generated constant "
-                    "('value N has no pointer in segment 0'); here the CTC input lengths "
-                    "torch.ones_like(input_values).sum(-1); repro: torch.ones_like(x).sum(-1) compiled")
-XFAIL_COMPILED = {
-    **{n: _TIED for n in ("gemma", "gemma2", "gemma3", "falcon", "bloom", "mpt", "cohere", "starcoder2",
-                          "modernbert", "t5", "bart", "pegasus", "whisper")},
-    **{n: _EMB_POINTWISE for n in ("roberta", "xlm_roberta", "opt")},
-    "wav2vec2": _CONST_REDUCTION,
-}
+# name -> reason (xfail, strict): a known defect of the compiled step, with its smallest repro.  None now.
+# Before the issue-16 fixes (git 5b603ca, ab3b614) this sweep failed on 17 architectures: the gradient of a
+# tied embedding weight (gemma, gemma2, gemma3, falcon, bloom, mpt, cohere, starcoder2, modernbert, t5,
+# bart, pegasus, whisper: ((F.embedding(ids, W) @ W.t()) * w).sum()), a pointwise op fused into embedding
+# (roberta, xlm_roberta, opt: F.embedding(ids, W) * 2), a reduction over a constant (wav2vec2's CTC input
+# lengths: torch.ones_like(x).sum(-1)).
+XFAIL_COMPILED = {}
 # name -> reason: eager neuron differs from the CPU (or fails).  None known.
 XFAIL_EAGER = {}
 
