@@ -8,6 +8,7 @@ docs/distributed.md.
 import os
 
 BACKEND = "neuron"
+transports = {}  # group name -> "shm" or "gloo", as chosen when the group's backend was created
 
 
 def apply_launch_env():
@@ -31,14 +32,47 @@ def apply_launch_env():
         os.environ["NEURON_RT_VISIBLE_CORES"] = f"0-{n - 1}"
 
 
+def _transport(store, rank, size):
+    """'shm' when every rank of the group runs on this host, else 'gloo'; NEURON_CCL_TRANSPORT=shm|gloo
+    forces one.  The ranks compare their host names through the group's store."""
+    forced = os.environ.get("NEURON_CCL_TRANSPORT", "auto").strip().lower()
+    if forced in ("shm", "gloo"):
+        return forced
+    if forced not in ("", "auto"):
+        raise ValueError(f"NEURON_CCL_TRANSPORT='{forced}' is invalid: expected shm, gloo or auto")
+    if size == 1:
+        return "shm"
+    import socket
+
+    me = f"{socket.gethostname()}/{_boot_id()}"
+    store.set(f"ncl_host/{rank}", me)
+    hosts = {store.get(f"ncl_host/{r}").decode() for r in range(size)}
+    return "shm" if hosts == {me} else "gloo"
+
+
+def _boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def _create_backend(dist_opts, backend_opts):
     """The extended-API factory c10d calls once per process group (new_group and DeviceMesh subgroups
     included), with a store already prefixed for the group and device."""
     from . import _C
 
-    return _C._ncl_create_backend(
-        dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout, dist_opts.group_id or ""
-    )
+    store, rank, size, timeout = dist_opts.store, dist_opts.group_rank, dist_opts.group_size, dist_opts.timeout
+    name = dist_opts.group_id or ""
+    transport = _transport(store, rank, size)
+    transports[name] = transport
+    if transport == "gloo":
+        from torch.distributed import PrefixStore, ProcessGroupGloo
+
+        gloo = ProcessGroupGloo(PrefixStore("ncl_gloo/", store), rank, size, timeout=timeout)
+        return _C._ncl_create_gloo_backend(rank, size, timeout, name, gloo)
+    return _C._ncl_create_backend(store, rank, size, timeout, name)
 
 
 def register():

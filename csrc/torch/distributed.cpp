@@ -115,6 +115,9 @@ RedOp ncl_redop_of(const c10d::ReduceOp &r, at::ScalarType t, const char *opname
 // the completion thread.
 struct OpState {
 	std::function<int()> run;
+	bool deferred = false;   // a send: the launch record hands it to the backend's sender thread
+	bool handed_off = false; // ... and did (set before the record completes)
+	std::function<void(OpState *)> hand_off;
 	std::mutex mu;
 	std::condition_variable cv;
 	bool ran = false, done = false;
@@ -130,8 +133,17 @@ struct KernelArgs {
 // becomes the queue's sticky error, for whoever synchronizes the queue first.
 int run_op(OpState *st, bool in_kernel)
 {
-	int rc = st->run();
-	std::string msg = rc ? std::string(ncl_last_error()) : std::string();
+	int rc;
+	std::string msg;
+
+	try {
+		rc = st->run();
+		if (rc)
+			msg = ncl_last_error();
+	} catch (const std::exception &e) { // the Gloo transport reports its failures as exceptions
+		rc = NCL_ERR_PEER;
+		msg = e.what();
+	}
 
 	if (rc && in_kernel)
 		nrt_kernel_fail("%s", msg.c_str());
@@ -149,7 +161,17 @@ int run_op(OpState *st, bool in_kernel)
 // The launch record's function, on the queue's worker (or a thread that drains the queue).
 int collective_kernel(void *p)
 {
-	return run_op(static_cast<KernelArgs *>(p)->st, true);
+	OpState *st = static_cast<KernelArgs *>(p)->st;
+
+	if (st->deferred) { // the queue moves on; the sender thread runs it (its Work completes then)
+		{
+			std::lock_guard<std::mutex> g(st->mu);
+			st->handed_off = true;
+		}
+		st->hand_off(st);
+		return 0;
+	}
+	return run_op(st, true);
 }
 
 class NeuronWork : public c10d::Work {
@@ -179,6 +201,8 @@ class NeuronWork : public c10d::Work {
 			std::lock_guard<std::mutex> g(st_->mu);
 			if (st_->done)
 				return true;
+			if (st_->handed_off)
+				return false;
 		}
 		return event_ && nrt_event_query(event_) == NRT_OK;
 	}
@@ -219,7 +243,8 @@ class NeuronWork : public c10d::Work {
 			if (rc)
 				qerr = nrt_last_error();
 		}
-		std::lock_guard<std::mutex> g(st_->mu);
+		std::unique_lock<std::mutex> g(st_->mu);
+		st_->cv.wait(g, [this] { return st_->done || !st_->handed_off; }); // a send on the sender thread
 		if (st_->done && st_->status)
 			raise_dist(st_->msg);
 		if (!st_->done)
@@ -302,6 +327,15 @@ class NeuronBackend : public c10d::Backend {
 		completer_ = std::thread([this] { completion_loop(); });
 	}
 
+	// Gloo transport (across hosts, or NEURON_CCL_TRANSPORT=gloo): every collective runs on gloo, built
+	// in Python on the same store, over zero-copy CPU aliases of the device buffers.
+	NeuronBackend(int rank, int size, ms timeout, std::string group_name, c10::intrusive_ptr<c10d::Backend> gloo)
+		: c10d::Backend(rank, size), timeout_(timeout), group_name_(std::move(group_name)), gloo_(std::move(gloo))
+	{
+		TORCH_CHECK(gloo_, "neuron backend: no gloo backend given");
+		completer_ = std::thread([this] { completion_loop(); });
+	}
+
 	~NeuronBackend() override
 	{
 		try {
@@ -331,12 +365,14 @@ class NeuronBackend : public c10d::Backend {
 	void setSequenceNumberForGroup() override {} // every rank starts at 0
 	uint64_t getSequenceNumberForGroup() override
 	{
-		return comm_ ? ncl_comm_last_seq(comm_) : 0;
+		return comm_ ? ncl_comm_last_seq(comm_) : gloo_seq_.load();
 	}
 	void abort() override
 	{
 		if (comm_)
 			ncl_comm_abort(comm_);
+		if (gloo_)
+			gloo_->abort();
 	}
 	c10d::ErrorType getError() override
 	{
@@ -361,8 +397,16 @@ class NeuronBackend : public c10d::Backend {
 				completer_.join();
 			}
 		}
+		{
+			std::lock_guard<std::mutex> g(send_mu_);
+			send_stop_ = true;
+		}
+		send_cv_.notify_all();
+		if (sender_.joinable())
+			sender_.join();
 		ncl_comm_destroy(comm_);
 		comm_ = nullptr;
+		gloo_.reset();
 	}
 
 	// ---- collectives ------------------------------------------------------------------------------
@@ -387,6 +431,17 @@ class NeuronBackend : public c10d::Backend {
 		RedOp ro = ncl_redop_of(opts.reduceOp, t.scalar_type(), "reduce");
 		ncl_dtype_t dt = ncl_dtype_of(t.scalar_type(), "reduce");
 		int root = (int)opts.rootRank;
+		if (gloo_) {
+			c10d::ReduceOptions o = opts;
+			o.reduceOp = gloo_op(opts.reduceOp);
+			o.timeout = effective(opts.timeout);
+			return gloo_enqueue(OpType::REDUCE, "nccl:reduce", {t}, {t}, opts.timeout, [=, this] {
+				Tensors a = cpu_aliases(Tensors{t});
+				wait_gloo(gloo_->reduce(a, o));
+				if (rank_ == root)
+					gloo_post_scale(a, ro);
+			});
+		}
 		auto calls = take_calls(1, opts.timeout);
 		return enqueue(OpType::REDUCE, "nccl:reduce", {t}, {t}, calls, [=, this] {
 			return ncl_reduce(comm_, t.data_ptr(), t.data_ptr(), (size_t)t.numel(), dt, ro.op, ro.scale, root,
@@ -402,6 +457,14 @@ class NeuronBackend : public c10d::Backend {
 			    "neuron backend: broadcast: root tensor ", opts.rootTensor, " out of range");
 		int root = (int)opts.rootRank;
 		Tensors ts = tensors;
+		if (gloo_) {
+			c10d::BroadcastOptions o = opts;
+			o.timeout = effective(opts.timeout);
+			return gloo_enqueue(OpType::BROADCAST, "nccl:broadcast", ts, ts, opts.timeout, [=, this] {
+				Tensors a = cpu_aliases(ts);
+				wait_gloo(gloo_->broadcast(a, o));
+			});
+		}
 		auto calls = take_calls(ts.size(), opts.timeout);
 		return enqueue(OpType::BROADCAST, "nccl:broadcast", ts, ts, calls, [=, this] {
 			for (size_t i = 0; i < ts.size(); i++) {
@@ -460,6 +523,17 @@ class NeuronBackend : public c10d::Backend {
 				    "neuron backend: gather: only the root takes output tensors");
 		}
 		ncl_dtype_t dt = ncl_dtype_of(in.scalar_type(), "gather");
+		if (gloo_) {
+			c10d::GatherOptions o = opts;
+			o.timeout = effective(opts.timeout);
+			return gloo_enqueue(OpType::GATHER, "nccl:gather", {in}, outs, opts.timeout, [=, this] {
+				std::vector<Tensors> ol;
+				if (rank_ == root)
+					ol.push_back(cpu_aliases(outs));
+				Tensors il = cpu_aliases(Tensors{in});
+				wait_gloo(gloo_->gather(ol, il, o));
+			});
+		}
 		auto calls = take_calls(1, opts.timeout);
 		return enqueue(OpType::GATHER, "nccl:gather", {in}, outs, calls, [=, this] {
 			std::vector<void *> recvs;
@@ -488,6 +562,17 @@ class NeuronBackend : public c10d::Backend {
 				    "neuron backend: scatter: only the root takes input tensors");
 		}
 		ncl_dtype_t dt = ncl_dtype_of(out.scalar_type(), "scatter");
+		if (gloo_) {
+			c10d::ScatterOptions o = opts;
+			o.timeout = effective(opts.timeout);
+			return gloo_enqueue(OpType::SCATTER, "nccl:scatter", ins, {out}, opts.timeout, [=, this] {
+				std::vector<Tensors> il;
+				if (rank_ == root)
+					il.push_back(cpu_aliases(ins));
+				Tensors ol = cpu_aliases(Tensors{out});
+				wait_gloo(gloo_->scatter(ol, il, o));
+			});
+		}
 		auto calls = take_calls(1, opts.timeout);
 		return enqueue(OpType::SCATTER, "nccl:scatter", ins, {out}, calls, [=, this] {
 			std::vector<const void *> sends;
@@ -509,6 +594,17 @@ class NeuronBackend : public c10d::Backend {
 		check_like(ins, out, "reduce_scatter");
 		RedOp ro = ncl_redop_of(opts.reduceOp, out.scalar_type(), "reduce_scatter");
 		ncl_dtype_t dt = ncl_dtype_of(out.scalar_type(), "reduce_scatter");
+		if (gloo_) {
+			c10d::ReduceScatterOptions o = opts;
+			o.reduceOp = gloo_op(opts.reduceOp);
+			o.timeout = effective(opts.timeout);
+			return gloo_enqueue(OpType::REDUCE_SCATTER, "nccl:reduce_scatter", ins, {out}, opts.timeout, [=, this] {
+				Tensors ol = cpu_aliases(Tensors{out});
+				std::vector<Tensors> il{cpu_aliases(ins)};
+				wait_gloo(gloo_->reduce_scatter(ol, il, o));
+				gloo_post_scale(ol, ro);
+			});
+		}
 		auto calls = take_calls(1, opts.timeout);
 		return enqueue(OpType::REDUCE_SCATTER, "nccl:reduce_scatter", ins, {out}, calls, [=, this] {
 			std::vector<const void *> sends;
@@ -567,6 +663,15 @@ class NeuronBackend : public c10d::Backend {
 		std::vector<size_t> sc = counts(input, inputSplits, "input"), rc = counts(output, outputSplits, "output");
 		ncl_dtype_t dt = ncl_dtype_of(input.scalar_type(), "alltoall_base");
 		size_t esz = ncl_dtype_size(dt);
+		if (gloo_) {
+			c10d::AllToAllOptions o = opts;
+			o.timeout = effective(opts.timeout);
+			std::vector<int64_t> os = outputSplits, is = inputSplits;
+			return gloo_enqueue(OpType::ALLTOALL_BASE, "nccl:all_to_all", i, Tensors{output}, opts.timeout, [=, this]() mutable {
+				at::Tensor oa = cpu_alias(output), ia = cpu_alias(input);
+				wait_gloo(gloo_->alltoall_base(oa, ia, os, is, o));
+			});
+		}
 		auto calls = take_calls(1, opts.timeout);
 		return enqueue(OpType::ALLTOALL_BASE, "nccl:all_to_all", i, o, calls, [=, this] {
 			std::vector<const void *> sends((size_t)size_);
@@ -599,6 +704,14 @@ class NeuronBackend : public c10d::Backend {
 			rc.push_back((size_t)outputs[p].numel());
 		}
 		Tensors ins = inputs, outs = outputs;
+		if (gloo_) {
+			c10d::AllToAllOptions o = opts;
+			o.timeout = effective(opts.timeout);
+			return gloo_enqueue(OpType::ALLTOALL, "nccl:all_to_all", ins, outs, opts.timeout, [=, this] {
+				Tensors oa = cpu_aliases(outs), ia = cpu_aliases(ins);
+				wait_gloo(gloo_->alltoall(oa, ia, o));
+			});
+		}
 		auto calls = take_calls(1, opts.timeout);
 		return enqueue(OpType::ALLTOALL, "nccl:all_to_all", ins, outs, calls, [=, this] {
 			std::vector<const void *> sends;
@@ -613,6 +726,16 @@ class NeuronBackend : public c10d::Backend {
 
 	c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override
 	{
+		if (gloo_) {
+			c10d::BarrierOptions o;
+			o.timeout = effective(opts.timeout);
+			std::optional<c10::Device> d = opts.device;
+			Tensors none;
+			if (d && d->type() == kDev) // order it on that device's queue: a 1-element tensor carries the device
+				none.push_back(at::empty({0}, at::TensorOptions().device(*d)));
+			return gloo_enqueue(OpType::BARRIER, "nccl:barrier", {}, none, opts.timeout,
+					    [=, this] { wait_gloo(gloo_->barrier(o)); });
+		}
 		auto calls = take_calls(1, opts.timeout);
 		std::optional<c10::Device> dev = opts.device;
 		if (!dev && !opts.device_ids.empty())
@@ -623,8 +746,14 @@ class NeuronBackend : public c10d::Backend {
 				  [=, this] { return ncl_barrier(comm_, calls[0]); });
 	}
 
-	void monitoredBarrier(const c10d::BarrierOptions &opts, bool /*waitAllRanks*/) override
+	void monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks) override
 	{
+		if (gloo_) {
+			c10d::BarrierOptions o = opts;
+			o.timeout = effective(opts.timeout);
+			gloo_->monitoredBarrier(o, waitAllRanks);
+			return;
+		}
 		auto calls = take_calls(1, opts.timeout);
 		if (ncl_barrier(comm_, calls[0]))
 			fail_now(ncl_last_error());
@@ -638,9 +767,16 @@ class NeuronBackend : public c10d::Backend {
 		at::Tensor t = tensors[0];
 		ncl_dtype_t dt = ncl_dtype_of(t.scalar_type(), "send");
 		int64_t tmo = timeout_.count();
-		return enqueue(OpType::SEND, "nccl:send", {t}, {t}, {}, [=, this] {
+		if (gloo_) // not in the collectives' ticket order (Gloo matches messages by tag), and on the sender thread
+			return enqueue(OpType::SEND, "nccl:send", {t}, {t}, {}, [=, this] {
+				Tensors a = cpu_aliases(Tensors{t});
+				wait_gloo(gloo_->send(a, dst, tag));
+				return 0;
+			}, /*deferred=*/true);
+		auto w = enqueue(OpType::SEND, "nccl:send", {t}, {t}, {}, [=, this] {
 			return ncl_send(comm_, t.data_ptr(), (size_t)t.numel(), dt, dst, tag, tmo);
-		});
+		}, /*deferred=*/true);
+		return w;
 	}
 
 	c10::intrusive_ptr<c10d::Work> recv(Tensors &tensors, int src, int tag) override
@@ -651,6 +787,12 @@ class NeuronBackend : public c10d::Backend {
 		at::Tensor t = tensors[0];
 		ncl_dtype_t dt = ncl_dtype_of(t.scalar_type(), "recv");
 		int64_t tmo = timeout_.count();
+		if (gloo_)
+			return enqueue(OpType::RECV, "nccl:recv", {t}, {t}, {}, [=, this] {
+				Tensors a = cpu_aliases(Tensors{t});
+				wait_gloo(gloo_->recv(a, src, tag));
+				return 0;
+			});
 		return enqueue(OpType::RECV, "nccl:recv", {t}, {t}, {}, [=, this] {
 			return ncl_recv(comm_, t.data_ptr(), (size_t)t.numel(), dt, src, tag, tmo);
 		});
@@ -667,6 +809,18 @@ class NeuronBackend : public c10d::Backend {
 	std::string group_name_;
 	std::atomic<bool> error_{false};
 
+	c10::intrusive_ptr<c10d::Backend> gloo_;
+	std::atomic<uint64_t> gloo_seq_{0};
+	std::mutex turn_mu_;
+	std::condition_variable turn_cv_;
+	uint64_t gloo_done_ = 0; // the Gloo calls run in ticket order, as the ncl ones do
+
+	std::mutex send_mu_;
+	std::condition_variable send_cv_;
+	std::deque<OpState *> sends_; // each kept alive by its Work, which the completion thread holds
+	bool send_stop_ = false;
+	std::thread sender_;
+
 	std::mutex mu_;
 	std::condition_variable cv_;
 	std::deque<c10::intrusive_ptr<NeuronWork>> pending_;
@@ -681,7 +835,7 @@ class NeuronBackend : public c10d::Backend {
 
 	void check_usable()
 	{
-		TORCH_CHECK(comm_, "neuron backend: the process group was shut down");
+		TORCH_CHECK(comm_ || gloo_, "neuron backend: the process group was shut down");
 	}
 
 	void check_rank(int64_t r, const char *op, const char *what)
@@ -733,7 +887,7 @@ class NeuronBackend : public c10d::Backend {
 		std::vector<ncl_call_t> calls(n);
 		for (auto &c : calls) {
 			c.timeout_ms = std::max<int64_t>(effective(t).count(), 1);
-			c.seq = ncl_comm_take_seq(comm_);
+			c.seq = comm_ ? ncl_comm_take_seq(comm_) : ++gloo_seq_;
 		}
 		return calls;
 	}
@@ -745,6 +899,23 @@ class NeuronBackend : public c10d::Backend {
 		std::vector<RedOp> ros;
 		for (auto &x : ts)
 			ros.push_back(ncl_redop_of(rop, x.scalar_type(), "allreduce"));
+		if (gloo_) {
+			c10d::AllreduceOptions o;
+			o.reduceOp = gloo_op(rop);
+			o.timeout = effective(t);
+			return gloo_enqueue(type, title, ts, ts, t, [=, this] {
+				Tensors a = cpu_aliases(ts);
+				if (a.size() == 1) {
+					wait_gloo(gloo_->allreduce(a, o));
+				} else {
+					c10d::AllreduceCoalescedOptions co;
+					co.reduceOp = o.reduceOp;
+					co.timeout = o.timeout;
+					wait_gloo(gloo_->allreduce_coalesced(a, co));
+				}
+				gloo_post_scale(a, ros[0]);
+			});
+		}
 		auto calls = take_calls(ts.size(), t);
 		return enqueue(type, title, ts, ts, calls, [=, this] {
 			for (size_t i = 0; i < ts.size(); i++) {
@@ -772,6 +943,18 @@ class NeuronBackend : public c10d::Backend {
 		}
 		Tensors ins = inputs;
 		std::vector<Tensors> outs = outputs;
+		if (gloo_) {
+			c10d::AllgatherOptions o;
+			o.timeout = effective(t);
+			return gloo_enqueue(type, "nccl:all_gather", ins, all_outs, t, [=, this] {
+				std::vector<Tensors> oa = cpu_aliases(outs);
+				Tensors ia = cpu_aliases(ins);
+				if (ins.size() == 1)
+					wait_gloo(gloo_->allgather(oa, ia, o));
+				else
+					wait_gloo(gloo_->allgather_coalesced(oa, ia, o));
+			});
+		}
 		auto calls = take_calls(ins.size(), t);
 		return enqueue(type, "nccl:all_gather", ins, all_outs, calls, [=, this] {
 			for (size_t i = 0; i < ins.size(); i++) {
@@ -801,6 +984,16 @@ class NeuronBackend : public c10d::Backend {
 				    " = ", inputs[i].numel() * size_, " elements of ", inputs[i].scalar_type(), ", got ",
 				    outputs[i].numel(), " of ", outputs[i].scalar_type());
 		Tensors ins = inputs, outs = outputs;
+		if (gloo_) {
+			c10d::AllgatherOptions o;
+			o.timeout = effective(t);
+			return gloo_enqueue(type, "nccl:all_gather", ins, outs, t, [=, this] {
+				for (size_t i = 0; i < ins.size(); i++) {
+					at::Tensor oa = cpu_alias(outs[i]), ia = cpu_alias(ins[i]);
+					wait_gloo(gloo_->_allgather_base(oa, ia, o));
+				}
+			});
+		}
 		auto calls = take_calls(ins.size(), t);
 		return enqueue(type, "nccl:all_gather", ins, outs, calls, [=, this] {
 			for (size_t i = 0; i < ins.size(); i++) {
@@ -835,6 +1028,18 @@ class NeuronBackend : public c10d::Backend {
 			ros.push_back(ncl_redop_of(opts.reduceOp, outputs[i].scalar_type(), op));
 		}
 		Tensors ins = inputs, outs = outputs;
+		if (gloo_) {
+			c10d::ReduceScatterOptions o = opts;
+			o.reduceOp = gloo_op(opts.reduceOp);
+			o.timeout = effective(opts.timeout);
+			return gloo_enqueue(type, "nccl:reduce_scatter", ins, outs, opts.timeout, [=, this] {
+				for (size_t i = 0; i < ins.size(); i++) {
+					at::Tensor oa = cpu_alias(outs[i]), ia = cpu_alias(ins[i]);
+					wait_gloo(gloo_->_reduce_scatter_base(oa, ia, o));
+					gloo_post_scale(Tensors{oa}, ros[i]);
+				}
+			});
+		}
 		auto calls = take_calls(ins.size(), opts.timeout);
 		return enqueue(type, "nccl:reduce_scatter", ins, outs, calls, [=, this] {
 			for (size_t i = 0; i < ins.size(); i++) {
@@ -852,26 +1057,132 @@ class NeuronBackend : public c10d::Backend {
 		});
 	}
 
+	// ---- the Gloo transport ---------------------------------------------------------------------------
+	static at::Tensor cpu_alias(const at::Tensor &t)
+	{
+		if (t.device().is_cpu())
+			return t;
+		return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), [keep = t](void *) {},
+				     t.options().device(at::kCPU));
+	}
+	static Tensors cpu_aliases(const Tensors &ts)
+	{
+		Tensors r;
+		for (const auto &t : ts)
+			r.push_back(cpu_alias(t));
+		return r;
+	}
+	static std::vector<Tensors> cpu_aliases(const std::vector<Tensors> &ls)
+	{
+		std::vector<Tensors> r;
+		for (const auto &l : ls)
+			r.push_back(cpu_aliases(l));
+		return r;
+	}
+	// Gloo has no PREMUL_SUM and no AVG for every dtype: run SUM, then scale the outputs.
+	c10d::ReduceOp gloo_op(const c10d::ReduceOp &r) const
+	{
+		return (r.op_ == c10d::ReduceOp::PREMUL_SUM || r.op_ == c10d::ReduceOp::AVG) ? c10d::ReduceOp(c10d::ReduceOp::SUM)
+											     : r;
+	}
+	void gloo_post_scale(const Tensors &outs, const RedOp &ro) const
+	{
+		if (ro.op == NCL_AVG)
+			for (auto t : outs)
+				t.div_(size_);
+		else if (ro.op == NCL_PREMUL_SUM)
+			for (auto t : outs)
+				t.mul_(ro.scale);
+	}
+	// Runs issue() (a Gloo call on CPU aliases) and waits for it, on the tensors' queue in ticket order.
+	c10::intrusive_ptr<c10d::Work> gloo_enqueue(OpType type, const char *title, Tensors inputs, Tensors outputs, ms t,
+						    std::function<void()> issue)
+	{
+		auto calls = take_calls(1, t);
+		uint64_t seq = calls[0].seq;
+		int64_t tmo = calls[0].timeout_ms;
+		return enqueue(type, title, std::move(inputs), std::move(outputs), calls, [=, this] {
+			{
+				std::unique_lock<std::mutex> lk(turn_mu_);
+				if (!turn_cv_.wait_for(lk, ms(tmo), [&] { return gloo_done_ + 1 >= seq; }))
+					throw std::runtime_error("neuron backend (gloo transport), collective seq " +
+								 std::to_string(seq) + ": timed out waiting for the collective "
+								 "issued before it");
+			}
+			struct Done {
+				NeuronBackend *b;
+				uint64_t seq;
+				~Done()
+				{
+					{
+						std::lock_guard<std::mutex> g(b->turn_mu_);
+						b->gloo_done_ = std::max(b->gloo_done_, seq);
+					}
+					b->turn_cv_.notify_all();
+				}
+			} done{this, seq};
+			issue();
+			return 0;
+		});
+	}
+	static void wait_gloo(const c10::intrusive_ptr<c10d::Work> &w)
+	{
+		w->wait();
+	}
+
 	c10::intrusive_ptr<c10d::Work> enqueue(OpType type, const char *title, Tensors inputs, Tensors outputs,
-					       const std::vector<ncl_call_t> &calls, std::function<int()> run)
+					       const std::vector<ncl_call_t> &calls, std::function<int()> run,
+					       bool deferred = false)
 	{
 		const Tensors &ref = outputs.empty() ? inputs : outputs;
 		std::optional<c10::Device> dev;
 		if (!ref.empty() && ref[0].device().type() == kDev)
 			dev = ref[0].device();
-		return enqueue_on(dev, type, title, std::move(inputs), std::move(outputs), calls, std::move(run));
+		return enqueue_on(dev, type, title, std::move(inputs), std::move(outputs), calls, std::move(run), deferred);
+	}
+
+	// The sender thread: runs the sends that launch records handed to it, in order.  A send then does not
+	// hold its queue while the peer is not yet receiving, so two ranks that both send before they receive
+	// (batch_isend_irecv) do not wait for each other.
+	void sender_loop()
+	{
+		std::unique_lock<std::mutex> lk(send_mu_);
+		for (;;) {
+			send_cv_.wait(lk, [this] { return send_stop_ || !sends_.empty(); });
+			if (sends_.empty())
+				return;
+			OpState *st = sends_.front();
+			sends_.pop_front();
+			lk.unlock();
+			run_op(st, false);
+			lk.lock();
+		}
+	}
+	void hand_off_send(OpState *st)
+	{
+		{
+			std::lock_guard<std::mutex> g(send_mu_);
+			if (!sender_.joinable())
+				sender_ = std::thread([this] { sender_loop(); });
+			sends_.push_back(st);
+		}
+		send_cv_.notify_one();
 	}
 
 	// dev: a neuron device, whose current queue runs the collective; none: run it now on this thread.
 	c10::intrusive_ptr<c10d::Work> enqueue_on(std::optional<c10::Device> dev, OpType type, const char *title,
 						  Tensors inputs, Tensors outputs, const std::vector<ncl_call_t> &calls,
-						  std::function<int()> run)
+						  std::function<int()> run, bool deferred = false)
 	{
 		check_usable();
 		auto work = c10::make_intrusive<NeuronWork>(rank_, type, title, std::move(outputs),
 							    calls.empty() ? 0 : calls[0].seq);
 		work->inputs_ = std::move(inputs);
 		work->st_->run = std::move(run);
+		if (dev && deferred) {
+			work->st_->deferred = true;
+			work->st_->hand_off = [this](OpState *st) { hand_off_send(st); };
+		}
 		if (!dev) {
 			collective_kernel_now(*work);
 			return work;
@@ -914,7 +1225,7 @@ class NeuronBackend : public c10d::Backend {
 				std::unique_lock<std::mutex> g(w->st_->mu);
 				while (!w->st_->done) {
 					w->st_->cv.wait_for(g, std::chrono::milliseconds(10));
-					if (!w->st_->done && nrt_event_query(w->event_) == NRT_OK)
+					if (!w->st_->done && !w->st_->handed_off && nrt_event_query(w->event_) == NRT_OK)
 						break; // skipped: an earlier kernel of its queue failed
 				}
 			}
@@ -936,10 +1247,20 @@ c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::
 	return c10::make_intrusive<NeuronBackend>(store, rank, size, timeout, group_name);
 }
 
+c10::intrusive_ptr<c10d::Backend> create_gloo_backend(int rank, int size, ms timeout, const std::string &group_name,
+						      const c10::intrusive_ptr<c10d::Backend> &gloo)
+{
+	return c10::make_intrusive<NeuronBackend>(rank, size, timeout, group_name, gloo);
+}
+
 } // namespace
 
 void register_distributed(pybind11::module_ &m)
 {
+	m.def("_ncl_create_gloo_backend", &create_gloo_backend,
+	      "the c10d backend 'neuron' over a ProcessGroupGloo (across hosts, or NEURON_CCL_TRANSPORT=gloo)",
+	      pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"), pybind11::arg("group_name"),
+	      pybind11::arg("gloo"));
 	m.def("_ncl_create_backend", &create_backend, "the c10d backend 'neuron' for one process group",
 	      pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
 	      pybind11::arg("group_name"));

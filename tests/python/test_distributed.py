@@ -11,6 +11,8 @@ kernel thread per rank, loopback only, every wait bounded.  The rank code is thi
 - test_fsdp2_dtensor: under torchrun: DTensor on init_device_mesh("neuron", (2,)) (distribute_tensor,
   redistribute Shard/Replicate/Partial, a DTensor op) and FSDP2 fully_shard training whose losses and
   parameters match a single-device run.
+- test_gloo_transport: NEURON_CCL_TRANSPORT=gloo (the cross-host path, on this host): the collectives
+  and dtypes Gloo takes, async work, DDP parity, all through ProcessGroupGloo on CPU aliases.
 - test_tcp_mixed_backends: tcp:// with "cpu:gloo,neuron:neuron", new_group, and a normal interpreter
   exit without destroy_process_group (no hang, exit status 0).
 - test_killed_rank: rank 1 SIGKILLs itself mid-training; rank 0 gets DistBackendError naming the
@@ -76,12 +78,14 @@ def _expected(op_name, n, dtype, world, torch, scale=0.5):
     return out.to(dtype)
 
 
-def _suite_collectives(torch, dist, rank, world, dev, checks):
+def _suite_collectives(torch, dist, rank, world, dev, checks, gloo=False):
     F = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
     I = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+    if gloo:  # the dtypes Gloo's reductions take
+        F, I = (torch.float32, torch.bfloat16, torch.float16, torch.float64), (torch.int8, torch.uint8, torch.int32, torch.int64)
     n = 1000
     R = dist.ReduceOp
-    for dtype in F + I + (torch.bool,):
+    for dtype in F + I + (() if gloo else (torch.bool,)):
         ops = ["SUM", "PRODUCT", "MAX", "MIN"]
         ops += ["AVG", "PREMUL_SUM"] if dtype in F else ["BAND", "BOR", "BXOR"]
         for op_name in ops:
@@ -160,6 +164,13 @@ def _suite_collectives(torch, dist, rank, world, dev, checks):
         for q in reqs:
             q.wait()
         checks.append((f"batch_isend_irecv {dtype}", torch.equal(got4.cpu(), torch.full((4,), 1 - rank, dtype=dtype))))
+        # both ranks send 4 MB before receiving (more than the staging buffers hold): no deadlock
+        big_in = torch.empty(1 << 20, dtype=dtype, device=dev)
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, (m + rank).to(dtype).to(dev), 1 - rank),
+                                       dist.P2POp(dist.irecv, big_in, 1 - rank)])
+        for q in reqs:
+            q.wait()
+        checks.append((f"symmetric 4 MB batch_isend_irecv {dtype}", torch.equal(big_in.cpu(), (m + 1 - rank).to(dtype))))
     dist.barrier()
     # a large all_reduce: 3M f32 = 12 MB, several rounds of the 4 MiB staging chunk
     big = torch.full((3 << 20,), float(rank + 1), device=dev)
@@ -364,11 +375,24 @@ def _worker_mode(mode, torch, dist, torchneuron, rank, world, checks, out):
         dev = torch.device("neuron", local)
         dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=PG_TIMEOUT))
         checks.append(("backend name", dist.get_backend() == "neuron"))
+        import torchneuron.distributed as tnd
+        checks.append((f"shm transport {tnd.transports}", set(tnd.transports.values()) == {"shm"}))
         checks.append(("no segment in /dev/shm while running", not glob.glob("/dev/shm/tn-ncl-*")
                        or not [p for p in glob.glob("/dev/shm/tn-ncl-*") if f"-{os.getpid()}-" in p]))
         _suite_collectives(torch, dist, rank, world, dev, checks)
         _suite_async(torch, dist, rank, world, dev, checks)
         _suite_bad_input(torch, dist, rank, world, dev, checks)
+        _suite_ddp(torch, dist, rank, world, dev, checks)
+        dist.destroy_process_group()
+    elif mode == "gloo":  # NEURON_CCL_TRANSPORT=gloo: the cross-host transport, on this host
+        local = int(os.environ["LOCAL_RANK"])
+        torch.neuron.set_device(local)
+        dev = torch.device("neuron", local)
+        dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=PG_TIMEOUT))
+        import torchneuron.distributed as tnd
+        checks.append((f"gloo transport {tnd.transports}", set(tnd.transports.values()) == {"gloo"}))
+        _suite_collectives(torch, dist, rank, world, dev, checks, gloo=True)
+        _suite_async(torch, dist, rank, world, dev, checks)
         _suite_ddp(torch, dist, rank, world, dev, checks)
         dist.destroy_process_group()
     elif mode == "fsdp_dtensor":
@@ -433,7 +457,8 @@ def _free_port():
 
 def _env(**kw):
     env = dict(os.environ)
-    for k in ("NEURON_NUM_THREADS", "NEURON_RT_VISIBLE_CORES", "LOCAL_WORLD_SIZE", "TORCH_DISTRIBUTED_DEBUG"):
+    for k in ("NEURON_NUM_THREADS", "NEURON_RT_VISIBLE_CORES", "LOCAL_WORLD_SIZE", "TORCH_DISTRIBUTED_DEBUG",
+              "NEURON_CCL_TRANSPORT", "NEURON_CCL_CHUNK_BYTES"):
         env.pop(k, None)
     env.update({k: str(v) for k, v in kw.items()})
     return env
@@ -459,11 +484,11 @@ def _read_results(d, n):
     return out
 
 
-def _run_torchrun(mode, tmp):
+def _run_torchrun(mode, tmp, **env):
     port = _free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(port), "--max_restarts", "0", HERE, mode]
-    p = subprocess.Popen(cmd, env=_env(TN_RESULT_DIR=tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.Popen(cmd, env=_env(TN_RESULT_DIR=tmp, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, start_new_session=True)
     try:
         o, e = p.communicate(timeout=LAUNCH_TIMEOUT)
@@ -497,6 +522,13 @@ def test_torchrun_suite(tmp_path):
         _assert_checks(r, err)
     assert rc == 0, err[-3000:]
     _assert_no_segments([r["pid"] for r in results])
+
+
+def test_gloo_transport(tmp_path):
+    rc, results, err = _run_torchrun("gloo", str(tmp_path), NEURON_CCL_TRANSPORT="gloo")
+    for r in results:
+        _assert_checks(r, err)
+    assert rc == 0, err[-3000:]
 
 
 def test_fsdp2_dtensor(tmp_path):
