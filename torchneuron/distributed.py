@@ -85,4 +85,15 @@ def register():
     if BACKEND.upper() in dist.Backend._plugins:
         return True
     dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["neuron", "cpu"])
+    if not hasattr(dist, "set_timeout"):  # 2.13 lacks it; TorchTitan calls it after the first step
+        dist.set_timeout = set_timeout
     return True
+
+
+def set_timeout(timeout, group=None):
+    """torch.distributed.set_timeout for torch 2.13: sets the timeout of every backend of `group` (default:
+    the default group), for the collectives issued from now on."""
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    pg.set_timeout(timeout)

@@ -10,7 +10,7 @@ kernel thread per rank, loopback only, every wait bounded.  The rank code is thi
   whose losses and parameters match a single-device run on the same global batch.
 - test_fsdp2_dtensor: under torchrun: DTensor on init_device_mesh("neuron", (2,)) (distribute_tensor,
   redistribute Shard/Replicate/Partial, a DTensor op) and FSDP2 fully_shard training whose losses and
-  parameters match a single-device run.
+  parameters match a single-device run; then dist.set_timeout (the 2.13 shim) reaching the backend.
 - test_gloo_transport: NEURON_CCL_TRANSPORT=gloo (the cross-host path, on this host): the collectives
   and dtypes Gloo takes, async work, DDP parity, all through ProcessGroupGloo on CPU aliases.
 - test_tcp_mixed_backends: tcp:// with "cpu:gloo,neuron:neuron", new_group, and a normal interpreter
@@ -339,6 +339,31 @@ def _suite_fsdp2(torch, dist, rank, world, dev, checks):
     checks.append((f"FSDP2 parameters match single device (max diff {pd})", pd <= 1e-5))
 
 
+def _suite_set_timeout(torch, dist, rank, world, dev, checks):
+    """dist.set_timeout (the 2.13 shim) reaches the backend: rank 1 arrives 2 s late at an all_reduce with a
+    0.5 s timeout; rank 0 times out naming rank 1, rank 1 then fails at once with rank 0's error.  Leaves
+    the group broken: run last."""
+    import datetime
+
+    dist.set_timeout(datetime.timedelta(milliseconds=500))
+    t = torch.ones(4, device=dev)
+    if rank == 1:
+        time.sleep(2.0)
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        checks.append(("set_timeout: no error", False))
+    except dist.DistBackendError as e:
+        took = time.monotonic() - t0
+        msg = str(e)
+        if rank == 0:
+            checks.append((f"set_timeout: rank 0 timed out naming rank 1 after {took:.2f} s: {msg[:200]}",
+                           "timed out" in msg and "rank 1" in msg and took < 1.9))
+        else:
+            checks.append((f"set_timeout: rank 1 sees rank 0's failure at once ({took:.2f} s): {msg[:200]}",
+                           "rank 0 failed" in msg and took < 1.0))
+
+
 def worker(mode):
     import datetime
 
@@ -402,6 +427,7 @@ def _worker_mode(mode, torch, dist, torchneuron, rank, world, checks, out):
         dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=PG_TIMEOUT))
         _suite_dtensor(torch, dist, rank, world, dev, checks)
         _suite_fsdp2(torch, dist, rank, world, dev, checks)
+        _suite_set_timeout(torch, dist, rank, world, dev, checks)
         dist.destroy_process_group()
     elif mode == "tcp_mixed":
         dev = torch.device("neuron", 0)
