@@ -257,8 +257,8 @@ def f(a, b):
 
 def run(cf, n):
     a, b = torch.randn(n, 512), torch.randn(512, 512)
-    out = cf(a.to("neuron"), b.to("neuron"))
-    torch.testing.assert_close(out.cpu(), f(a, b), rtol=1e-4, atol=1e-2)
+    out, ref = cf(a.to("neuron"), b.to("neuron")).cpu(), f(a, b)
+    assert (out - ref).abs().max() <= 1e-5 * ref.abs().max()   # sums of 2048 products: relative to the largest
 
 for mode in ("compiled", "op by op"):
     if mode == "op by op":   # the graph compiler rejects the graph: EagerProgram
