@@ -48,6 +48,7 @@ typedef struct {
 	int pass;     /* pass being emitted (names of row offsets) */
 	const char *ridx, *cidx; /* the row index of FULL elements, the index of COL values */
 	nc_sb_t *pre; /* where row offsets go (before the inner loop); NULL: in place */
+	bool pused[NC_MAX_PTRS + 32]; /* segment pointers the kernel reads or writes (P<i>_ locals) */
 } kc_t;
 
 /* ---- small helpers -------------------------------------------------------------------------------- */
@@ -369,7 +370,10 @@ static int load_value(kc_t *k, const char *name, int value, const nc_value_t *S,
 		whole_access(k, name, ov, S, mode == CLS_ROW ? "r" : k->cidx, indent);
 		fmt(idx, sizeof idx, "%s", name);
 	}
-	fmt(raw, sizeof raw, "((const %s *)P[%d])[%s]", nc_ctype_storage(rv->dtype), pi, idx);
+	if (pi >= NC_MAX_PTRS + 32)
+		return nc_fail(g, NC_ERR_INVALID, "internal: pointer %d out of range", pi);
+	k->pused[pi] = true;
+	fmt(raw, sizeof raw, "((const %s *)P%d_)[%s]", nc_ctype_storage(rv->dtype), pi, idx);
 	load_conv(mem, sizeof mem, raw, ov->dtype);
 	sb_printf(k->s, "%*sconst %s %s_v = %s;\n", indent, "", reg_of(ov->dtype), name, mem);
 	fmt(out, n, "%s_v", name);
@@ -465,7 +469,12 @@ static void emit_store(kc_t *k, const nc_value_t *v, int mode, int indent)
 	}
 	fmt(x, sizeof x, "x%d", v->id);
 	store_conv(sv, sizeof sv, x, v->dtype);
-	sb_printf(k->s, "%*s((%s *)P[%d])[%s] = %s;\n", indent, "", nc_ctype_storage(v->dtype), pi, idx, sv);
+	if (pi < 0 || pi >= NC_MAX_PTRS + 32) {
+		truncated = true; /* cannot happen: fails the compile */
+		return;
+	}
+	k->pused[pi] = true;
+	sb_printf(k->s, "%*s((%s *)P%d_)[%s] = %s;\n", indent, "", nc_ctype_storage(v->dtype), pi, idx, sv);
 }
 
 static bool stored(const nc_graph_t *g, const nc_node_t *m)
@@ -677,13 +686,18 @@ static void omp_clauses(kc_t *k, int pass, char *buf, size_t n)
 
 /* ---- kernels ------------------------------------------------------------------------------------------- */
 
+/* Where a kernel's pointer locals go (emit_unit replaces it): each segment pointer the kernel uses is
+ * read once into a local `void *const P<i>_`.  Loads through P[i] inside an `omp simd` reduction loop
+ * were vectorized as gathers (GCC re-reads P[i] per lane): a row sum ran at gather speed. */
+#define PTRS_MARK "\t/*@nc-ptrs@*/\n"
+
 static void prologue(kc_t *k, const char *lo, const char *hi)
 {
 	nc_graph_t *g = k->g;
 	nc_sb_t *s = k->s;
 	sb_printf(s, "static void nc_k%d(void *vctx, int64_t %s, int64_t %s)\n{\n", k->u->kid, lo, hi);
 	sb_printf(s, "\tconst int64_t *S = ((const nc_ctx_t *)vctx)->S;\n\tvoid *const *P = ((const nc_ctx_t *)vctx)->P;\n");
-	sb_printf(s, "\t(void)S; (void)P;\n");
+	sb_printf(s, "\t(void)S; (void)P;\n%s", PTRS_MARK);
 	for (int i = 0; i < g->nsyms; i++)
 		sb_printf(s, "\tconst int64_t S%d = S[%d]; (void)S%d;\n", i, i, i);
 	/* constants (free nodes) read by members, in graph order */
@@ -953,15 +967,31 @@ static int emit_unit(nc_graph_t *g, nc_sb_t *s, int ui, int *level, bool *needed
 	for (int i = 0; i < k.u->nnodes; i++)
 		sb_printf(s, " %s", g->n[k.u->nodes[i]].op);
 	sb_printf(s, " */\n");
+	nc_sb_t body = {0};
+	k.s = &body;
+	int st;
 	if (k.u->kind == U_PW) {
 		if (!k.u->is_epi) /* an epilogue keeps the GEMM's rows (R = M, L = N) */
 			pw_space(&k);
 		((nc_unit_t *)k.u)->R = k.R, ((nc_unit_t *)k.u)->L = k.L;
-		return emit_pw(&k);
+		st = emit_pw(&k);
+	} else if (k.u->kind == U_ROW) {
+		st = emit_row(&k);
+	} else {
+		st = emit_col(&k);
 	}
-	if (k.u->kind == U_ROW)
-		return emit_row(&k);
-	return emit_col(&k);
+	const char *mark = !st && body.buf ? strstr(body.buf, PTRS_MARK) : NULL;
+	if (!st && (body.oom || !mark))
+		st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
+	if (!st) {
+		sb_printf(s, "%.*s", (int)(mark - body.buf), body.buf);
+		for (int i = 0; i < NC_MAX_PTRS + 32; i++)
+			if (k.pused[i])
+				sb_printf(s, "\tvoid *const P%d_ = P[%d];\n", i, i);
+		sb_printf(s, "%s", mark + strlen(PTRS_MARK));
+	}
+	sb_free(&body);
+	return st;
 }
 
 /* ---- segments, plan and entry points ----------------------------------------------------------------- */
