@@ -299,3 +299,22 @@ def test_row_reduction_loads_without_gathers(tmp_path, monkeypatch):
                    check=True, capture_output=True)
     text = asm.read_text()
     assert "nc_k0:" in text and "gather" not in text
+
+
+def test_program_the_c_compiler_rejects_runs_op_by_op(tmp_path, monkeypatch):
+    # a code generation defect (simulated: a C compiler that fails on generated programs but builds the
+    # probe) runs the graph op by op with one warning; a compiler that builds nothing still raises
+    monkeypatch.setenv("NEURON_CACHE_DIR", str(tmp_path))
+    cc = tmp_path / "picky-cc"
+    cc.write_text("#!/bin/sh\nfor a in \"$@\"; do case $a in *program.c) echo 'error: bad program' >&2; exit 1;; esac; done\n"
+                  "exec cc \"$@\"\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    x = torch.randn(4, 6)
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        out = torch.compile(lambda x: (x * 2).cos(), backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), (x * 2).cos())
+    ours = [str(w.message) for w in ws if "op by op" in str(w.message)]
+    assert len(ours) == 1 and "bad program" in ours[0], ours
+

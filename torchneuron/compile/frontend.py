@@ -35,8 +35,9 @@ def _eager_fallback(gm, name, reason):
 def compile_graph(gm, example_inputs, kind="forward"):
     """Compile one ATen FX graph into a callable taking the (boxed) list of its inputs.  A graph the
     serializer or the graph compiler cannot take (or a defect of either) runs op by op with one
-    warning instead of raising; only a failing C compiler (an environment problem, CompileError) and
-    a lock timeout raise."""
+    warning instead of raising, so does a program the C compiler rejects while it builds a trivial
+    one (a code generation defect); only a C compiler that builds nothing (an environment problem,
+    CompileError) and a lock timeout raise."""
     name = f"{kind}{next(_counter)}"
     t0 = time.perf_counter()
     try:
@@ -65,7 +66,12 @@ def compile_graph(gm, example_inputs, kind="forward"):
             key, lib = toolchain.load_program(source, {"graph.ir": ser.ir, "plan.txt": plan_text,
                                                        "fusion.log": fusion_log})
         prog = runtime.Program(ser, plan, lib, key, gm, name)
-    except (toolchain.CompileError, TimeoutError):
+    except toolchain.CompileError as e:
+        if not toolchain.compiler_works(tuple(toolchain.c_compiler())):
+            raise  # the C compiler itself is broken or missing: an environment problem, say so
+        log.warning("torchneuron: the C compiler rejected the program of %s", name, exc_info=True)
+        return _eager_fallback(gm, name, f"the C compiler rejected its generated program: {str(e)[:2000]}")
+    except TimeoutError:
         raise
     except Exception as e:  # a plan or program the runtime cannot bind: run the graph op by op
         log.warning("torchneuron: loading %s failed", name, exc_info=True)

@@ -170,6 +170,21 @@ class FileLock:
         return False
 
 
+@functools.lru_cache(maxsize=None)
+def compiler_works(cmd):
+    """True if the C compiler command `cmd` (a tuple) builds a trivial shared object with our flags: a
+    program it then fails on is a defect of the generated code, not of the environment."""
+    with tempfile.TemporaryDirectory(prefix="neuron-cc-probe-") as d:
+        src, out = os.path.join(d, "probe.c"), os.path.join(d, "probe.so")
+        with open(src, "w") as f:
+            f.write("#include <math.h>\nint nc_probe(double x) { return (int)sqrt(x); }\n")
+        try:
+            p = subprocess.run(list(cmd) + CFLAGS + ["-o", out, src] + LIBS, capture_output=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return p.returncode == 0 and os.path.exists(out)
+
+
 def _run_cc(cmd, src, out, what):
     """Compile src into out (atomically); raise CompileError naming the compiler and the source."""
     tmp = f"{out}.tmp-{os.getpid()}-{threading.get_ident()}"
