@@ -4,6 +4,7 @@
 // (nn.functional.unfold / fold), aten::unfold_backward.  Shapes are checked here; the kernels (nk_conv.h) get contiguous
 // buffers, an explicit geometry and a workspace from the caching allocator.
 #include "neuron.h"
+#include "out.h"
 
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Tensor.h>
@@ -368,11 +369,11 @@ static at::Tensor unfold_backward(const at::Tensor &grad_in, at::IntArrayRef inp
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
-	m.impl("convolution_overrideable", conv_fwd);
-	m.impl("convolution_backward_overrideable", conv_bwd);
-	m.impl("im2col", im2col);
-	m.impl("col2im", col2im);
-	m.impl("unfold_backward", unfold_backward);
+	NEURON_IMPL(m, "convolution_overrideable", conv_fwd);
+	NEURON_IMPL(m, "convolution_backward_overrideable", conv_bwd);
+	NEURON_IMPL(m, "im2col", im2col);
+	NEURON_IMPL(m, "col2im", col2im);
+	NEURON_IMPL(m, "unfold_backward", unfold_backward);
 }
 
 } // namespace neuron

@@ -1,12 +1,15 @@
 // ops_core.cpp - the tensor basics on neuron: allocation, views, resize, copies between devices and
 // dtypes, .item(), fill, random ops, and the boxed CPU fallback for every op without a native kernel.
 #include "neuron.h"
+#include "out.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/as_strided_native.h>
@@ -27,6 +30,103 @@
 namespace neuron {
 
 std::pair<uint64_t, uint64_t> philox_args(const std::optional<at::Generator> &gen, c10::DeviceIndex idx, int64_t n);
+
+// ---- the argument contract (out.h) -----------------------------------------------------------
+
+void check_out(const at::Tensor &out, at::ScalarType result, c10::Device dev, OutRule rule)
+{
+	if (rule == OutRule::Exact) {
+		TORCH_CHECK(out.scalar_type() == result, "Expected out tensor to have dtype ", c10::scalarTypeToTypeMeta(result),
+			    ", but got ", out.dtype(), " instead");
+	} else if (rule == OutRule::Same) {
+		TORCH_CHECK(out.scalar_type() == result, "Found dtype ", out.scalar_type(), " but expected ", result);
+	} else {
+		TORCH_CHECK(at::canCast(result, out.scalar_type()), "result type ", result,
+			    " can't be cast to the desired output type ", out.scalar_type());
+	}
+	TORCH_CHECK(out.device() == dev, "Expected out tensor to have device ", dev, ", but got ", out.device(), " instead");
+}
+
+void resize_out(const at::Tensor &out, at::IntArrayRef sizes, const at::TensorOptions &opts)
+{
+	check_out(out, c10::typeMetaToScalarType(opts.dtype()), opts.device(), OutRule::Exact);
+	at::native::resize_output(out, sizes);
+	at::assert_no_internal_overlap(out);
+}
+
+at::Tensor &into(at::Tensor &out, const at::Tensor &r, OutRule rule)
+{
+	if (out.is_same(r))
+		return out;
+	check_out(out, r.scalar_type(), r.device().type() == kDev ? r.device() : out.device(), rule);
+	at::native::resize_output(out, r.sizes());
+	at::assert_no_internal_overlap(out);
+	out.copy_(r);
+	return out;
+}
+
+void check_inplace_shape(const at::Tensor &self, at::IntArrayRef result)
+{
+	TORCH_CHECK(self.sizes().equals(result), "output with shape ", self.sizes(), " doesn't match the broadcast shape ",
+		    result);
+}
+
+at::Tensor &into_self(at::Tensor &self, const at::Tensor &r)
+{
+	if (self.is_same(r))
+		return self;
+	check_inplace_shape(self, r.sizes());
+	TORCH_CHECK(at::canCast(r.scalar_type(), self.scalar_type()), "result type ", r.scalar_type(),
+		    " can't be cast to the desired output type ", self.scalar_type());
+	self.copy_(r);
+	return self;
+}
+
+// The argument's name from the op's schema (only on this error path).
+static std::string arg_name(const char *op, int pos)
+{
+	std::string full = std::string("aten::") + op, name = full, overload;
+	size_t dot = full.find('.');
+	if (dot != std::string::npos)
+		name = full.substr(0, dot), overload = full.substr(dot + 1);
+	auto h = c10::Dispatcher::singleton().findSchema({name, overload});
+	if (h && pos < (int)h->schema().arguments().size())
+		return h->schema().arguments()[pos].name();
+	return std::to_string(pos);
+}
+
+void DeviceCheck::raise(const char *op) const
+{
+	TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", *dev, " and ",
+		    other, "! (when checking argument for argument ", arg_name(op, bad), " in method aten::", op, ")");
+}
+
+// The same rule for the boxed fallback: every tensor argument on one device, read-only CPU
+// zero-dim tensors aside; lists of optional tensors (index's indices) are not looked at.
+static void check_fallback_devices(const c10::OperatorHandle &op, const torch::jit::Stack *stack)
+{
+	const auto &n = op.schema().operator_name();
+	if (n.name.rfind("aten::_foreach_", 0) == 0 || n.name.rfind("aten::_fused_", 0) == 0 ||
+	    n.name.rfind("aten::_amp_", 0) == 0)
+		return; // lists with CPU-side arguments by design (foreach scalars, fused optimizers' lr)
+	const auto &args = op.schema().arguments();
+	size_t base = stack->size() - args.size();
+	DeviceCheck dc;
+	for (size_t i = 0; i < args.size(); i++, dc.pos++) {
+		const c10::IValue &iv = (*stack)[base + i];
+		bool written = args[i].alias_info() && args[i].alias_info()->isWrite();
+		if (iv.isTensor())
+			dc.see(iv.toTensor(), written);
+		else if (iv.isTensorList())
+			for (const at::Tensor &t : iv.toTensorList())
+				dc.see(t, true);
+		if (dc.bad >= 0) {
+			TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
+				    *dc.dev, " and ", dc.other, "! (when checking argument for argument ", args[i].name(),
+				    " in method ", n.name, n.overload_name.empty() ? "" : ".", n.overload_name, ")");
+		}
+	}
+}
 
 // ---- allocation and views ------------------------------------------------------------------------
 
@@ -494,6 +594,7 @@ static void alias_readonly_inputs(const c10::OperatorHandle &op, torch::jit::Sta
 void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 {
 	std::string name = op_name(op);
+	check_fallback_devices(op, stack);
 	track_fallback(name);
 	const char *mode = getenv("NEURON_FALLBACK");
 	TORCH_CHECK(!(mode && strcmp(mode, "error") == 0), "neuron: ", name,

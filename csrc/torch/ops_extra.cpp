@@ -6,6 +6,7 @@
 // reduction kernels.  Each wrapper checks arguments like aten, then launches the C kernel
 // (index.c, scan.c, sort.c, shape.c) or composes registered native ops through the dispatcher.
 #include "neuron.h"
+#include "out.h"
 #include "pointwise.h"
 
 #include <ATen/ExpandUtils.h>
@@ -65,16 +66,6 @@
 namespace neuron {
 
 // ---- helpers ---------------------------------------------------------------------------------------
-
-// The result of a functional computation into an out= tensor (resized like aten's out= ops).
-static at::Tensor &into(at::Tensor &out, const at::Tensor &r)
-{
-	if (out.is_same(r))
-		return out;
-	at::native::resize_output(out, r.sizes());
-	out.copy_(r);
-	return out;
-}
 
 // A 0-d CPU tensor holding v in dtype t: the pointwise engine passes it to the kernel as a scalar.
 static at::Tensor cpu_scalar(const c10::Scalar &v, at::ScalarType t)
@@ -246,7 +237,7 @@ static at::Tensor &scatter_common(const char *name, const at::Tensor &self, int6
 		at::assert_no_overlap(out, src);
 	c10::DeviceGuard g(self.device());
 	if (!out.is_same(self)) {
-		at::native::resize_output(out, self.sizes());
+		resize_out(out, self.sizes(), self.options());
 		out.copy_(self);
 	}
 	at::Tensor s = src.defined() && src.scalar_type() != self.scalar_type() ? src.to(self.scalar_type()) : src;
@@ -362,7 +353,7 @@ static at::Tensor &scatter_reduce_two_o(const at::Tensor &self, int64_t dim, con
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
 	c10::DeviceGuard g(self.device());
 	if (!out.is_same(self)) {
-		at::native::resize_output(out, self.sizes());
+		resize_out(out, self.sizes(), self.options());
 		out.copy_(self);
 	}
 	if (index.numel() == 0)
@@ -462,7 +453,7 @@ static at::Tensor &index_scatter(const char *name, int op, const at::Tensor &sel
 		at::assert_no_overlap(out, source);
 	c10::DeviceGuard g(self.device());
 	if (!out.is_same(self)) {
-		at::native::resize_output(out, self.sizes());
+		resize_out(out, self.sizes(), self.options());
 		out.copy_(self);
 	}
 	at::Tensor x1 = as1d(out);
@@ -549,7 +540,7 @@ static at::Tensor &index_reduce_o(const at::Tensor &self, int64_t dim, const at:
 	int op = mean ? NK_IDX_SCATTER_ADD : scatter_reduce_op(reduce, "index_reduce");
 	c10::DeviceGuard g(self.device());
 	if (!out.is_same(self)) {
-		at::native::resize_output(out, self.sizes());
+		resize_out(out, self.sizes(), self.options());
 		out.copy_(self);
 	}
 	if (!include_self)
@@ -878,7 +869,7 @@ static at::Tensor &tri_into(const char *name, bool lower, const at::Tensor &self
 	TORCH_CHECK(self.dim() >= 2, name, ": input tensor must have at least 2 dimensions");
 	c10::DeviceGuard g(self.device());
 	if (!out.is_same(self))
-		at::native::resize_output(out, self.sizes());
+		resize_out(out, self.sizes(), self.options());
 	if (self.numel() == 0)
 		return out;
 	int64_t M = self.size(-2), N = self.size(-1);
@@ -987,6 +978,9 @@ static at::Tensor roll_f(const at::Tensor &self, at::IntArrayRef shifts, at::Int
 static std::tuple<at::Tensor, at::Tensor> scan(const char *name, int op, const at::Tensor &self, int64_t dim, at::ScalarType t)
 {
 	c10::DeviceGuard g(self.device());
+	// aten has no bool kernel for these: a bool dtype (or out=) is refused as the CPU refuses it
+	TORCH_CHECK_NOT_IMPLEMENTED(t != at::kBool || !(op == NK_SCAN_SUM || op == NK_SCAN_PROD), "\"",
+				    op == NK_SCAN_SUM ? "cumsum" : "cumprod", "_out_cpu\" not implemented for 'Bool'");
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
 	at::Tensor x = (self.scalar_type() == t ? self : self.to(t)).contiguous();
 	at::Tensor out = at::empty(self.sizes(), x.options());
@@ -1136,7 +1130,7 @@ static at::Tensor &clamp_max_ti(at::Tensor &s, const at::Tensor &v) { NEURON_TRA
 static at::Tensor &clamp_to(const at::Tensor &s, const std::optional<at::Tensor> &lo, const std::optional<at::Tensor> &hi, at::Tensor &o)
 {
 	NEURON_TRACK("aten::clamp.Tensor_out");
-	return into(o, at::clamp(s, lo, hi));
+	return into(o, at::clamp(s, lo, hi), OutRule::Cast);
 }
 
 // activations: the op's scalar parameters go to the kernel (nk.h documents each)
@@ -1325,7 +1319,7 @@ static at::Tensor nansum_f(const at::Tensor &s, at::OptionalIntArrayRef dim, boo
 static at::Tensor &nansum_o(const at::Tensor &s, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt, at::Tensor &o)
 {
 	NEURON_TRACK("aten::nansum.out");
-	return into(o, nansum_f(s, dim, keep, dt));
+	return into(o, nansum_f(s, dim, keep, dt), OutRule::Cast);
 }
 static at::Tensor count_nonzero_d(const at::Tensor &s, at::IntArrayRef dims)
 {
@@ -1373,8 +1367,7 @@ static at::Tensor &addbmm_o(const at::Tensor &self, const at::Tensor &b1, const 
 static at::Tensor &addbmm_i(at::Tensor &self, const at::Tensor &b1, const at::Tensor &b2, const c10::Scalar &beta, const c10::Scalar &alpha)
 {
 	NEURON_TRACK("aten::addbmm_");
-	self.copy_(addbmm_f(self, b1, b2, beta, alpha));
-	return self;
+	return into_self(self, addbmm_f(self, b1, b2, beta, alpha));
 }
 static bool equal_f(const at::Tensor &s, const at::Tensor &o)
 {
@@ -1416,7 +1409,7 @@ static at::Tensor addr_f(const at::Tensor &self, const at::Tensor &v1, const at:
 static at::Tensor &addr_o(const at::Tensor &self, const at::Tensor &v1, const at::Tensor &v2, const c10::Scalar &beta, const c10::Scalar &alpha, at::Tensor &o)
 {
 	NEURON_TRACK("aten::addr.out");
-	return into(o, addr_f(self, v1, v2, beta, alpha));
+	return into(o, addr_f(self, v1, v2, beta, alpha), OutRule::Cast);
 }
 
 // logit(x) = log(z / (1 - z)), z = clamp(x, eps, 1 - eps) when eps is given (aten's order of operations)
@@ -1428,8 +1421,8 @@ static at::Tensor logit_f(const at::Tensor &x, std::optional<double> eps)
 		z = at::clamp(z, *eps, 1.0 - *eps);
 	return (z / (1 - z)).log();
 }
-static at::Tensor &logit_o(const at::Tensor &x, std::optional<double> eps, at::Tensor &o) { NEURON_TRACK("aten::logit.out"); return into(o, logit_f(x, eps)); }
-static at::Tensor &logit_i(at::Tensor &x, std::optional<double> eps) { NEURON_TRACK("aten::logit_"); x.copy_(logit_f(x, eps)); return x; }
+static at::Tensor &logit_o(const at::Tensor &x, std::optional<double> eps, at::Tensor &o) { NEURON_TRACK("aten::logit.out"); return into(o, logit_f(x, eps), OutRule::Cast); }
+static at::Tensor &logit_i(at::Tensor &x, std::optional<double> eps) { NEURON_TRACK("aten::logit_"); return into_self(x, logit_f(x, eps)); }
 
 // ---- losses composed of native elementwise and reduction kernels ------------------------------------
 
@@ -1632,7 +1625,7 @@ static at::Tensor logaddexp_f(const at::Tensor &a, const at::Tensor &b)
 	at::Tensor r = m + at::log1p(at::exp(-d));
 	return at::where(at::isinf(a).logical_and(a == b), a.to(r.scalar_type()), r);
 }
-static at::Tensor &logaddexp_o(const at::Tensor &a, const at::Tensor &b, at::Tensor &o) { NEURON_TRACK("aten::logaddexp.out"); return into(o, logaddexp_f(a, b)); }
+static at::Tensor &logaddexp_o(const at::Tensor &a, const at::Tensor &b, at::Tensor &o) { NEURON_TRACK("aten::logaddexp.out"); return into(o, logaddexp_f(a, b), OutRule::Cast); }
 static at::Tensor logaddexp2_f(const at::Tensor &a, const at::Tensor &b)
 {
 	NEURON_TRACK("aten::logaddexp2");
@@ -1640,7 +1633,7 @@ static at::Tensor logaddexp2_f(const at::Tensor &a, const at::Tensor &b)
 	at::Tensor r = m + at::log1p(at::exp2(-d)) * (1.0 / std::log(2.0));
 	return at::where(at::isinf(a).logical_and(a == b), a.to(r.scalar_type()), r);
 }
-static at::Tensor &logaddexp2_o(const at::Tensor &a, const at::Tensor &b, at::Tensor &o) { NEURON_TRACK("aten::logaddexp2.out"); return into(o, logaddexp2_f(a, b)); }
+static at::Tensor &logaddexp2_o(const at::Tensor &a, const at::Tensor &b, at::Tensor &o) { NEURON_TRACK("aten::logaddexp2.out"); return into(o, logaddexp2_f(a, b), OutRule::Cast); }
 
 // round(x, decimals): decimals >= 0: nearbyint(x * 10^d) / 10^d, else nearbyint(x / 10^-d) * 10^-d,
 // with 10^|d| in the dtype
@@ -1655,7 +1648,7 @@ static at::Tensor round_dec_f(const at::Tensor &x, int64_t decimals)
 	return PW("round", NK_OP_MUL, {PW("round", NK_OP_ROUND, {PW("round", NK_OP_DIV, {x, p}, {}, Same)}, {}, Same), p}, {}, Same);
 }
 static at::Tensor &round_dec_o(const at::Tensor &x, int64_t decimals, at::Tensor &o) { NEURON_TRACK("aten::round.decimals_out"); return into(o, round_dec_f(x, decimals)); }
-static at::Tensor &round_dec_i(at::Tensor &x, int64_t decimals) { NEURON_TRACK("aten::round_.decimals"); x.copy_(round_dec_f(x, decimals)); return x; }
+static at::Tensor &round_dec_i(at::Tensor &x, int64_t decimals) { NEURON_TRACK("aten::round_.decimals"); return into_self(x, round_dec_f(x, decimals)); }
 
 // (convolution: native in ops_conv.cpp)
 
@@ -1666,184 +1659,184 @@ using namespace neuron;
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
 	// indexing
-	m.impl("gather", gather_f);
-	m.impl("gather.out", gather_o);
-	m.impl("scatter.src", scatter_src);
-	m.impl("scatter.src_out", scatter_src_o);
-	m.impl("scatter_.src", scatter_src_i);
-	m.impl("scatter.value", scatter_value);
-	m.impl("scatter.value_out", scatter_value_o);
-	m.impl("scatter_.value", scatter_value_i);
-	m.impl("scatter.reduce", scatter_reduce_f);
-	m.impl("scatter.reduce_out", scatter_reduce_o);
-	m.impl("scatter_.reduce", scatter_reduce_i);
-	m.impl("scatter.value_reduce", scatter_value_reduce_f);
-	m.impl("scatter.value_reduce_out", scatter_value_reduce_o);
-	m.impl("scatter_.value_reduce", scatter_value_reduce_i);
-	m.impl("scatter_add", scatter_add_f);
-	m.impl("scatter_add.out", scatter_add_o);
-	m.impl("scatter_add_", scatter_add_i);
-	m.impl("scatter_reduce.two", scatter_reduce_two);
-	m.impl("scatter_reduce.two_out", scatter_reduce_two_o);
-	m.impl("scatter_reduce_.two", scatter_reduce_two_i);
-	m.impl("index_select", index_select_f);
-	m.impl("index_select.out", index_select_o);
-	m.impl("index_add", index_add_f);
-	m.impl("index_add.out", index_add_o);
-	m.impl("index_add_", index_add_i);
-	m.impl("index_copy", index_copy_f);
-	m.impl("index_copy.out", index_copy_o);
-	m.impl("index_copy_", index_copy_i);
-	m.impl("index_fill_.int_Scalar", index_fill_s);
-	m.impl("index_fill_.int_Tensor", index_fill_t);
-	m.impl("index_reduce", index_reduce_f);
-	m.impl("index_reduce.out", index_reduce_o);
-	m.impl("index_reduce_", index_reduce_i);
-	m.impl("take", take_f);
-	m.impl("take.out", take_o);
-	m.impl("put_", put_i);
-	m.impl("masked_fill_.Scalar", masked_fill_s);
-	m.impl("masked_fill_.Tensor", masked_fill_t);
-	m.impl("masked_scatter_", masked_scatter_i);
-	m.impl("nonzero", nonzero_f);
-	m.impl("index.Tensor", index_f);
-	m.impl("index.Tensor_out", index_o);
-	m.impl("_index_put_impl_", index_put_impl);
-	m.impl("nonzero.out", nonzero_o);
+	NEURON_IMPL(m, "gather", gather_f);
+	NEURON_IMPL(m, "gather.out", gather_o);
+	NEURON_IMPL(m, "scatter.src", scatter_src);
+	NEURON_IMPL(m, "scatter.src_out", scatter_src_o);
+	NEURON_IMPL(m, "scatter_.src", scatter_src_i);
+	NEURON_IMPL(m, "scatter.value", scatter_value);
+	NEURON_IMPL(m, "scatter.value_out", scatter_value_o);
+	NEURON_IMPL(m, "scatter_.value", scatter_value_i);
+	NEURON_IMPL(m, "scatter.reduce", scatter_reduce_f);
+	NEURON_IMPL(m, "scatter.reduce_out", scatter_reduce_o);
+	NEURON_IMPL(m, "scatter_.reduce", scatter_reduce_i);
+	NEURON_IMPL(m, "scatter.value_reduce", scatter_value_reduce_f);
+	NEURON_IMPL(m, "scatter.value_reduce_out", scatter_value_reduce_o);
+	NEURON_IMPL(m, "scatter_.value_reduce", scatter_value_reduce_i);
+	NEURON_IMPL(m, "scatter_add", scatter_add_f);
+	NEURON_IMPL(m, "scatter_add.out", scatter_add_o);
+	NEURON_IMPL(m, "scatter_add_", scatter_add_i);
+	NEURON_IMPL(m, "scatter_reduce.two", scatter_reduce_two);
+	NEURON_IMPL(m, "scatter_reduce.two_out", scatter_reduce_two_o);
+	NEURON_IMPL(m, "scatter_reduce_.two", scatter_reduce_two_i);
+	NEURON_IMPL(m, "index_select", index_select_f);
+	NEURON_IMPL(m, "index_select.out", index_select_o);
+	NEURON_IMPL(m, "index_add", index_add_f);
+	NEURON_IMPL(m, "index_add.out", index_add_o);
+	NEURON_IMPL(m, "index_add_", index_add_i);
+	NEURON_IMPL(m, "index_copy", index_copy_f);
+	NEURON_IMPL(m, "index_copy.out", index_copy_o);
+	NEURON_IMPL(m, "index_copy_", index_copy_i);
+	NEURON_IMPL(m, "index_fill_.int_Scalar", index_fill_s);
+	NEURON_IMPL(m, "index_fill_.int_Tensor", index_fill_t);
+	NEURON_IMPL(m, "index_reduce", index_reduce_f);
+	NEURON_IMPL(m, "index_reduce.out", index_reduce_o);
+	NEURON_IMPL(m, "index_reduce_", index_reduce_i);
+	NEURON_IMPL(m, "take", take_f);
+	NEURON_IMPL(m, "take.out", take_o);
+	NEURON_IMPL(m, "put_", put_i);
+	NEURON_IMPL(m, "masked_fill_.Scalar", masked_fill_s);
+	NEURON_IMPL(m, "masked_fill_.Tensor", masked_fill_t);
+	NEURON_IMPL(m, "masked_scatter_", masked_scatter_i);
+	NEURON_IMPL(m, "nonzero", nonzero_f);
+	NEURON_IMPL(m, "index.Tensor", index_f);
+	NEURON_IMPL(m, "index.Tensor_out", index_o);
+	NEURON_IMPL(m, "_index_put_impl_", index_put_impl);
+	NEURON_IMPL(m, "nonzero.out", nonzero_o);
 	// shape
-	m.impl("tril", tril_f);
-	m.impl("tril.out", tril_o);
-	m.impl("tril_", tril_i);
-	m.impl("triu", triu_f);
-	m.impl("triu.out", triu_o);
-	m.impl("triu_", triu_i);
-	m.impl("flip", flip_f);
-	m.impl("flip.out", flip_o);
-	m.impl("roll", roll_f);
+	NEURON_IMPL(m, "tril", tril_f);
+	NEURON_IMPL(m, "tril.out", tril_o);
+	NEURON_IMPL(m, "tril_", tril_i);
+	NEURON_IMPL(m, "triu", triu_f);
+	NEURON_IMPL(m, "triu.out", triu_o);
+	NEURON_IMPL(m, "triu_", triu_i);
+	NEURON_IMPL(m, "flip", flip_f);
+	NEURON_IMPL(m, "flip.out", flip_o);
+	NEURON_IMPL(m, "roll", roll_f);
 	// scans and sort
-	m.impl("cumsum", cumsum_f);
-	m.impl("cumsum.out", cumsum_o);
-	m.impl("cumsum_", cumsum_i);
-	m.impl("cumprod", cumprod_f);
-	m.impl("cumprod.out", cumprod_o);
-	m.impl("cumprod_", cumprod_i);
-	m.impl("_cummax_helper", cummax_helper);
-	m.impl("_cummin_helper", cummin_helper);
-	m.impl("_logcumsumexp", logcumsumexp_f);
-	m.impl("_logcumsumexp.out", logcumsumexp_o);
-	m.impl("sort.stable", sort_stable);
-	m.impl("sort.values_stable", sort_values_stable);
+	NEURON_IMPL(m, "cumsum", cumsum_f);
+	NEURON_IMPL(m, "cumsum.out", cumsum_o);
+	NEURON_IMPL(m, "cumsum_", cumsum_i);
+	NEURON_IMPL(m, "cumprod", cumprod_f);
+	NEURON_IMPL(m, "cumprod.out", cumprod_o);
+	NEURON_IMPL(m, "cumprod_", cumprod_i);
+	NEURON_IMPL(m, "_cummax_helper", cummax_helper);
+	NEURON_IMPL(m, "_cummin_helper", cummin_helper);
+	NEURON_IMPL(m, "_logcumsumexp", logcumsumexp_f);
+	NEURON_IMPL(m, "_logcumsumexp.out", logcumsumexp_o);
+	NEURON_IMPL(m, "sort.stable", sort_stable);
+	NEURON_IMPL(m, "sort.values_stable", sort_values_stable);
 	// factories
-	m.impl("linspace.out", linspace_o);
-	m.impl("logspace.out", logspace_o);
-	m.impl("eye.out", eye_o);
-	m.impl("eye.m_out", eye_m_o);
+	NEURON_IMPL(m, "linspace.out", linspace_o);
+	NEURON_IMPL(m, "logspace.out", logspace_o);
+	NEURON_IMPL(m, "eye.out", eye_o);
+	NEURON_IMPL(m, "eye.m_out", eye_m_o);
 	// pointwise
-	m.impl("sgn", sgn_f);
-	m.impl("sgn.out", sgn_o);
-	m.impl("sgn_", sgn_i);
-	m.impl("clamp_min", clamp_min_f);
-	m.impl("clamp_min.out", clamp_min_o);
-	m.impl("clamp_min_", clamp_min_i);
-	m.impl("clamp_max", clamp_max_f);
-	m.impl("clamp_max.out", clamp_max_o);
-	m.impl("clamp_max_", clamp_max_i);
-	m.impl("clamp_min.Tensor", clamp_min_t);
-	m.impl("clamp_min.Tensor_out", clamp_min_to);
-	m.impl("clamp_min_.Tensor", clamp_min_ti);
-	m.impl("clamp_max.Tensor", clamp_max_t);
-	m.impl("clamp_max.Tensor_out", clamp_max_to);
-	m.impl("clamp_max_.Tensor", clamp_max_ti);
-	m.impl("clamp.Tensor_out", clamp_to);
-	m.impl("elu", elu_f);
-	m.impl("elu.out", elu_o);
-	m.impl("elu_", elu_i);
-	m.impl("elu_backward", elu_bw);
-	m.impl("elu_backward.grad_input", elu_bw_o);
-	m.impl("softplus", softplus_f);
-	m.impl("softplus.out", softplus_o);
-	m.impl("softplus_backward", softplus_bw);
-	m.impl("softplus_backward.grad_input", softplus_bw_o);
-	m.impl("hardtanh", hardtanh_f);
-	m.impl("hardtanh.out", hardtanh_o);
-	m.impl("hardtanh_", hardtanh_i);
-	m.impl("hardtanh_backward", hardtanh_bw);
-	m.impl("hardtanh_backward.grad_input", hardtanh_bw_o);
-	m.impl("leaky_relu", leaky_relu_f);
-	m.impl("leaky_relu.out", leaky_relu_o);
-	m.impl("leaky_relu_", leaky_relu_i);
-	m.impl("leaky_relu_backward", leaky_relu_bw);
-	m.impl("leaky_relu_backward.grad_input", leaky_relu_bw_o);
-	m.impl("hardswish_backward", hardswish_bw);
-	m.impl("hardsigmoid_backward", hardsigmoid_bw);
-	m.impl("hardsigmoid_backward.grad_input", hardsigmoid_bw_o);
-	m.impl("mish_backward", mish_bw);
-	m.impl("threshold", threshold_f);
-	m.impl("threshold.out", threshold_o);
-	m.impl("threshold_", threshold_i);
-	m.impl("isposinf", isposinf_f);
-	m.impl("isposinf.out", isposinf_o);
-	m.impl("isneginf", isneginf_f);
-	m.impl("isneginf.out", isneginf_o);
-	m.impl("signbit", signbit_f);
-	m.impl("signbit.out", signbit_o);
-	m.impl("nan_to_num", nan_to_num_f);
-	m.impl("nan_to_num.out", nan_to_num_o);
-	m.impl("nan_to_num_", nan_to_num_i);
-	m.impl("rsub.Tensor", rsub_t);
-	m.impl("rsub.Scalar", rsub_s);
-	m.impl("floor_divide", floor_divide_f);
-	m.impl("floor_divide.out", floor_divide_o);
-	m.impl("floor_divide_.Tensor", floor_divide_i);
-	m.impl("floor_divide.Scalar", floor_divide_s);
-	m.impl("floor_divide_.Scalar", floor_divide_si);
+	NEURON_IMPL(m, "sgn", sgn_f);
+	NEURON_IMPL(m, "sgn.out", sgn_o);
+	NEURON_IMPL(m, "sgn_", sgn_i);
+	NEURON_IMPL(m, "clamp_min", clamp_min_f);
+	NEURON_IMPL(m, "clamp_min.out", clamp_min_o);
+	NEURON_IMPL(m, "clamp_min_", clamp_min_i);
+	NEURON_IMPL(m, "clamp_max", clamp_max_f);
+	NEURON_IMPL(m, "clamp_max.out", clamp_max_o);
+	NEURON_IMPL(m, "clamp_max_", clamp_max_i);
+	NEURON_IMPL(m, "clamp_min.Tensor", clamp_min_t);
+	NEURON_IMPL(m, "clamp_min.Tensor_out", clamp_min_to);
+	NEURON_IMPL(m, "clamp_min_.Tensor", clamp_min_ti);
+	NEURON_IMPL(m, "clamp_max.Tensor", clamp_max_t);
+	NEURON_IMPL(m, "clamp_max.Tensor_out", clamp_max_to);
+	NEURON_IMPL(m, "clamp_max_.Tensor", clamp_max_ti);
+	NEURON_IMPL(m, "clamp.Tensor_out", clamp_to);
+	NEURON_IMPL(m, "elu", elu_f);
+	NEURON_IMPL(m, "elu.out", elu_o);
+	NEURON_IMPL(m, "elu_", elu_i);
+	NEURON_IMPL(m, "elu_backward", elu_bw);
+	NEURON_IMPL(m, "elu_backward.grad_input", elu_bw_o);
+	NEURON_IMPL(m, "softplus", softplus_f);
+	NEURON_IMPL(m, "softplus.out", softplus_o);
+	NEURON_IMPL(m, "softplus_backward", softplus_bw);
+	NEURON_IMPL(m, "softplus_backward.grad_input", softplus_bw_o);
+	NEURON_IMPL(m, "hardtanh", hardtanh_f);
+	NEURON_IMPL(m, "hardtanh.out", hardtanh_o);
+	NEURON_IMPL(m, "hardtanh_", hardtanh_i);
+	NEURON_IMPL(m, "hardtanh_backward", hardtanh_bw);
+	NEURON_IMPL(m, "hardtanh_backward.grad_input", hardtanh_bw_o);
+	NEURON_IMPL(m, "leaky_relu", leaky_relu_f);
+	NEURON_IMPL(m, "leaky_relu.out", leaky_relu_o);
+	NEURON_IMPL(m, "leaky_relu_", leaky_relu_i);
+	NEURON_IMPL(m, "leaky_relu_backward", leaky_relu_bw);
+	NEURON_IMPL(m, "leaky_relu_backward.grad_input", leaky_relu_bw_o);
+	NEURON_IMPL(m, "hardswish_backward", hardswish_bw);
+	NEURON_IMPL(m, "hardsigmoid_backward", hardsigmoid_bw);
+	NEURON_IMPL(m, "hardsigmoid_backward.grad_input", hardsigmoid_bw_o);
+	NEURON_IMPL(m, "mish_backward", mish_bw);
+	NEURON_IMPL(m, "threshold", threshold_f);
+	NEURON_IMPL(m, "threshold.out", threshold_o);
+	NEURON_IMPL(m, "threshold_", threshold_i);
+	NEURON_IMPL(m, "isposinf", isposinf_f);
+	NEURON_IMPL(m, "isposinf.out", isposinf_o);
+	NEURON_IMPL(m, "isneginf", isneginf_f);
+	NEURON_IMPL(m, "isneginf.out", isneginf_o);
+	NEURON_IMPL(m, "signbit", signbit_f);
+	NEURON_IMPL(m, "signbit.out", signbit_o);
+	NEURON_IMPL(m, "nan_to_num", nan_to_num_f);
+	NEURON_IMPL(m, "nan_to_num.out", nan_to_num_o);
+	NEURON_IMPL(m, "nan_to_num_", nan_to_num_i);
+	NEURON_IMPL(m, "rsub.Tensor", rsub_t);
+	NEURON_IMPL(m, "rsub.Scalar", rsub_s);
+	NEURON_IMPL(m, "floor_divide", floor_divide_f);
+	NEURON_IMPL(m, "floor_divide.out", floor_divide_o);
+	NEURON_IMPL(m, "floor_divide_.Tensor", floor_divide_i);
+	NEURON_IMPL(m, "floor_divide.Scalar", floor_divide_s);
+	NEURON_IMPL(m, "floor_divide_.Scalar", floor_divide_si);
 	// reductions
-	m.impl("amax.out", amax_o);
-	m.impl("amin.out", amin_o);
-	m.impl("aminmax", aminmax_f);
-	m.impl("aminmax.out", aminmax_o);
-	m.impl("var_mean.correction", var_mean_c);
-	m.impl("std_mean.correction", std_mean_c);
-	m.impl("nansum", nansum_f);
-	m.impl("nansum.out", nansum_o);
-	m.impl("count_nonzero.dim_IntList", count_nonzero_d);
-	m.impl("norm.out", norm_o);
-	m.impl("vdot", vdot_f);
-	m.impl("addbmm", addbmm_f);
-	m.impl("addbmm.out", addbmm_o);
-	m.impl("addbmm_", addbmm_i);
-	m.impl("equal", equal_f);
-	m.impl("addr", addr_f);
-	m.impl("logit", logit_f);
-	m.impl("nll_loss2d_forward", nll2d_fwd);
-	m.impl("nll_loss2d_forward.output", nll2d_fwd_o);
-	m.impl("nll_loss2d_backward", nll2d_bwd);
-	m.impl("nll_loss2d_backward.grad_input", nll2d_bwd_o);
-	m.impl("logaddexp", logaddexp_f);
-	m.impl("logaddexp.out", logaddexp_o);
-	m.impl("logaddexp2", logaddexp2_f);
-	m.impl("logaddexp2.out", logaddexp2_o);
-	m.impl("round.decimals", round_dec_f);
-	m.impl("round.decimals_out", round_dec_o);
-	m.impl("round_.decimals", round_dec_i);
-	m.impl("logit.out", logit_o);
-	m.impl("logit_", logit_i);
-	m.impl("addr.out", addr_o);
+	NEURON_IMPL(m, "amax.out", amax_o);
+	NEURON_IMPL(m, "amin.out", amin_o);
+	NEURON_IMPL(m, "aminmax", aminmax_f);
+	NEURON_IMPL(m, "aminmax.out", aminmax_o);
+	NEURON_IMPL(m, "var_mean.correction", var_mean_c);
+	NEURON_IMPL(m, "std_mean.correction", std_mean_c);
+	NEURON_IMPL(m, "nansum", nansum_f);
+	NEURON_IMPL(m, "nansum.out", nansum_o);
+	NEURON_IMPL(m, "count_nonzero.dim_IntList", count_nonzero_d);
+	NEURON_IMPL(m, "norm.out", norm_o);
+	NEURON_IMPL(m, "vdot", vdot_f);
+	NEURON_IMPL(m, "addbmm", addbmm_f);
+	NEURON_IMPL(m, "addbmm.out", addbmm_o);
+	NEURON_IMPL(m, "addbmm_", addbmm_i);
+	NEURON_IMPL(m, "equal", equal_f);
+	NEURON_IMPL(m, "addr", addr_f);
+	NEURON_IMPL(m, "logit", logit_f);
+	NEURON_IMPL(m, "nll_loss2d_forward", nll2d_fwd);
+	NEURON_IMPL(m, "nll_loss2d_forward.output", nll2d_fwd_o);
+	NEURON_IMPL(m, "nll_loss2d_backward", nll2d_bwd);
+	NEURON_IMPL(m, "nll_loss2d_backward.grad_input", nll2d_bwd_o);
+	NEURON_IMPL(m, "logaddexp", logaddexp_f);
+	NEURON_IMPL(m, "logaddexp.out", logaddexp_o);
+	NEURON_IMPL(m, "logaddexp2", logaddexp2_f);
+	NEURON_IMPL(m, "logaddexp2.out", logaddexp2_o);
+	NEURON_IMPL(m, "round.decimals", round_dec_f);
+	NEURON_IMPL(m, "round.decimals_out", round_dec_o);
+	NEURON_IMPL(m, "round_.decimals", round_dec_i);
+	NEURON_IMPL(m, "logit.out", logit_o);
+	NEURON_IMPL(m, "logit_", logit_i);
+	NEURON_IMPL(m, "addr.out", addr_o);
 	// losses
-	m.impl("smooth_l1_loss", smooth_l1_f);
-	m.impl("smooth_l1_loss.out", smooth_l1_o);
-	m.impl("smooth_l1_loss_backward", smooth_l1_bw);
-	m.impl("smooth_l1_loss_backward.grad_input", smooth_l1_bw_o);
-	m.impl("huber_loss", huber_f);
-	m.impl("huber_loss.out", huber_o);
-	m.impl("huber_loss_backward", huber_bw);
-	m.impl("huber_loss_backward.out", huber_bw_o);
-	m.impl("binary_cross_entropy", bce_f);
-	m.impl("binary_cross_entropy.out", bce_o);
-	m.impl("binary_cross_entropy_backward", bce_bw);
-	m.impl("binary_cross_entropy_backward.grad_input", bce_bw_o);
-	m.impl("log_sigmoid_forward", log_sigmoid_fwd);
-	m.impl("log_sigmoid_forward.output", log_sigmoid_fwd_o);
-	m.impl("log_sigmoid_backward", log_sigmoid_bw);
-	m.impl("log_sigmoid_backward.grad_input", log_sigmoid_bw_o);
+	NEURON_IMPL(m, "smooth_l1_loss", smooth_l1_f);
+	NEURON_IMPL(m, "smooth_l1_loss.out", smooth_l1_o);
+	NEURON_IMPL(m, "smooth_l1_loss_backward", smooth_l1_bw);
+	NEURON_IMPL(m, "smooth_l1_loss_backward.grad_input", smooth_l1_bw_o);
+	NEURON_IMPL(m, "huber_loss", huber_f);
+	NEURON_IMPL(m, "huber_loss.out", huber_o);
+	NEURON_IMPL(m, "huber_loss_backward", huber_bw);
+	NEURON_IMPL(m, "huber_loss_backward.out", huber_bw_o);
+	NEURON_IMPL(m, "binary_cross_entropy", bce_f);
+	NEURON_IMPL(m, "binary_cross_entropy.out", bce_o);
+	NEURON_IMPL(m, "binary_cross_entropy_backward", bce_bw);
+	NEURON_IMPL(m, "binary_cross_entropy_backward.grad_input", bce_bw_o);
+	NEURON_IMPL(m, "log_sigmoid_forward", log_sigmoid_fwd);
+	NEURON_IMPL(m, "log_sigmoid_forward.output", log_sigmoid_fwd_o);
+	NEURON_IMPL(m, "log_sigmoid_backward", log_sigmoid_bw);
+	NEURON_IMPL(m, "log_sigmoid_backward.grad_input", log_sigmoid_bw_o);
 }

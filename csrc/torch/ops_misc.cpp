@@ -3,6 +3,7 @@
 // [O, R, I] around the selected dim; ops whose output size depends on the data (unique, bincount)
 // synchronize the device to read the size, as nonzero does.
 #include "neuron.h"
+#include "out.h"
 #include "pointwise.h"
 
 #include <ATen/WrapDimUtils.h>
@@ -25,15 +26,6 @@
 namespace neuron {
 
 // ---- helpers ----------------------------------------------------------------------------------------
-
-static at::Tensor &into(at::Tensor &out, const at::Tensor &r)
-{
-	if (out.is_same(r))
-		return out;
-	at::native::resize_output(out, r.sizes());
-	out.copy_(r);
-	return out;
-}
 
 static void olri(const at::Tensor &x, int64_t d, int64_t &O, int64_t &R, int64_t &I)
 {
@@ -974,80 +966,80 @@ using namespace neuron;
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
-	m.impl("topk", topk_f);
-	m.impl("topk.values", topk_o);
-	m.impl("kthvalue.values", kthvalue_o);
-	m.impl("median", median_f);
-	m.impl("median.out", median_o);
-	m.impl("median.dim", median_dim_f);
-	m.impl("median.dim_values", median_dim_o);
-	m.impl("nanmedian", nanmedian_f);
-	m.impl("nanmedian.out", nanmedian_o);
-	m.impl("nanmedian.dim", nanmedian_dim_f);
-	m.impl("nanmedian.dim_values", nanmedian_dim_o);
-	m.impl("mode", mode_f);
-	m.impl("mode.values", mode_o);
-	m.impl("_unique", unique_f);
-	m.impl("_unique2", unique2_f);
-	m.impl("unique_dim", unique_dim_f);
-	m.impl("unique_consecutive", unique_consecutive_f);
-	m.impl("unique_dim_consecutive", unique_dim_consecutive_f);
-	m.impl("searchsorted.Tensor", searchsorted_t);
-	m.impl("searchsorted.Tensor_out", searchsorted_to);
-	m.impl("searchsorted.Scalar", searchsorted_s);
-	m.impl("searchsorted.Scalar_out", searchsorted_so);
-	m.impl("bucketize.Tensor", bucketize_t);
-	m.impl("bucketize.Tensor_out", bucketize_to);
-	m.impl("bucketize.Scalar", bucketize_s);
-	m.impl("isin.Tensor_Tensor", isin_tt);
-	m.impl("isin.Tensor_Tensor_out", isin_tto);
-	m.impl("isin.Tensor_Scalar", isin_ts);
-	m.impl("isin.Tensor_Scalar_out", isin_tso);
-	m.impl("isin.Scalar_Tensor", isin_st);
-	m.impl("isin.Scalar_Tensor_out", isin_sto);
-	m.impl("bincount", bincount_f);
-	m.impl("histc", histc_f);
-	m.impl("histc.out", histc_o);
-	m.impl("exponential_", exponential_);
-	m.impl("cauchy_", cauchy_);
-	m.impl("geometric_", geometric_);
-	m.impl("log_normal_", log_normal_);
-	m.impl("normal.Tensor_float", normal_tf);
-	m.impl("normal.Tensor_float_out", normal_tf_o);
-	m.impl("normal.float_Tensor", normal_ft);
-	m.impl("normal.float_Tensor_out", normal_ft_o);
-	m.impl("normal.Tensor_Tensor", normal_tt);
-	m.impl("normal.Tensor_Tensor_out", normal_tt_o);
-	m.impl("randperm.out", randperm_o);
-	m.impl("randperm.generator_out", randperm_go);
-	m.impl("multinomial", multinomial_f);
-	m.impl("multinomial.out", multinomial_o);
-	m.impl("digamma", digamma_f);
-	m.impl("digamma.out", digamma_o);
-	m.impl("digamma_", digamma_i);
-	m.impl("lgamma", lgamma_f);
-	m.impl("lgamma.out", lgamma_o);
-	m.impl("lgamma_", lgamma_i);
-	m.impl("sinc", sinc_f);
-	m.impl("sinc.out", sinc_o);
-	m.impl("sinc_", sinc_i);
-	m.impl("special_entr", entr_f);
-	m.impl("special_entr.out", entr_o);
-	m.impl("i0", i0_f);
-	m.impl("i0.out", i0_o);
-	m.impl("i0_", i0_i);
-	m.impl("special_i0e", i0e_f);
-	m.impl("special_i0e.out", i0e_o);
-	m.impl("special_i1", i1_f);
-	m.impl("special_i1.out", i1_o);
-	m.impl("special_i1e", i1e_f);
-	m.impl("special_i1e.out", i1e_o);
-	m.impl("angle", angle_f);
-	m.impl("angle.out", angle_o);
-	m.impl("polygamma", polygamma_f);
-	m.impl("polygamma.out", polygamma_o);
-	m.impl("polygamma_", polygamma_i);
-#define REG2(fn, opname) m.impl(opname, fn##_f); m.impl(opname ".out", fn##_o);
+	NEURON_IMPL(m, "topk", topk_f);
+	NEURON_IMPL(m, "topk.values", topk_o);
+	NEURON_IMPL(m, "kthvalue.values", kthvalue_o);
+	NEURON_IMPL(m, "median", median_f);
+	NEURON_IMPL(m, "median.out", median_o);
+	NEURON_IMPL(m, "median.dim", median_dim_f);
+	NEURON_IMPL(m, "median.dim_values", median_dim_o);
+	NEURON_IMPL(m, "nanmedian", nanmedian_f);
+	NEURON_IMPL(m, "nanmedian.out", nanmedian_o);
+	NEURON_IMPL(m, "nanmedian.dim", nanmedian_dim_f);
+	NEURON_IMPL(m, "nanmedian.dim_values", nanmedian_dim_o);
+	NEURON_IMPL(m, "mode", mode_f);
+	NEURON_IMPL(m, "mode.values", mode_o);
+	NEURON_IMPL(m, "_unique", unique_f);
+	NEURON_IMPL(m, "_unique2", unique2_f);
+	NEURON_IMPL(m, "unique_dim", unique_dim_f);
+	NEURON_IMPL(m, "unique_consecutive", unique_consecutive_f);
+	NEURON_IMPL(m, "unique_dim_consecutive", unique_dim_consecutive_f);
+	NEURON_IMPL(m, "searchsorted.Tensor", searchsorted_t);
+	NEURON_IMPL(m, "searchsorted.Tensor_out", searchsorted_to);
+	NEURON_IMPL(m, "searchsorted.Scalar", searchsorted_s);
+	NEURON_IMPL(m, "searchsorted.Scalar_out", searchsorted_so);
+	NEURON_IMPL(m, "bucketize.Tensor", bucketize_t);
+	NEURON_IMPL(m, "bucketize.Tensor_out", bucketize_to);
+	NEURON_IMPL(m, "bucketize.Scalar", bucketize_s);
+	NEURON_IMPL(m, "isin.Tensor_Tensor", isin_tt);
+	NEURON_IMPL(m, "isin.Tensor_Tensor_out", isin_tto);
+	NEURON_IMPL(m, "isin.Tensor_Scalar", isin_ts);
+	NEURON_IMPL(m, "isin.Tensor_Scalar_out", isin_tso);
+	NEURON_IMPL(m, "isin.Scalar_Tensor", isin_st);
+	NEURON_IMPL(m, "isin.Scalar_Tensor_out", isin_sto);
+	NEURON_IMPL(m, "bincount", bincount_f);
+	NEURON_IMPL(m, "histc", histc_f);
+	NEURON_IMPL(m, "histc.out", histc_o);
+	NEURON_IMPL(m, "exponential_", exponential_);
+	NEURON_IMPL(m, "cauchy_", cauchy_);
+	NEURON_IMPL(m, "geometric_", geometric_);
+	NEURON_IMPL(m, "log_normal_", log_normal_);
+	NEURON_IMPL(m, "normal.Tensor_float", normal_tf);
+	NEURON_IMPL(m, "normal.Tensor_float_out", normal_tf_o);
+	NEURON_IMPL(m, "normal.float_Tensor", normal_ft);
+	NEURON_IMPL(m, "normal.float_Tensor_out", normal_ft_o);
+	NEURON_IMPL(m, "normal.Tensor_Tensor", normal_tt);
+	NEURON_IMPL(m, "normal.Tensor_Tensor_out", normal_tt_o);
+	NEURON_IMPL(m, "randperm.out", randperm_o);
+	NEURON_IMPL(m, "randperm.generator_out", randperm_go);
+	NEURON_IMPL(m, "multinomial", multinomial_f);
+	NEURON_IMPL(m, "multinomial.out", multinomial_o);
+	NEURON_IMPL(m, "digamma", digamma_f);
+	NEURON_IMPL(m, "digamma.out", digamma_o);
+	NEURON_IMPL(m, "digamma_", digamma_i);
+	NEURON_IMPL(m, "lgamma", lgamma_f);
+	NEURON_IMPL(m, "lgamma.out", lgamma_o);
+	NEURON_IMPL(m, "lgamma_", lgamma_i);
+	NEURON_IMPL(m, "sinc", sinc_f);
+	NEURON_IMPL(m, "sinc.out", sinc_o);
+	NEURON_IMPL(m, "sinc_", sinc_i);
+	NEURON_IMPL(m, "special_entr", entr_f);
+	NEURON_IMPL(m, "special_entr.out", entr_o);
+	NEURON_IMPL(m, "i0", i0_f);
+	NEURON_IMPL(m, "i0.out", i0_o);
+	NEURON_IMPL(m, "i0_", i0_i);
+	NEURON_IMPL(m, "special_i0e", i0e_f);
+	NEURON_IMPL(m, "special_i0e.out", i0e_o);
+	NEURON_IMPL(m, "special_i1", i1_f);
+	NEURON_IMPL(m, "special_i1.out", i1_o);
+	NEURON_IMPL(m, "special_i1e", i1e_f);
+	NEURON_IMPL(m, "special_i1e.out", i1e_o);
+	NEURON_IMPL(m, "angle", angle_f);
+	NEURON_IMPL(m, "angle.out", angle_o);
+	NEURON_IMPL(m, "polygamma", polygamma_f);
+	NEURON_IMPL(m, "polygamma.out", polygamma_o);
+	NEURON_IMPL(m, "polygamma_", polygamma_i);
+#define REG2(fn, opname) NEURON_IMPL(m, opname, fn##_f); NEURON_IMPL(m, opname ".out", fn##_o);
 	REG2(zeta, "special_zeta")
 	REG2(xlog1py, "special_xlog1py")
 	REG2(cheb_t, "special_chebyshev_polynomial_t")
@@ -1063,29 +1055,29 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	REG2(lag_l, "special_laguerre_polynomial_l")
 	REG2(leg_p, "special_legendre_polynomial_p")
 #undef REG2
-	m.impl("heaviside", heaviside_f);
-	m.impl("heaviside.out", heaviside_o);
-	m.impl("heaviside_", heaviside_i);
-	m.impl("nextafter", nextafter_f);
-	m.impl("nextafter.out", nextafter_o);
-	m.impl("nextafter_", nextafter_i);
-	m.impl("gcd", gcd_f);
-	m.impl("gcd.out", gcd_o);
-	m.impl("gcd_", gcd_i);
-	m.impl("lcm", lcm_f);
-	m.impl("lcm.out", lcm_o);
-	m.impl("lcm_", lcm_i);
-	m.impl("bitwise_left_shift.Tensor", lshift_f);
-	m.impl("bitwise_left_shift.Tensor_out", lshift_o);
-	m.impl("bitwise_left_shift_.Tensor", lshift_i);
-	m.impl("bitwise_right_shift.Tensor", rshift_f);
-	m.impl("bitwise_right_shift.Tensor_out", rshift_o);
-	m.impl("bitwise_right_shift_.Tensor", rshift_i);
-	m.impl("copysign.Tensor", copysign_f);
-	m.impl("copysign.out", copysign_o);
-	m.impl("copysign_.Tensor", copysign_i);
-	m.impl("xlogy.Tensor", xlogy_f);
-	m.impl("xlogy.OutTensor", xlogy_oo);
-	m.impl("xlogy_.Tensor", xlogy_i);
-	m.impl("_efficientzerotensor", efficientzerotensor_f);
+	NEURON_IMPL(m, "heaviside", heaviside_f);
+	NEURON_IMPL(m, "heaviside.out", heaviside_o);
+	NEURON_IMPL(m, "heaviside_", heaviside_i);
+	NEURON_IMPL(m, "nextafter", nextafter_f);
+	NEURON_IMPL(m, "nextafter.out", nextafter_o);
+	NEURON_IMPL(m, "nextafter_", nextafter_i);
+	NEURON_IMPL(m, "gcd", gcd_f);
+	NEURON_IMPL(m, "gcd.out", gcd_o);
+	NEURON_IMPL(m, "gcd_", gcd_i);
+	NEURON_IMPL(m, "lcm", lcm_f);
+	NEURON_IMPL(m, "lcm.out", lcm_o);
+	NEURON_IMPL(m, "lcm_", lcm_i);
+	NEURON_IMPL(m, "bitwise_left_shift.Tensor", lshift_f);
+	NEURON_IMPL(m, "bitwise_left_shift.Tensor_out", lshift_o);
+	NEURON_IMPL(m, "bitwise_left_shift_.Tensor", lshift_i);
+	NEURON_IMPL(m, "bitwise_right_shift.Tensor", rshift_f);
+	NEURON_IMPL(m, "bitwise_right_shift.Tensor_out", rshift_o);
+	NEURON_IMPL(m, "bitwise_right_shift_.Tensor", rshift_i);
+	NEURON_IMPL(m, "copysign.Tensor", copysign_f);
+	NEURON_IMPL(m, "copysign.out", copysign_o);
+	NEURON_IMPL(m, "copysign_.Tensor", copysign_i);
+	NEURON_IMPL(m, "xlogy.Tensor", xlogy_f);
+	NEURON_IMPL(m, "xlogy.OutTensor", xlogy_oo);
+	NEURON_IMPL(m, "xlogy_.Tensor", xlogy_i);
+	NEURON_IMPL(m, "_efficientzerotensor", efficientzerotensor_f);
 }

@@ -2,11 +2,13 @@
 // embedding, softmax/log_softmax, layer_norm, nll_loss, scaled_dot_product_attention, dropout backward.
 // Shapes and dtypes are checked here; the C kernels get contiguous buffers or explicit strides.
 #include "neuron.h"
+#include "out.h"
 
 #include <algorithm>
 
 #include <ATen/core/grad_mode.h>
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/native/TypeProperties.h>
@@ -112,7 +114,7 @@ static c10::Scalar scalar_like(const at::Tensor &out, double v)
 static at::Tensor &mm_into(const char *name, const at::Tensor &a, const at::Tensor &b, at::Tensor &out, const at::Tensor &bias, double beta, double alpha)
 {
 	DeviceScope g(a.device().index());
-	at::native::resize_output(out, {a.size(0), b.size(1)});
+	resize_out(out, {a.size(0), b.size(1)}, a.options());
 	bool use_bias = bias.defined() && beta != 0;
 	// [gemm bias] a floating bias of out's dtype that does not share out's memory goes to the GEMM kernel
 	// itself (one launch, and the small-M driver copies it into each tile just before using it)
@@ -182,7 +184,7 @@ static at::Tensor &bmm_into(const char *name, const at::Tensor &a, const at::Ten
 	std::vector<int64_t> shape{a.size(0), a.size(1), b.size(2)};
 	bool use_bias = bias.defined() && beta != 0;
 	if (!out.is_same(bias)) {
-		at::native::resize_output(out, shape);
+		resize_out(out, shape, a.options());
 		if (use_bias)
 			out.copy_(bias.expand(shape));
 	}
@@ -244,10 +246,7 @@ static at::Tensor addmv_f(const at::Tensor &bias, const at::Tensor &m, const at:
 }
 static at::Tensor &addmv_out(const at::Tensor &bias, const at::Tensor &m, const at::Tensor &v, const c10::Scalar &beta, const c10::Scalar &alpha, at::Tensor &out)
 {
-	at::Tensor r = addmv_f(bias, m, v, beta, alpha);
-	at::native::resize_output(out, r.sizes());
-	out.copy_(r);
-	return out;
+	return into(out, addmv_f(bias, m, v, beta, alpha));
 }
 
 // ---- cat -------------------------------------------------------------------------------------------
@@ -263,6 +262,8 @@ static at::Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, at::T
 			ref = &t;
 			break;
 		}
+	TORCH_CHECK_TYPE(at::canCast(at::native::result_type(tensors), out.scalar_type()),
+			 "torch.cat(): input types can't be cast to the desired output type ", out.scalar_type());
 	if (!ref) {
 		at::native::resize_output(out, {0});
 		return out;
@@ -281,6 +282,9 @@ static at::Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, at::T
 	}
 	shape[d] = total;
 	at::native::resize_output(out, shape);
+	at::assert_no_internal_overlap(out); // as aten's cat: no input may alias the output
+	for (const at::Tensor &t : ts)
+		at::assert_no_overlap(out, t);
 	int64_t off = 0;
 	for (const at::Tensor &t : ts) {
 		if (t.dim() == 1 && t.numel() == 0)
@@ -697,10 +701,7 @@ static at::Tensor mse_loss_f(const at::Tensor &self, const at::Tensor &target, i
 }
 static at::Tensor &mse_loss_out(const at::Tensor &self, const at::Tensor &target, int64_t reduction, at::Tensor &out)
 {
-	at::Tensor r = mse_loss_f(self, target, reduction);
-	at::native::resize_output(out, r.sizes());
-	out.copy_(r);
-	return out;
+	return into(out, mse_loss_f(self, target, reduction), OutRule::Cast);
 }
 static at::Tensor mse_loss_bwd(const at::Tensor &grad, const at::Tensor &self, const at::Tensor &target, int64_t reduction)
 {
@@ -710,10 +711,7 @@ static at::Tensor mse_loss_bwd(const at::Tensor &grad, const at::Tensor &self, c
 }
 static at::Tensor &mse_loss_bwd_out(const at::Tensor &grad, const at::Tensor &self, const at::Tensor &target, int64_t reduction, at::Tensor &gi)
 {
-	at::Tensor r = mse_loss_bwd(grad, self, target, reduction);
-	at::native::resize_output(gi, r.sizes());
-	gi.copy_(r);
-	return gi;
+	return into(gi, mse_loss_bwd(grad, self, target, reduction), OutRule::Cast);
 }
 
 } // namespace neuron
@@ -726,35 +724,35 @@ using namespace neuron;
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
-	m.impl("mm", mm);
-	m.impl("mm.out", mm_out);
-	m.impl("addmm", addmm);
-	m.impl("addmm.out", addmm_out);
-	m.impl("addmm_", addmm_);
-	m.impl("bmm", bmm);
-	m.impl("bmm.out", bmm_out);
-	m.impl("baddbmm", baddbmm);
-	m.impl("baddbmm_", baddbmm_);
-	m.impl("dot", dot);
-	m.impl("addmv", addmv_f);
-	m.impl("addmv.out", addmv_out);
-	m.impl("cat", cat);
-	m.impl("cat.out", cat_out);
-	m.impl("embedding", embedding);
-	m.impl("embedding_dense_backward", embedding_dense_backward);
-	m.impl("_softmax", softmax);
-	m.impl("_log_softmax", log_softmax);
-	m.impl("_softmax_backward_data", softmax_bwd);
-	m.impl("_log_softmax_backward_data", log_softmax_bwd);
-	m.impl("native_layer_norm", layer_norm);
-	m.impl("native_layer_norm_backward", layer_norm_bwd);
-	m.impl("nll_loss_forward", nll_fwd);
-	m.impl("nll_loss_backward", nll_bwd);
-	m.impl("_scaled_dot_product_fused_attention_overrideable", sdpa_fwd);
-	m.impl("_scaled_dot_product_fused_attention_overrideable_backward", sdpa_bwd);
-	m.impl("native_dropout_backward", dropout_bwd);
-	m.impl("mse_loss", mse_loss_f);
-	m.impl("mse_loss.out", mse_loss_out);
-	m.impl("mse_loss_backward", mse_loss_bwd);
-	m.impl("mse_loss_backward.grad_input", mse_loss_bwd_out);
+	NEURON_IMPL(m, "mm", mm);
+	NEURON_IMPL(m, "mm.out", mm_out);
+	NEURON_IMPL(m, "addmm", addmm);
+	NEURON_IMPL(m, "addmm.out", addmm_out);
+	NEURON_IMPL(m, "addmm_", addmm_);
+	NEURON_IMPL(m, "bmm", bmm);
+	NEURON_IMPL(m, "bmm.out", bmm_out);
+	NEURON_IMPL(m, "baddbmm", baddbmm);
+	NEURON_IMPL(m, "baddbmm_", baddbmm_);
+	NEURON_IMPL(m, "dot", dot);
+	NEURON_IMPL(m, "addmv", addmv_f);
+	NEURON_IMPL(m, "addmv.out", addmv_out);
+	NEURON_IMPL(m, "cat", cat);
+	NEURON_IMPL(m, "cat.out", cat_out);
+	NEURON_IMPL(m, "embedding", embedding);
+	NEURON_IMPL(m, "embedding_dense_backward", embedding_dense_backward);
+	NEURON_IMPL(m, "_softmax", softmax);
+	NEURON_IMPL(m, "_log_softmax", log_softmax);
+	NEURON_IMPL(m, "_softmax_backward_data", softmax_bwd);
+	NEURON_IMPL(m, "_log_softmax_backward_data", log_softmax_bwd);
+	NEURON_IMPL(m, "native_layer_norm", layer_norm);
+	NEURON_IMPL(m, "native_layer_norm_backward", layer_norm_bwd);
+	NEURON_IMPL(m, "nll_loss_forward", nll_fwd);
+	NEURON_IMPL(m, "nll_loss_backward", nll_bwd);
+	NEURON_IMPL(m, "_scaled_dot_product_fused_attention_overrideable", sdpa_fwd);
+	NEURON_IMPL(m, "_scaled_dot_product_fused_attention_overrideable_backward", sdpa_bwd);
+	NEURON_IMPL(m, "native_dropout_backward", dropout_bwd);
+	NEURON_IMPL(m, "mse_loss", mse_loss_f);
+	NEURON_IMPL(m, "mse_loss.out", mse_loss_out);
+	NEURON_IMPL(m, "mse_loss_backward", mse_loss_bwd);
+	NEURON_IMPL(m, "mse_loss_backward.grad_input", mse_loss_bwd_out);
 }

@@ -3,6 +3,7 @@
 // losses (kl_div's xlogy is registered in ops_misc.cpp), and the grad scaler's two kernels.  Shapes and dtypes are checked here; the C
 // kernels (norm.c, act.c, loss2.c) get contiguous buffers or an nk_iter_t.
 #include "neuron.h"
+#include "out.h"
 #include "pointwise.h"
 
 #include <ATen/ExpandUtils.h>
@@ -187,8 +188,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_bn(const at::Tensor
 
 static void copy_out(at::Tensor &out, const at::Tensor &r)
 {
-	at::native::resize_output(out, r.sizes());
-	out.copy_(r);
+	into(out, r);
 }
 
 static std::tuple<at::Tensor &, at::Tensor &, at::Tensor &> native_bn_out(const at::Tensor &x, const std::optional<at::Tensor> &w, const std::optional<at::Tensor> &b,
@@ -499,11 +499,8 @@ static at::Tensor act(const char *name, int op, std::initializer_list<at::Tensor
 		launch(queue_for(first), nk_act_run, A, name);
 	}
 	res = iter.output(0);
-	if (out.defined() && !out.is_same(res)) {
-		at::native::resize_output(out, res.sizes());
-		out.copy_(res);
-		return out;
-	}
+	if (out.defined() && !out.is_same(res))
+		return into(out, res, OutRule::Cast);
 	return res;
 }
 
@@ -563,7 +560,7 @@ static at::Tensor &glu_bw_o(const at::Tensor &g, const at::Tensor &x, int64_t di
 	int64_t d = glu_dim(x, dim), h = x.size(d) / 2;
 	at::Tensor a = x.narrow(d, 0, h), b = x.narrow(d, h, h);
 	TORCH_CHECK(g.sizes() == a.sizes(), "glu_backward: grad_output of size ", g.sizes(), " does not match half of the input ", x.sizes());
-	at::native::resize_output(gi, x.sizes());
+	resize_out(gi, x.sizes(), x.options());
 	at::Tensor ga = gi.narrow(d, 0, h), gb = gi.narrow(d, h, h);
 	act("aten::glu_backward", NK_ACT_GLU_BWD_A, {g, a, b}, ga);
 	act("aten::glu_backward", NK_ACT_GLU_BWD_B, {g, a, b}, gb);
@@ -632,8 +629,7 @@ static at::Tensor &rrelu_o(const at::Tensor &x, at::Tensor &noise, const c10::Sc
 static at::Tensor &rrelu_i(at::Tensor &x, at::Tensor &noise, const c10::Scalar &lo, const c10::Scalar &hi, bool training, std::optional<at::Generator> gen)
 {
 	NEURON_TRACK("aten::rrelu_with_noise_");
-	x.copy_(rrelu_into(x, noise, lo, hi, training, gen, "rrelu_with_noise_"));
-	return x;
+	return into_self(x, rrelu_into(x, noise, lo, hi, training, gen, "rrelu_with_noise_"));
 }
 
 
@@ -850,49 +846,49 @@ using namespace neuron;
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
-	m.impl("native_batch_norm", native_bn);
-	m.impl("native_batch_norm.out", native_bn_out);
-	m.impl("_native_batch_norm_legit", bn_legit);
-	m.impl("_native_batch_norm_legit.out", bn_legit_out);
-	m.impl("_native_batch_norm_legit.no_stats", bn_legit_nostats);
-	m.impl("_native_batch_norm_legit.no_stats_out", bn_legit_nostats_out);
-	m.impl("_batch_norm_with_update", bn_with_update);
-	m.impl("_batch_norm_with_update.out", bn_with_update_out);
-	m.impl("_batch_norm_no_update", bn_no_update);
-	m.impl("_native_batch_norm_legit_no_training", bn_legit_no_training);
-	m.impl("native_batch_norm_backward", native_bn_bwd);
-	m.impl("batch_norm_backward", bn_bwd_new);
-	m.impl("native_group_norm", group_norm);
-	m.impl("native_group_norm_backward", group_norm_bwd);
-	m.impl("_fused_rms_norm", rms_norm_f);
-	m.impl("_fused_rms_norm_backward", rms_norm_bwd);
-	m.impl("hardshrink", hardshrink_f);
-	m.impl("hardshrink.out", hardshrink_f_o);
-	m.impl("hardshrink_backward", hardshrink_bw);
-	m.impl("hardshrink_backward.grad_input", hardshrink_bw_o);
-	m.impl("softshrink", softshrink_c);
-	m.impl("softshrink.out", softshrink_co);
-	m.impl("softshrink_backward", softshrink_bw);
-	m.impl("softshrink_backward.grad_input", softshrink_bw_o);
-	m.impl("logit_backward", logit_bw);
-	m.impl("logit_backward.grad_input", logit_bw_o);
-	m.impl("glu", glu_f);
-	m.impl("glu.out", glu_o);
-	m.impl("glu_backward", glu_bw);
-	m.impl("glu_backward.grad_input", glu_bw_o);
-	m.impl("_prelu_kernel", prelu_f);
-	m.impl("_prelu_kernel_backward", prelu_bw);
-	m.impl("rrelu_with_noise", rrelu_f);
-	m.impl("rrelu_with_noise.out", rrelu_o);
-	m.impl("rrelu_with_noise_", rrelu_i);
-	m.impl("multi_margin_loss", mm_loss);
-	m.impl("multi_margin_loss.out", mm_loss_o);
-	m.impl("multi_margin_loss_backward", mm_loss_bw);
-	m.impl("multi_margin_loss_backward.grad_input", mm_loss_bw_o);
-	m.impl("multilabel_margin_loss_forward", ml_loss);
-	m.impl("multilabel_margin_loss_forward.output", ml_loss_o);
-	m.impl("multilabel_margin_loss_backward", ml_loss_bw);
-	m.impl("multilabel_margin_loss_backward.grad_input", ml_loss_bw_o);
-	m.impl("_amp_foreach_non_finite_check_and_unscale_", amp_unscale);
-	m.impl("_amp_update_scale_", amp_update);
+	NEURON_IMPL(m, "native_batch_norm", native_bn);
+	NEURON_IMPL(m, "native_batch_norm.out", native_bn_out);
+	NEURON_IMPL(m, "_native_batch_norm_legit", bn_legit);
+	NEURON_IMPL(m, "_native_batch_norm_legit.out", bn_legit_out);
+	NEURON_IMPL(m, "_native_batch_norm_legit.no_stats", bn_legit_nostats);
+	NEURON_IMPL(m, "_native_batch_norm_legit.no_stats_out", bn_legit_nostats_out);
+	NEURON_IMPL(m, "_batch_norm_with_update", bn_with_update);
+	NEURON_IMPL(m, "_batch_norm_with_update.out", bn_with_update_out);
+	NEURON_IMPL(m, "_batch_norm_no_update", bn_no_update);
+	NEURON_IMPL(m, "_native_batch_norm_legit_no_training", bn_legit_no_training);
+	NEURON_IMPL(m, "native_batch_norm_backward", native_bn_bwd);
+	NEURON_IMPL(m, "batch_norm_backward", bn_bwd_new);
+	NEURON_IMPL(m, "native_group_norm", group_norm);
+	NEURON_IMPL(m, "native_group_norm_backward", group_norm_bwd);
+	NEURON_IMPL(m, "_fused_rms_norm", rms_norm_f);
+	NEURON_IMPL(m, "_fused_rms_norm_backward", rms_norm_bwd);
+	NEURON_IMPL(m, "hardshrink", hardshrink_f);
+	NEURON_IMPL(m, "hardshrink.out", hardshrink_f_o);
+	NEURON_IMPL(m, "hardshrink_backward", hardshrink_bw);
+	NEURON_IMPL(m, "hardshrink_backward.grad_input", hardshrink_bw_o);
+	NEURON_IMPL(m, "softshrink", softshrink_c);
+	NEURON_IMPL(m, "softshrink.out", softshrink_co);
+	NEURON_IMPL(m, "softshrink_backward", softshrink_bw);
+	NEURON_IMPL(m, "softshrink_backward.grad_input", softshrink_bw_o);
+	NEURON_IMPL(m, "logit_backward", logit_bw);
+	NEURON_IMPL(m, "logit_backward.grad_input", logit_bw_o);
+	NEURON_IMPL(m, "glu", glu_f);
+	NEURON_IMPL(m, "glu.out", glu_o);
+	NEURON_IMPL(m, "glu_backward", glu_bw);
+	NEURON_IMPL(m, "glu_backward.grad_input", glu_bw_o);
+	NEURON_IMPL(m, "_prelu_kernel", prelu_f);
+	NEURON_IMPL(m, "_prelu_kernel_backward", prelu_bw);
+	NEURON_IMPL(m, "rrelu_with_noise", rrelu_f);
+	NEURON_IMPL(m, "rrelu_with_noise.out", rrelu_o);
+	NEURON_IMPL(m, "rrelu_with_noise_", rrelu_i);
+	NEURON_IMPL(m, "multi_margin_loss", mm_loss);
+	NEURON_IMPL(m, "multi_margin_loss.out", mm_loss_o);
+	NEURON_IMPL(m, "multi_margin_loss_backward", mm_loss_bw);
+	NEURON_IMPL(m, "multi_margin_loss_backward.grad_input", mm_loss_bw_o);
+	NEURON_IMPL(m, "multilabel_margin_loss_forward", ml_loss);
+	NEURON_IMPL(m, "multilabel_margin_loss_forward.output", ml_loss_o);
+	NEURON_IMPL(m, "multilabel_margin_loss_backward", ml_loss_bw);
+	NEURON_IMPL(m, "multilabel_margin_loss_backward.grad_input", ml_loss_bw_o);
+	NEURON_IMPL(m, "_amp_foreach_non_finite_check_and_unscale_", amp_unscale);
+	NEURON_IMPL(m, "_amp_update_scale_", amp_update);
 }

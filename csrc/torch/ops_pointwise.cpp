@@ -2,6 +2,7 @@
 // output allocation and memory-overlap checks; type promotion follows at::result_type; the C kernels
 // (nk_pointwise_run, nk_reduce_run) get the operands' descriptors and run on the current queue.
 #include "neuron.h"
+#include "out.h"
 #include "pointwise.h"
 
 #include <ATen/ExpandUtils.h>
@@ -199,20 +200,21 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 			in[i] = in[i].to(common);
 	}
 	at::Tensor res = out;
+	// an out of another dtype gets the result through a temporary: into() / into_self() (out.h) check
+	// the cast, the device and the shape (an in-place self is never resized)
 	bool via_temp = out.defined() && out.scalar_type() != odt;
+	bool inplace = false;
+	OutRule rule = inputs.size() == 1 && kind == Kind::Same ? OutRule::Same : OutRule::Cast;
 	if (via_temp) {
-		TORCH_CHECK(at::canCast(odt, out.scalar_type()), name, ": result type ", odt,
-			    " can't be cast to the desired output type ", out.scalar_type());
+		check_out(out, odt, *dev, rule);
+		for (const auto &x : inputs)
+			inplace |= x.is_same(out);
 		res = at::Tensor();
 	}
 	DeviceScope g(dev->index());
 	if (pointwise_fast(name, op, in, res, common, odt, *dev, nocast, a, b, ia, ib)) {
-		if (via_temp) {
-			if (out.sizes() != res.sizes())
-				out.resize_(res.sizes());
-			out.copy_(res);
-			return out;
-		}
+		if (via_temp)
+			return inplace ? into_self(out, res) : into(out, res, rule);
 		return res;
 	}
 	at::TensorIteratorConfig cfg;
@@ -248,12 +250,8 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 		launch_cost(current_queue(dev->index()), pw_tramp, L, name, cost);
 	}
 	res = iter.output(0);
-	if (via_temp) {
-		if (out.sizes() != res.sizes())
-			out.resize_(res.sizes());
-		out.copy_(res);
-		return out;
-	}
+	if (via_temp)
+		return inplace ? into_self(out, res) : into(out, res, rule);
 	return res;
 }
 
@@ -713,11 +711,8 @@ static at::Tensor reduce(const char *name, const at::Tensor &self, at::OptionalI
 	launch_reduce(name, p, op, res, {}, a);
 	if (!keepdim)
 		res = res.view(p.out_shape);
-	if (out.defined()) {
-		at::native::resize_output(out, res.sizes());
-		out.copy_(res);
-		return out;
-	}
+	if (out.defined())
+		return into(out, res, OutRule::Cast);
 	return res;
 }
 
@@ -753,6 +748,11 @@ static at::Tensor mean_dim(const at::Tensor &s, at::OptionalIntArrayRef dim, boo
 static at::Tensor &mean_out(const at::Tensor &s, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt, at::Tensor &out)
 {
 	NEURON_TRACK("aten::mean.out");
+	// as aten's mean.out: the input's dtype must be floating, the out's is the one summed in
+	auto in_t = dt.value_or(at::isIntegralType(s.scalar_type(), true) ? at::kLong : s.scalar_type());
+	TORCH_CHECK(at::isFloatingType(in_t) || at::isComplexType(in_t), "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: ", in_t);
+	if (!dt)
+		check_out(out, in_t, s.device(), OutRule::Cast);
 	auto t = dt.value_or(out.scalar_type());
 	reduce("aten::mean.out", s, dim, keep, NK_RED_MEAN, t, t, out);
 	return out;
@@ -865,10 +865,7 @@ static at::Tensor vector_norm(const at::Tensor &s, const c10::Scalar &ord, at::O
 }
 static at::Tensor &vector_norm_out(const at::Tensor &s, const c10::Scalar &ord, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt, at::Tensor &out)
 {
-	auto r = vector_norm(s, ord, dim, keep, dt);
-	at::native::resize_output(out, r.sizes());
-	out.copy_(r);
-	return out;
+	return into(out, vector_norm(s, ord, dim, keep, dt));
 }
 
 static at::Tensor var_std(const char *name, int op, const at::Tensor &s, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar> &corr, bool keep)
@@ -893,9 +890,7 @@ static at::Tensor &arange_out(const c10::Scalar &start, const c10::Scalar &end, 
 {
 	NEURON_TRACK("aten::arange.start_out");
 	at::Tensor host = at::arange(start, end, step, out.options().device(at::kCPU));
-	at::native::resize_output(out, host.sizes());
-	out.copy_(host);
-	return out;
+	return into(out, host);
 }
 
 void iter_to_nk(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *name)
@@ -920,40 +915,40 @@ using namespace neuron;
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
 #define REG_UNARY(fn, opname, ...) \
-	m.impl(opname, fn##_f);    \
-	m.impl(opname "_", fn##_i); \
-	m.impl(opname ".out", fn##_o);
+	NEURON_IMPL(m, opname, fn##_f);    \
+	NEURON_IMPL(m, opname "_", fn##_i); \
+	NEURON_IMPL(m, opname ".out", fn##_o);
 	UNARY_LIST(REG_UNARY)
-	m.impl("round", round_f);
-	m.impl("round_", round_i);
-	m.impl("round.out", round_o);
-	m.impl("relu", relu_f);
-	m.impl("relu_", relu_i);
-	m.impl("isnan", isnan_f);
-	m.impl("isinf", isinf_f);
-	m.impl("isfinite", isfinite_f);
-	m.impl("gelu", gelu_f);
-	m.impl("gelu_", gelu_i);
-	m.impl("gelu.out", gelu_o);
-	m.impl("gelu_backward", gelu_bw);
-	m.impl("gelu_backward.grad_input", gelu_bw_o);
-	m.impl("silu_backward", silu_bw);
-	m.impl("sigmoid_backward", sigmoid_bw);
-	m.impl("tanh_backward", tanh_bw);
-	m.impl("threshold_backward", threshold_bw);
+	NEURON_IMPL(m, "round", round_f);
+	NEURON_IMPL(m, "round_", round_i);
+	NEURON_IMPL(m, "round.out", round_o);
+	NEURON_IMPL(m, "relu", relu_f);
+	NEURON_IMPL(m, "relu_", relu_i);
+	NEURON_IMPL(m, "isnan", isnan_f);
+	NEURON_IMPL(m, "isinf", isinf_f);
+	NEURON_IMPL(m, "isfinite", isfinite_f);
+	NEURON_IMPL(m, "gelu", gelu_f);
+	NEURON_IMPL(m, "gelu_", gelu_i);
+	NEURON_IMPL(m, "gelu.out", gelu_o);
+	NEURON_IMPL(m, "gelu_backward", gelu_bw);
+	NEURON_IMPL(m, "gelu_backward.grad_input", gelu_bw_o);
+	NEURON_IMPL(m, "silu_backward", silu_bw);
+	NEURON_IMPL(m, "sigmoid_backward", sigmoid_bw);
+	NEURON_IMPL(m, "tanh_backward", tanh_bw);
+	NEURON_IMPL(m, "threshold_backward", threshold_bw);
 #define REG_BINARY_ALPHA(fn, opname)          \
-	m.impl(opname ".Tensor", fn##_t);     \
-	m.impl(opname "_.Tensor", fn##_ti);   \
-	m.impl(opname ".out", fn##_to);       \
-	m.impl(opname ".Scalar", fn##_s);     \
-	m.impl(opname "_.Scalar", fn##_si);
+	NEURON_IMPL(m, opname ".Tensor", fn##_t);     \
+	NEURON_IMPL(m, opname "_.Tensor", fn##_ti);   \
+	NEURON_IMPL(m, opname ".out", fn##_to);       \
+	NEURON_IMPL(m, opname ".Scalar", fn##_s);     \
+	NEURON_IMPL(m, opname "_.Scalar", fn##_si);
 	REG_BINARY_ALPHA(add, "add")
 	REG_BINARY_ALPHA(sub, "sub")
 #define REG_BINARY(fn, opname, ...)               \
-	m.impl(opname ".Tensor", fn##_t);         \
-	m.impl(opname "_.Tensor", fn##_ti);       \
-	m.impl(opname ".Scalar", fn##_s);         \
-	m.impl(opname "_.Scalar", fn##_si);
+	NEURON_IMPL(m, opname ".Tensor", fn##_t);         \
+	NEURON_IMPL(m, opname "_.Tensor", fn##_ti);       \
+	NEURON_IMPL(m, opname ".Scalar", fn##_s);         \
+	NEURON_IMPL(m, opname "_.Scalar", fn##_si);
 	REG_BINARY(mul, "mul")
 	REG_BINARY(div_op, "div")
 	REG_BINARY(remainder, "remainder")
@@ -967,82 +962,82 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	REG_BINARY(bitwise_and, "bitwise_and")
 	REG_BINARY(bitwise_or, "bitwise_or")
 	REG_BINARY(bitwise_xor, "bitwise_xor")
-	m.impl("mul.out", mul_to);
-	m.impl("div.out", div_op_to);
-	m.impl("remainder.Tensor_out", remainder_to);
-	m.impl("fmod.Tensor_out", fmod_to);
-	m.impl("eq.Tensor_out", eq_to);
-	m.impl("ne.Tensor_out", ne_to);
-	m.impl("lt.Tensor_out", lt_to);
-	m.impl("le.Tensor_out", le_to);
-	m.impl("gt.Tensor_out", gt_to);
-	m.impl("ge.Tensor_out", ge_to);
-	m.impl("eq.Scalar_out", eq_so);
-	m.impl("ne.Scalar_out", ne_so);
-	m.impl("lt.Scalar_out", lt_so);
-	m.impl("le.Scalar_out", le_so);
-	m.impl("gt.Scalar_out", gt_so);
-	m.impl("ge.Scalar_out", ge_so);
+	NEURON_IMPL(m, "mul.out", mul_to);
+	NEURON_IMPL(m, "div.out", div_op_to);
+	NEURON_IMPL(m, "remainder.Tensor_out", remainder_to);
+	NEURON_IMPL(m, "fmod.Tensor_out", fmod_to);
+	NEURON_IMPL(m, "eq.Tensor_out", eq_to);
+	NEURON_IMPL(m, "ne.Tensor_out", ne_to);
+	NEURON_IMPL(m, "lt.Tensor_out", lt_to);
+	NEURON_IMPL(m, "le.Tensor_out", le_to);
+	NEURON_IMPL(m, "gt.Tensor_out", gt_to);
+	NEURON_IMPL(m, "ge.Tensor_out", ge_to);
+	NEURON_IMPL(m, "eq.Scalar_out", eq_so);
+	NEURON_IMPL(m, "ne.Scalar_out", ne_so);
+	NEURON_IMPL(m, "lt.Scalar_out", lt_so);
+	NEURON_IMPL(m, "le.Scalar_out", le_so);
+	NEURON_IMPL(m, "gt.Scalar_out", gt_so);
+	NEURON_IMPL(m, "ge.Scalar_out", ge_so);
 #define REG_BINARY_T(fn, opname, ...)   \
-	m.impl(opname, fn##_t);         \
-	m.impl(opname ".out", fn##_to);
+	NEURON_IMPL(m, opname, fn##_t);         \
+	NEURON_IMPL(m, opname ".out", fn##_to);
 	BINARY_T_LIST(REG_BINARY_T)
-	m.impl("div.Tensor_mode", div_tm);
-	m.impl("div_.Tensor_mode", div_tmi);
-	m.impl("div.out_mode", div_tmo);
-	m.impl("div.Scalar_mode", div_sm);
-	m.impl("div_.Scalar_mode", div_smi);
-	m.impl("pow.Tensor_Tensor", pow_tt);
-	m.impl("pow.Tensor_Tensor_out", pow_tto);
-	m.impl("pow.Tensor_Scalar", pow_ts);
-	m.impl("pow.Tensor_Scalar_out", pow_tso);
-	m.impl("pow_.Scalar", pow_tsi);
-	m.impl("pow_.Tensor", pow_tti);
-	m.impl("pow.Scalar", pow_st);
-	m.impl("where.self", where_self);
-	m.impl("where.self_out", where_out);
-	m.impl("addcmul", addcmul_f);
-	m.impl("addcmul_", addcmul_i);
-	m.impl("addcmul.out", addcmul_o);
-	m.impl("addcdiv", addcdiv_f);
-	m.impl("addcdiv_", addcdiv_i);
-	m.impl("addcdiv.out", addcdiv_o);
-	m.impl("lerp.Scalar", lerp_s);
-	m.impl("lerp_.Scalar", lerp_si);
-	m.impl("lerp.Scalar_out", lerp_so);
-	m.impl("lerp.Tensor", lerp_t);
-	m.impl("lerp_.Tensor", lerp_ti);
-	m.impl("clamp", clamp_f);
-	m.impl("clamp_", clamp_i);
-	m.impl("clamp.out", clamp_o);
-	m.impl("clamp.Tensor", clamp_tf);
+	NEURON_IMPL(m, "div.Tensor_mode", div_tm);
+	NEURON_IMPL(m, "div_.Tensor_mode", div_tmi);
+	NEURON_IMPL(m, "div.out_mode", div_tmo);
+	NEURON_IMPL(m, "div.Scalar_mode", div_sm);
+	NEURON_IMPL(m, "div_.Scalar_mode", div_smi);
+	NEURON_IMPL(m, "pow.Tensor_Tensor", pow_tt);
+	NEURON_IMPL(m, "pow.Tensor_Tensor_out", pow_tto);
+	NEURON_IMPL(m, "pow.Tensor_Scalar", pow_ts);
+	NEURON_IMPL(m, "pow.Tensor_Scalar_out", pow_tso);
+	NEURON_IMPL(m, "pow_.Scalar", pow_tsi);
+	NEURON_IMPL(m, "pow_.Tensor", pow_tti);
+	NEURON_IMPL(m, "pow.Scalar", pow_st);
+	NEURON_IMPL(m, "where.self", where_self);
+	NEURON_IMPL(m, "where.self_out", where_out);
+	NEURON_IMPL(m, "addcmul", addcmul_f);
+	NEURON_IMPL(m, "addcmul_", addcmul_i);
+	NEURON_IMPL(m, "addcmul.out", addcmul_o);
+	NEURON_IMPL(m, "addcdiv", addcdiv_f);
+	NEURON_IMPL(m, "addcdiv_", addcdiv_i);
+	NEURON_IMPL(m, "addcdiv.out", addcdiv_o);
+	NEURON_IMPL(m, "lerp.Scalar", lerp_s);
+	NEURON_IMPL(m, "lerp_.Scalar", lerp_si);
+	NEURON_IMPL(m, "lerp.Scalar_out", lerp_so);
+	NEURON_IMPL(m, "lerp.Tensor", lerp_t);
+	NEURON_IMPL(m, "lerp_.Tensor", lerp_ti);
+	NEURON_IMPL(m, "clamp", clamp_f);
+	NEURON_IMPL(m, "clamp_", clamp_i);
+	NEURON_IMPL(m, "clamp.out", clamp_o);
+	NEURON_IMPL(m, "clamp.Tensor", clamp_tf);
 
-	m.impl("sum.dim_IntList", sum_dim);
-	m.impl("sum.IntList_out", sum_out);
-	m.impl("sum", sum_all);
-	m.impl("mean.dim", mean_dim);
-	m.impl("mean.out", mean_out);
-	m.impl("mean", mean_all);
-	m.impl("prod.dim_int", prod_dim);
-	m.impl("prod", prod_all);
-	m.impl("amax", amax_f);
-	m.impl("amin", amin_f);
-	m.impl("max", max_all);
-	m.impl("min", min_all);
-	m.impl("max.dim", max_dim);
-	m.impl("min.dim", min_dim);
-	m.impl("argmax", argmax_f);
-	m.impl("argmin", argmin_f);
-	m.impl("any", any_f);
-	m.impl("all", all_f);
-	m.impl("any.dims", any_dims);
-	m.impl("all.dims", all_dims);
-	m.impl("any.dim", any_dim);
-	m.impl("all.dim", all_dim);
-	m.impl("linalg_vector_norm", vector_norm);
-	m.impl("linalg_vector_norm.out", vector_norm_out);
-	m.impl("var.correction", var_c);
-	m.impl("std.correction", std_c);
-	m.impl("logsumexp", logsumexp_f);
-	m.impl("arange.start_out", arange_out);
+	NEURON_IMPL(m, "sum.dim_IntList", sum_dim);
+	NEURON_IMPL(m, "sum.IntList_out", sum_out);
+	NEURON_IMPL(m, "sum", sum_all);
+	NEURON_IMPL(m, "mean.dim", mean_dim);
+	NEURON_IMPL(m, "mean.out", mean_out);
+	NEURON_IMPL(m, "mean", mean_all);
+	NEURON_IMPL(m, "prod.dim_int", prod_dim);
+	NEURON_IMPL(m, "prod", prod_all);
+	NEURON_IMPL(m, "amax", amax_f);
+	NEURON_IMPL(m, "amin", amin_f);
+	NEURON_IMPL(m, "max", max_all);
+	NEURON_IMPL(m, "min", min_all);
+	NEURON_IMPL(m, "max.dim", max_dim);
+	NEURON_IMPL(m, "min.dim", min_dim);
+	NEURON_IMPL(m, "argmax", argmax_f);
+	NEURON_IMPL(m, "argmin", argmin_f);
+	NEURON_IMPL(m, "any", any_f);
+	NEURON_IMPL(m, "all", all_f);
+	NEURON_IMPL(m, "any.dims", any_dims);
+	NEURON_IMPL(m, "all.dims", all_dims);
+	NEURON_IMPL(m, "any.dim", any_dim);
+	NEURON_IMPL(m, "all.dim", all_dim);
+	NEURON_IMPL(m, "linalg_vector_norm", vector_norm);
+	NEURON_IMPL(m, "linalg_vector_norm.out", vector_norm_out);
+	NEURON_IMPL(m, "var.correction", var_c);
+	NEURON_IMPL(m, "std.correction", std_c);
+	NEURON_IMPL(m, "logsumexp", logsumexp_f);
+	NEURON_IMPL(m, "arange.start_out", arange_out);
 }

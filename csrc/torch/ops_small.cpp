@@ -2,6 +2,7 @@
 // int32 output), trace (its backward is composite), linalg_cross (cross is composite over it),
 // repeat_interleave(repeats), nonzero_static, renorm, cdist and pdist (forward and backward).
 #include "neuron.h"
+#include "out.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
@@ -75,11 +76,6 @@ static at::Tensor &linalg_cross_o(const at::Tensor &self, const at::Tensor &othe
 	TORCH_CHECK(self.dim() == other.dim(), "linalg.cross: inputs must have the same number of dimensions.");
 	TORCH_CHECK(self.scalar_type() == other.scalar_type(), "linalg.cross: expected self and other to have the same dtype, but got ",
 		    self.scalar_type(), " and ", other.scalar_type());
-	TORCH_CHECK(self.device() == other.device() && out.device() == self.device(),
-		    "linalg.cross: expected all tensors on the same device, got ", self.device(), ", ", other.device(), " and ",
-		    out.device());
-	TORCH_CHECK(out.scalar_type() == self.scalar_type(), "linalg.cross: expected out to have dtype ", self.scalar_type(), ", got ",
-		    out.scalar_type());
 	TORCH_CHECK(self.dim() > 0, "linalg.cross: inputs must have at least one dimension");
 	auto shape = at::infer_size(self.sizes(), other.sizes());
 	int64_t d = at::maybe_wrap_dim(dim, (int64_t)shape.size());
@@ -87,7 +83,7 @@ static at::Tensor &linalg_cross_o(const at::Tensor &self, const at::Tensor &othe
 		    self.size(d), " and ", other.size(d));
 	at::ScalarType st = self.scalar_type();
 	TORCH_CHECK(st != at::kBool && !at::isComplexType(st), "linalg.cross: unsupported dtype ", st, " on neuron");
-	at::native::resize_output(out, shape);
+	resize_out(out, shape, self.options());
 	if (out.numel() == 0)
 		return out;
 	c10::DeviceGuard g(self.device());
@@ -183,10 +179,8 @@ static at::Tensor &renorm_o(const at::Tensor &self, const at::Scalar &p, int64_t
 	at::ScalarType st = self.scalar_type();
 	TORCH_CHECK(st == at::kFloat || st == at::kDouble || st == at::kBFloat16 || st == at::kHalf,
 		    "renorm: expected a floating point input on neuron, got ", st);
-	TORCH_CHECK(out.scalar_type() == st, "renorm: expected out to have dtype ", st, ", got ", out.scalar_type());
-	TORCH_CHECK(out.device() == self.device(), "renorm: expected out on ", self.device(), ", got ", out.device());
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
-	at::native::resize_output(out, self.sizes());
+	resize_out(out, self.sizes(), self.options());
 	if (self.numel() == 0)
 		return out;
 	c10::DeviceGuard g(self.device());
@@ -336,20 +330,20 @@ static at::Tensor pdist_bwd_f(const at::Tensor &grad, const at::Tensor &self, do
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
-	m.impl("tril_indices", tril_indices_f);
-	m.impl("triu_indices", triu_indices_f);
-	m.impl("trace", trace_f);
-	m.impl("linalg_cross", linalg_cross_f);
-	m.impl("linalg_cross.out", linalg_cross_o);
-	m.impl("repeat_interleave.Tensor", repeat_interleave_f);
-	m.impl("nonzero_static", nonzero_static_f);
-	m.impl("renorm", renorm_f);
-	m.impl("renorm.out", renorm_o);
-	m.impl("renorm_", renorm_i);
-	m.impl("_cdist_forward", cdist_fwd_f);
-	m.impl("_cdist_backward", cdist_bwd_f);
-	m.impl("_pdist_forward", pdist_fwd_f);
-	m.impl("_pdist_backward", pdist_bwd_f);
+	NEURON_IMPL(m, "tril_indices", tril_indices_f);
+	NEURON_IMPL(m, "triu_indices", triu_indices_f);
+	NEURON_IMPL(m, "trace", trace_f);
+	NEURON_IMPL(m, "linalg_cross", linalg_cross_f);
+	NEURON_IMPL(m, "linalg_cross.out", linalg_cross_o);
+	NEURON_IMPL(m, "repeat_interleave.Tensor", repeat_interleave_f);
+	NEURON_IMPL(m, "nonzero_static", nonzero_static_f);
+	NEURON_IMPL(m, "renorm", renorm_f);
+	NEURON_IMPL(m, "renorm.out", renorm_o);
+	NEURON_IMPL(m, "renorm_", renorm_i);
+	NEURON_IMPL(m, "_cdist_forward", cdist_fwd_f);
+	NEURON_IMPL(m, "_cdist_backward", cdist_bwd_f);
+	NEURON_IMPL(m, "_pdist_forward", pdist_fwd_f);
+	NEURON_IMPL(m, "_pdist_backward", pdist_bwd_f);
 }
 
 } // namespace neuron

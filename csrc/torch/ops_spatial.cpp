@@ -5,6 +5,7 @@
 // as on the CPU; the kernels get contiguous [NC, D, H, W] planes (channels_last and other strides are
 // made contiguous here; an out= tensor that is not contiguous is filled through a temporary).
 #include "neuron.h"
+#include "out.h"
 
 #include <ATen/native/AdaptivePooling.h>
 #include <ATen/native/GridSamplerUtils.h>
@@ -141,9 +142,9 @@ std::array<int64_t, 3> pool_out_shape(const char *op, const at::Tensor &x, const
 void pool_forward(const char *name, const at::Tensor &self, const PoolCfg &c, const int64_t o[3], at::Tensor &out, at::Tensor *idx)
 {
 	c10::DeviceGuard g(self.device());
-	at::native::resize_output(out, with_spatial(self, c.nsp, o));
+	resize_out(out, with_spatial(self, c.nsp, o), self.options());
 	if (idx)
-		at::native::resize_output(*idx, with_spatial(self, c.nsp, o));
+		resize_out(*idx, with_spatial(self, c.nsp, o), self.options().dtype(at::kLong));
 	at::Tensor x = self.contiguous();
 	Dst y(out);
 	std::optional<Dst> ix;
@@ -180,7 +181,7 @@ void pool_backward(const char *name, const at::Tensor &grad, const at::Tensor &s
 		TORCH_CHECK(idx->sizes() == grad.sizes(), name, ": indices have shape ", idx->sizes(), ", expected ", grad.sizes());
 	}
 	c10::DeviceGuard g(self.device());
-	at::native::resize_output(gi, self.sizes());
+	resize_out(gi, self.sizes(), self.options());
 	at::Tensor gy = grad.contiguous(), ic = idx ? idx->contiguous() : at::Tensor();
 	Dst gx(gi);
 	nk_pool_bwd_args_t a{};
@@ -508,7 +509,7 @@ at::Tensor &max_unpool_out(const char *name, int nsp, const at::Tensor &self, co
 		o[3 - nsp + d] = osz[d];
 	}
 	c10::DeviceGuard g(self.device());
-	at::native::resize_output(out, with_spatial(self, nsp, o));
+	resize_out(out, with_spatial(self, nsp, o), self.options());
 	at::Tensor x = self.contiguous(), ic = idx.contiguous();
 	Dst y(out);
 	nk_unpool_args_t a{};
@@ -589,7 +590,7 @@ at::Tensor &upsample_out(const char *name, const char *op, int mode, int nsp, co
 	check_dtype(op, self, nearest || nsp == 2, true); // uint8: nearest, bilinear, bicubic (as the CPU)
 	check_device(name, self, out);
 	c10::DeviceGuard g(self.device());
-	at::native::resize_output(out, shape);
+	resize_out(out, shape, self.options());
 	at::Tensor x = self.contiguous();
 	Dst y(out);
 	nk_interp_args_t a{};
@@ -618,7 +619,7 @@ at::Tensor &upsample_bwd_out(const char *name, const char *op, int mode, int nsp
 	check_dtype(op, grad, false);
 	check_device(name, grad, gi);
 	c10::DeviceGuard g(grad.device());
-	at::native::resize_output(gi, isz);
+	resize_out(gi, isz, grad.options());
 	at::Tensor gy = grad.contiguous();
 	Dst gx(gi);
 	nk_interp_bwd_args_t a{};
@@ -714,7 +715,7 @@ at::Tensor &pad_out(const char *name, const char *op, int mode, int nsp, const a
 	nk_pad_args_t a{};
 	pad_geometry(op, nsp, self, pad, mode, a.in, a.out, a.lo);
 	c10::DeviceGuard g(self.device());
-	at::native::resize_output(out, with_spatial(self, nsp, a.out));
+	resize_out(out, with_spatial(self, nsp, a.out), self.options());
 	at::Tensor x = self.contiguous();
 	Dst y(out);
 	a.dtype = nk_dtype(self.scalar_type(), name), a.mode = mode;
@@ -741,7 +742,7 @@ at::Tensor &pad_bwd_out(const char *name, const char *op, int mode, int nsp, con
 	auto oshape = with_spatial(self, nsp, a.out);
 	TORCH_CHECK(grad.sizes() == IntArrayRef(oshape), op, ": grad_output has shape ", grad.sizes(), ", expected ", IntArrayRef(oshape));
 	c10::DeviceGuard g(self.device());
-	at::native::resize_output(gi, self.sizes());
+	resize_out(gi, self.sizes(), self.options());
 	at::Tensor gy = grad.contiguous();
 	Dst gx(gi);
 	a.dtype = nk_dtype(self.scalar_type(), name), a.mode = mode;
@@ -874,47 +875,47 @@ using namespace neuron;
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
-	m.impl("max_pool2d_with_indices", max_pool2d_wi);
-	m.impl("max_pool2d_with_indices.out", max_pool2d_wi_out);
-	m.impl("max_pool2d_with_indices_backward", max_pool2d_bwd);
-	m.impl("max_pool2d_with_indices_backward.grad_input", max_pool2d_bwd_out);
-	m.impl("max_pool3d_with_indices", max_pool3d_wi);
-	m.impl("max_pool3d_with_indices.out", max_pool3d_wi_out);
-	m.impl("max_pool3d_with_indices_backward", max_pool3d_bwd);
-	m.impl("max_pool3d_with_indices_backward.grad_input", max_pool3d_bwd_out);
-	m.impl("avg_pool2d", avg_pool2d);
-	m.impl("avg_pool2d.out", avg_pool2d_out);
-	m.impl("avg_pool2d_backward", avg_pool2d_bwd);
-	m.impl("avg_pool2d_backward.grad_input", avg_pool2d_bwd_out);
-	m.impl("avg_pool3d", avg_pool3d);
-	m.impl("avg_pool3d.out", avg_pool3d_out);
-	m.impl("avg_pool3d_backward", avg_pool3d_bwd);
-	m.impl("avg_pool3d_backward.grad_input", avg_pool3d_bwd_out);
-	m.impl("_adaptive_avg_pool2d", adaptive_avg2d);
-	m.impl("_adaptive_avg_pool2d_backward", adaptive_avg2d_bwd);
-	m.impl("_adaptive_avg_pool3d", adaptive_avg3d);
-	m.impl("_adaptive_avg_pool3d_backward", adaptive_avg3d_bwd);
-	m.impl("adaptive_max_pool2d", adaptive_max2d);
-	m.impl("adaptive_max_pool2d.out", adaptive_max2d_out);
-	m.impl("adaptive_max_pool2d_backward", adaptive_max2d_bwd);
-	m.impl("adaptive_max_pool2d_backward.grad_input", adaptive_max2d_bwd_out);
-	m.impl("adaptive_max_pool3d", adaptive_max3d);
-	m.impl("adaptive_max_pool3d.out", adaptive_max3d_out);
-	m.impl("adaptive_max_pool3d_backward", adaptive_max3d_bwd);
-	m.impl("adaptive_max_pool3d_backward.grad_input", adaptive_max3d_bwd_out);
-	m.impl("max_unpool2d", max_unpool2d);
-	m.impl("max_unpool2d.out", max_unpool2d_out);
-	m.impl("max_unpool3d", max_unpool3d);
-	m.impl("max_unpool3d.out", max_unpool3d_out);
-	m.impl("channel_shuffle", channel_shuffle);
-	m.impl("grid_sampler_2d", grid_sampler_2d);
-	m.impl("grid_sampler_2d_backward", grid_sampler_2d_bwd);
-	m.impl("native_channel_shuffle", channel_shuffle);
+	NEURON_IMPL(m, "max_pool2d_with_indices", max_pool2d_wi);
+	NEURON_IMPL(m, "max_pool2d_with_indices.out", max_pool2d_wi_out);
+	NEURON_IMPL(m, "max_pool2d_with_indices_backward", max_pool2d_bwd);
+	NEURON_IMPL(m, "max_pool2d_with_indices_backward.grad_input", max_pool2d_bwd_out);
+	NEURON_IMPL(m, "max_pool3d_with_indices", max_pool3d_wi);
+	NEURON_IMPL(m, "max_pool3d_with_indices.out", max_pool3d_wi_out);
+	NEURON_IMPL(m, "max_pool3d_with_indices_backward", max_pool3d_bwd);
+	NEURON_IMPL(m, "max_pool3d_with_indices_backward.grad_input", max_pool3d_bwd_out);
+	NEURON_IMPL(m, "avg_pool2d", avg_pool2d);
+	NEURON_IMPL(m, "avg_pool2d.out", avg_pool2d_out);
+	NEURON_IMPL(m, "avg_pool2d_backward", avg_pool2d_bwd);
+	NEURON_IMPL(m, "avg_pool2d_backward.grad_input", avg_pool2d_bwd_out);
+	NEURON_IMPL(m, "avg_pool3d", avg_pool3d);
+	NEURON_IMPL(m, "avg_pool3d.out", avg_pool3d_out);
+	NEURON_IMPL(m, "avg_pool3d_backward", avg_pool3d_bwd);
+	NEURON_IMPL(m, "avg_pool3d_backward.grad_input", avg_pool3d_bwd_out);
+	NEURON_IMPL(m, "_adaptive_avg_pool2d", adaptive_avg2d);
+	NEURON_IMPL(m, "_adaptive_avg_pool2d_backward", adaptive_avg2d_bwd);
+	NEURON_IMPL(m, "_adaptive_avg_pool3d", adaptive_avg3d);
+	NEURON_IMPL(m, "_adaptive_avg_pool3d_backward", adaptive_avg3d_bwd);
+	NEURON_IMPL(m, "adaptive_max_pool2d", adaptive_max2d);
+	NEURON_IMPL(m, "adaptive_max_pool2d.out", adaptive_max2d_out);
+	NEURON_IMPL(m, "adaptive_max_pool2d_backward", adaptive_max2d_bwd);
+	NEURON_IMPL(m, "adaptive_max_pool2d_backward.grad_input", adaptive_max2d_bwd_out);
+	NEURON_IMPL(m, "adaptive_max_pool3d", adaptive_max3d);
+	NEURON_IMPL(m, "adaptive_max_pool3d.out", adaptive_max3d_out);
+	NEURON_IMPL(m, "adaptive_max_pool3d_backward", adaptive_max3d_bwd);
+	NEURON_IMPL(m, "adaptive_max_pool3d_backward.grad_input", adaptive_max3d_bwd_out);
+	NEURON_IMPL(m, "max_unpool2d", max_unpool2d);
+	NEURON_IMPL(m, "max_unpool2d.out", max_unpool2d_out);
+	NEURON_IMPL(m, "max_unpool3d", max_unpool3d);
+	NEURON_IMPL(m, "max_unpool3d.out", max_unpool3d_out);
+	NEURON_IMPL(m, "channel_shuffle", channel_shuffle);
+	NEURON_IMPL(m, "grid_sampler_2d", grid_sampler_2d);
+	NEURON_IMPL(m, "grid_sampler_2d_backward", grid_sampler_2d_bwd);
+	NEURON_IMPL(m, "native_channel_shuffle", channel_shuffle);
 #define UP(fn, op)                                      \
-	m.impl(op, fn);                                 \
-	m.impl(op ".out", fn##_out);                    \
-	m.impl(op "_backward", fn##_bwd);               \
-	m.impl(op "_backward.grad_input", fn##_bwd_out);
+	NEURON_IMPL(m, op, fn);                                 \
+	NEURON_IMPL(m, op ".out", fn##_out);                    \
+	NEURON_IMPL(m, op "_backward", fn##_bwd);               \
+	NEURON_IMPL(m, op "_backward.grad_input", fn##_bwd_out);
 	UP(up_nearest1d, "upsample_nearest1d")
 	UP(up_nearest2d, "upsample_nearest2d")
 	UP(up_nearest3d, "upsample_nearest3d")

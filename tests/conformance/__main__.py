@@ -188,7 +188,9 @@ def write_report(results, path, seconds, limits, jobs, partial):
              "Every entry of `torch.testing._internal.common_methods_invocations.op_db` is run on `neuron` and on "
              "the CPU, for every dtype it claims for the CPU among f32, f64, bf16, f16, i64, i32, i16, i8, u8, bool; "
              "forward results, gradients (where the entry supports autograd for the dtype) and non-contiguous "
-             "variants are compared. Harness: `tests/conformance/`.\n")
+             "variants are compared, and the out= and in-place contracts (wrong dtype, wrong device, resize of a "
+             "wrong-shaped out=, in-place results that do not broadcast to self) are checked against the CPU's "
+             "behaviour. Harness: `tests/conformance/`.\n")
     if partial:
         L.append(f"**Partial sweep** ({n} of the entries, selected with --ops).\n")
     L.append("## Totals\n")
@@ -203,6 +205,20 @@ def write_report(results, path, seconds, limits, jobs, partial):
     L.append(f"| not applicable (no swept dtype, or no sample runs on the CPU) | {st['n/a']} | {pct(st['n/a'])} |")
     L.append(f"| skipped (tests/conformance/skips.py) | {st['skipped']} | {pct(st['skipped'])} |")
     L.append("")
+    per_check = collections.defaultdict(collections.Counter)
+    for r in results:
+        for chk, c in (r.get("contract") or {}).items():
+            per_check[chk].update(c)
+    L.append(f"Contract checks (out= and in-place variants, as PyTorch's test_out / test_variant_consistency_eager; "
+             f"see tests/conformance/runner.py): {samples['c_pass']} passed, {samples['c_mismatch']} wrong "
+             f"(neuron accepted what the CPU rejects, or a different result), {samples['c_error']} errors "
+             f"(neuron raised where the CPU did not).\n")
+    if per_check:
+        L.append("| check | passed | wrong | errors |\n|---|---:|---:|---:|")
+        for chk in runner.CONTRACT_CHECKS:
+            c = per_check.get(chk, collections.Counter())
+            L.append(f"| {chk} | {c['pass']} | {c['mismatch']} | {c['error']} |")
+        L.append("")
     fb_entries = sum(1 for r in results if r["fallback"])
     L.append(f"Samples: {samples['pass']} passed, {samples['mismatch']} wrong ({samples['native_mismatch']} "
              f"of them native), {samples['error']} errors, {samples['cpu_error']} rejected by the CPU itself "
@@ -224,7 +240,9 @@ def write_report(results, path, seconds, limits, jobs, partial):
     if wrong:
         L.append("## Wrong answers\n")
         for r in wrong:
-            nat = "native" if any(c["native_mismatch"] for c in r["per_dtype"].values()) else "fallback involved"
+            nat = "native" if any(c["native_mismatch"] for c in r["per_dtype"].values()) else \
+                "out=/in-place contract" if any(c.get("c_mismatch") for c in r["per_dtype"].values()) else \
+                "fallback involved"
             L.append(f"- `{r['key']}` ({nat}): {_md(r.get('first_mismatch') or '')}")
         L.append("")
     fb = collections.Counter(op for r in results for op in r["fallback"])
@@ -252,11 +270,11 @@ def write_report(results, path, seconds, limits, jobs, partial):
     for r in results:
         s = runner.status(r)
         pd = r["per_dtype"]
-        p = sum(c["pass"] for c in pd.values())
-        m = sum(c["mismatch"] for c in pd.values())
-        e = sum(c["error"] for c in pd.values())
-        bad = [d for d, c in pd.items() if c["mismatch"] or c["error"]]
-        good = [d for d, c in pd.items() if not (c["mismatch"] or c["error"]) and c["pass"]]
+        p = sum(c["pass"] + c.get("c_pass", 0) for c in pd.values())
+        m = sum(c["mismatch"] + c.get("c_mismatch", 0) for c in pd.values())
+        e = sum(c["error"] + c.get("c_error", 0) for c in pd.values())
+        bad = [d for d, c in pd.items() if c["mismatch"] or c["error"] or c.get("c_mismatch") or c.get("c_error")]
+        good = [d for d, c in pd.items() if d not in bad and c["pass"]]
         dts = " ".join(good) + (" / failing: " + " ".join(bad) if bad else "")
         if not pd:
             dts = " ".join(r.get("claimed", [])) or "none swept"

@@ -11,6 +11,19 @@ each sample:
 The neuron run is bracketed by torchneuron's op tracking, so each sample records the ATen ops that
 ran natively and those that fell back to the CPU.
 
+Then the contracts of the entry's variants, on the first `Limits.contract` samples of each dtype (and,
+for in-place, every sample that broadcasts its input), as PyTorch's test_ops checks them
+(test_out, test_variant_consistency_eager):
+  * out-dtype   out= of a dtype the result cannot be cast to (floating -> int64, integral -> bool);
+  * out-device  out= on the CPU with neuron inputs: PyTorch raises "Expected all tensors to be on the
+                same device" (CUDA's generated wrappers and TensorIterator; the CPU cannot run it);
+  * out-resize  out= of the right dtype but another, non-empty shape: resized, with ATen's warning;
+  * inplace     the in-place variant on a copy of the input: raises where the CPU raises (a result
+                that does not broadcast to self), otherwise self, updated, with its shape unchanged.
+Each compares neuron with the CPU: the same decision to raise, and when neither raises the same
+values (out tensors returned, resize warning given, self not resized).  A check whose sample the CPU
+rejects outright (the plain call raises) is not counted.
+
 A sample's outcome is one of:
   pass       results equal within tolerances.tolerance(dtype)
   mismatch   neuron returned without an error but a result differs (a wrong answer)
@@ -40,6 +53,7 @@ class Limits:
     noncontig: int = 4      # non-contiguous variants per (entry, dtype)
     sample_timeout: int = 20  # seconds per sample (SIGALRM; the sweep's parent also has a watchdog)
     entry_budget: float = 40.0  # seconds per entry: remaining dtypes are cut short, marked truncated
+    contract: int = 2       # samples per (entry, dtype) for the out= and in-place contract checks
 
 
 def entry_key(op):
@@ -302,6 +316,198 @@ def _exc(e):
     return f"{type(e).__name__}: {first[:300]}"
 
 
+# ---- the out= and in-place contracts ------------------------------------------------------------
+
+CONTRACT_CHECKS = ("out-dtype", "out-device", "out-resize", "inplace")
+
+
+def _detached(args):
+    return tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, args)
+
+
+def _call(fn, args, **extra):
+    inp, a, kw = args
+    return fn(inp, *a, **kw, **extra)
+
+
+def _attempt(fn, args, record_warnings=False, **extra):
+    """-> (result, exception, warned about a resize)."""
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            r, e = _call(fn, args, **extra), None
+        except Exception as ex:
+            r, e = None, ex
+    warned = any("resized" in str(x.message) for x in w)
+    return r, e, warned
+
+
+def _bad_dtype(t):
+    """A dtype t's values cannot be cast to (None for bool: every dtype takes it)."""
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        return torch.long
+    if t.dtype != torch.bool:
+        return torch.bool
+    return None
+
+
+def _outs(expected, make):
+    """out= argument shaped like `expected` (a tensor, or a tuple of them); make(t) -> tensor or None
+    (None: that leaf keeps an exact copy of its shape/dtype on the same device as make's others)."""
+    leaves, spec = tree_flatten(expected)
+    outs = [make(t) for t in leaves]
+    return (outs[0] if isinstance(expected, torch.Tensor) else tuple(outs)), outs
+
+
+def _same_decision(tag, cpu_exc, dev_exc):
+    """(outcome, msg) when exactly one side raised, else None."""
+    if cpu_exc is not None and dev_exc is None:
+        return "mismatch", f"{tag}: CPU raised ({_exc(cpu_exc)}), neuron accepted it"
+    if cpu_exc is None and dev_exc is not None:
+        return "error", f"{tag}: neuron raised, CPU did not: {_exc(dev_exc)}"
+    return None
+
+
+def _returned_outs(tag, result, outs):
+    leaves, _ = tree_flatten(result)
+    if len(leaves) != len(outs) or any(a is not b for a, b in zip(leaves, outs)):
+        raise Mismatch(f"{tag}: the result is not the out= tensor(s)")
+
+
+def run_contracts(op, sample, timeout, tol, shape_only, inplace_only=False):
+    """The contract checks of one sample: [(check, outcome, msg)] (see the module docstring)."""
+    recs = []
+    keep = skips.CPU_ARGS.get(entry_key(op), ((), ""))[0]
+    cpu_args = _detached((sample.input, tuple(sample.args), dict(sample.kwargs)))
+
+    def dev_copy():
+        return _detached(move_sample(SampleInput_like(cpu_args), DEV, keep))
+
+    def check(name, body):
+        try:
+            with alarm(timeout):
+                r = body()
+            if r is not None:
+                recs.append((name, r[0], r[1]))
+        except Mismatch as e:
+            recs.append((name, "mismatch", str(e)))
+        except SampleTimeout:
+            pass
+        except Exception as e:
+            recs.append((name, "error", f"{name}: harness: {_exc(e)}"))
+        with contextlib.suppress(Exception):
+            torch.neuron.synchronize()
+
+    ties = skips.TIE_ORDER.get(entry_key(op))
+
+    def cmp(a, b, what):
+        if ties and not ties[1](sample) and what.endswith(" out"):
+            compare_sort(sample, a, b, ties, tol)  # an unstable sort: indices by the values they select
+        elif shape_only:
+            compare(_meta(a), _meta(b), what=what)
+        else:
+            compare(a, b, tol=tol, what=what)
+
+    if op.supports_out and not inplace_only:
+        try:
+            with alarm(timeout):
+                expected = _call(op.op, cpu_args)
+        except Exception:
+            expected = None
+        leaves = tree_flatten(expected)[0] if expected is not None else []
+        dargs = dev_copy() if leaves else None
+        if leaves and all(isinstance(t, torch.Tensor) for t in leaves) and _on_device(dargs):
+
+            def out_dtype():
+                if all(_bad_dtype(t) is None for t in leaves):
+                    return None
+                mk = (lambda dev: lambda t: torch.empty(t.shape, dtype=_bad_dtype(t) or t.dtype, device=dev))
+                oc, _ = _outs(expected, mk("cpu"))
+                od, _ = _outs(expected, mk(DEV))
+                _, ce, _ = _attempt(op.op, cpu_args, out=oc)
+                _, de, _ = _attempt(op.op, dargs, out=od)
+                torch.neuron.synchronize()
+                d = _same_decision("out-dtype", ce, de)
+                if d:
+                    return d
+                if ce is None:
+                    cmp(od, oc, "out-dtype out")
+                return "pass", ""
+
+            def out_device():
+                oc, outs = _outs(expected, lambda t: torch.zeros(t.shape, dtype=t.dtype))
+                before = [t.clone() for t in outs]
+                _, de, _ = _attempt(op.op, dev_copy(), out=oc)
+                torch.neuron.synchronize()
+                if de is None:
+                    return "mismatch", "out-device: a CPU out= with neuron inputs was accepted (PyTorch raises)"
+                if "same device" not in str(de) and "device" not in str(de):
+                    return "error", f"out-device: raised, but not about devices: {_exc(de)}"
+                for a, b in zip(outs, before):
+                    if not torch.equal(a, b):
+                        return "mismatch", "out-device: raised, but the CPU out= tensor was written"
+                return "pass", ""
+
+            def out_resize():
+                def mk(dev):
+                    return lambda t: torch.zeros((t.numel() + 2,) if t.dim() != 1 else (t.numel() + 2, 1),
+                                                 dtype=t.dtype, device=dev)
+                oc, oc_l = _outs(expected, mk("cpu"))
+                od, od_l = _outs(expected, mk(DEV))
+                rc, ce, wc = _attempt(op.op, cpu_args, out=oc)
+                rd, de, wd = _attempt(op.op, dev_copy(), out=od)
+                torch.neuron.synchronize()
+                d = _same_decision("out-resize", ce, de)
+                if d:
+                    return d
+                if ce is None:
+                    _returned_outs("out-resize", rd, od_l)
+                    cmp(od, oc, "out-resize out")
+                    if wc and not wd:
+                        return "error", "out-resize: resized a non-empty out= without the warning the CPU gives"
+                return "pass", ""
+
+            check("out-dtype", out_dtype)
+            check("out-device", out_device)
+            check("out-resize", out_resize)
+
+    ip = op.inplace_variant
+    if ip is not None:
+
+        def inplace():
+            ci = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, cpu_args[0])
+            ca = (ci,) + cpu_args[1:]
+            da = dev_copy()
+            di = da[0]
+            if not isinstance(ci, torch.Tensor) or not isinstance(di, torch.Tensor):
+                return None
+            shape = tuple(di.shape)
+            rc, ce, _ = _attempt(ip, ca)
+            rd, de, _ = _attempt(ip, da)
+            torch.neuron.synchronize()
+            d = _same_decision("inplace", ce, de)
+            if d:
+                return d
+            if ce is None:
+                if tuple(di.shape) != shape:
+                    raise Mismatch(f"inplace: self was resized from {list(shape)} to {list(di.shape)}")
+                if rd is not di and not (isinstance(rd, torch.Tensor) and rd.data_ptr() == di.data_ptr()
+                                          and rd.shape == di.shape):
+                    raise Mismatch("inplace: the result is not self")
+                cmp(di, ci, "inplace self")
+            return "pass", ""
+
+        check("inplace", inplace)
+    return recs
+
+
+class SampleInput_like:
+    """The (input, args, kwargs) triple in the shape move_sample expects."""
+    def __init__(self, args):
+        self.input, self.args, self.kwargs = args[0], args[1], args[2]
+
+
 # ---- one entry -----------------------------------------------------------------------------------
 
 def _pick(gen, n, pool):
@@ -328,7 +534,7 @@ def run_entry(op, limits=Limits(), dtypes=None, tracker=None, log=None):
     res = {"key": key, "claimed": [SHORT[d] for d in swept_dtypes(op)], "per_dtype": {}, "fallback": [],
            "native": [], "failures": [], "truncated": False, "skip": skips.SKIP.get(key),
            "shape_only": skips.SHAPE_ONLY.get(key), "random_samples": rnd[1] if rnd else None,
-           "tolerance": tol_entry[1] if tol_entry else None, "seconds": 0.0}
+           "tolerance": tol_entry[1] if tol_entry else None, "seconds": 0.0, "contract": {}}
     if res["skip"]:
         return res
     todo = [d for d in swept_dtypes(op) if dtypes is None or d in dtypes]
@@ -339,7 +545,8 @@ def run_entry(op, limits=Limits(), dtypes=None, tracker=None, log=None):
             res["truncated"] = True
             break
         want_grad = dtype in bwd and (dtype.is_floating_point or dtype.is_complex)
-        counts = {"pass": 0, "mismatch": 0, "error": 0, "cpu_error": 0, "native_mismatch": 0}
+        counts = {"pass": 0, "mismatch": 0, "error": 0, "cpu_error": 0, "native_mismatch": 0,
+                  "c_pass": 0, "c_mismatch": 0, "c_error": 0}
         res["per_dtype"][SHORT[dtype]] = counts
         try:
             torch.manual_seed(0)
@@ -370,6 +577,27 @@ def run_entry(op, limits=Limits(), dtypes=None, tracker=None, log=None):
                 res["first_mismatch"] = f"{SHORT[dtype]} {tag}: {rec['msg']}"[:500]
             if log:
                 log(f"{key} {SHORT[dtype]} {tag}{rec['outcome']} {rec['msg'][:200]}")
+        # the out= and in-place contracts: the first samples, and every one that broadcasts its input
+        if not (op.supports_out or op.inplace_variant is not None):
+            continue
+        for n, s in enumerate(samples):
+            if n >= limits.contract and not (op.inplace_variant is not None and s.broadcasts_input):
+                continue
+            if time.time() - t0 > limits.entry_budget:
+                res["truncated"] = True
+                break
+            shape_only = bool(res["shape_only"]) or bool(rnd and rnd[0](s))
+            for chk, outcome, msg in run_contracts(op, s, limits.sample_timeout, tol, shape_only,
+                                                   inplace_only=n >= limits.contract):
+                counts["c_" + outcome] += 1
+                cc = res["contract"].setdefault(chk, {"pass": 0, "mismatch": 0, "error": 0})
+                cc[outcome] += 1
+                if outcome != "pass":
+                    _note(res, f"{SHORT[dtype]} {outcome}: {msg}")
+                    if outcome == "mismatch" and not res.get("first_mismatch"):
+                        res["first_mismatch"] = f"{SHORT[dtype]}: {msg}"[:500]
+                if log:
+                    log(f"{key} {SHORT[dtype]} {chk} {outcome} {msg[:200]}")
     res["fallback"] = sorted(fallback)
     res["native"] = sorted(native)
     res["seconds"] = round(time.time() - t0, 2)
@@ -388,10 +616,11 @@ def status(res):
     if res.get("crash"):
         return "crash"
     pd = res["per_dtype"]
-    if not pd or sum(c["pass"] + c["mismatch"] + c["error"] for c in pd.values()) == 0:
+    if not pd or sum(c["pass"] + c["mismatch"] + c["error"] + c.get("c_pass", 0) + c.get("c_mismatch", 0) +
+                     c.get("c_error", 0) for c in pd.values()) == 0:
         return "n/a"
-    mism = sum(c["mismatch"] for c in pd.values())
-    err = sum(c["error"] for c in pd.values())
+    mism = sum(c["mismatch"] + c.get("c_mismatch", 0) for c in pd.values())
+    err = sum(c["error"] + c.get("c_error", 0) for c in pd.values())
     if mism:
         return "wrong"
     if err:

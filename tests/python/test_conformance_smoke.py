@@ -1,6 +1,7 @@
 """A fixed slice of the conformance sweep (tests/conformance, `make conformance`) run in `make test`:
 representative op_db entries, float32 only, a few samples each, forward + backward + a
-non-contiguous variant.  Each must pass against the CPU and run natively (no CPU fallback).
+non-contiguous variant, and the out= / in-place contract checks.  Each must pass against the CPU and
+run natively (no CPU fallback).
 
 The full sweep over every op_db entry and dtype writes docs/conformance.md.
 """
@@ -45,4 +46,6 @@ def test_conformance_smoke(ops, neuron_ops, key):
     counts = res["per_dtype"].get("f32")
     assert counts and counts["pass"] > 0, f"{key}: no float32 sample ran: {res}"
     assert counts["mismatch"] == 0 and counts["error"] == 0, f"{key}: {res['failures']}"
+    # the out= and in-place contracts (wrong dtype, CPU out=, resize, in-place broadcasting) as on the CPU
+    assert counts["c_mismatch"] == 0 and counts["c_error"] == 0, f"{key}: {res['failures']}"
     assert not res["fallback"], f"{key}: fell back to the CPU: {res['fallback']}"

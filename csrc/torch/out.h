@@ -1,0 +1,117 @@
+// out.h - the argument contract every native op shares, in one place: all tensors on one device (the
+// registration wrapper NEURON_IMPL, which every op goes through), out= tensors (dtype by PyTorch's
+// rules, device, internal overlap, resize with ATen's warning) and in-place results (they must have
+// self's shape: self is never resized or broadcast, as TensorIterator refuses).  The boxed CPU
+// fallback (ops_core.cpp) applies the same device rule to the ops without a native kernel.
+#pragma once
+
+#include <ATen/core/List.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/IListRef.h>
+#include <c10/core/CompileTimeFunctionPointer.h>
+
+#include <cstddef>
+#include <optional>
+#include <utility>
+
+namespace neuron {
+
+// How an out= tensor's dtype must relate to the result's, as the CPU kernel of the op has it:
+// Exact for structured kernels (ATen's resize_out: "Expected out tensor to have dtype float, but got
+// double instead"), Same for TensorIterator's same-dtype unary ops (abs, neg, floor, clamp with scalar
+// bounds...: "Found dtype Double but expected Float"), Cast for the other TensorIterator ops and
+// reductions (at::canCast: "result type Float can't be cast to the desired output type Long").
+enum class OutRule { Exact, Same, Cast };
+
+// Checks out for a result of `opts` (dtype and device) and resizes it to sizes (at::native::
+// resize_output: warns when a non-empty out has another shape); then refuses an out whose elements
+// overlap (at::assert_no_internal_overlap).  For ops that write the result into out directly:
+// Exact only.
+void resize_out(const at::Tensor &out, at::IntArrayRef sizes, const at::TensorOptions &opts);
+// The dtype and device checks of resize_out, without resizing; rule Cast allows a castable dtype.
+void check_out(const at::Tensor &out, at::ScalarType result, c10::Device dev, OutRule rule);
+// A functional result r into out: the checks above, resize, copy (nothing when out is r).  A result
+// on the CPU (factories computed on the host) skips the device check.
+at::Tensor &into(at::Tensor &out, const at::Tensor &r, OutRule rule = OutRule::Exact);
+// r (computed by an in-place op) into self: r must have self's shape (self is never resized: "output
+// with shape [5, 1] doesn't match the broadcast shape [5, 5]") and a dtype castable to self's.
+at::Tensor &into_self(at::Tensor &self, const at::Tensor &r);
+// The shape check of into_self alone, for kernels that write self directly.
+void check_inplace_shape(const at::Tensor &self, at::IntArrayRef result);
+
+// ---- one device per op -------------------------------------------------------------------------
+
+// Collects the tensor arguments of a call; CPU zero-dim tensors that are read only (scalars, as
+// TensorIterator allows) are skipped.  Lists of optional tensors (index's indices, which may stay on
+// the CPU) are not looked at.
+struct DeviceCheck {
+	std::optional<c10::Device> dev;
+	int bad = -1; // the argument position of the first tensor on another device
+	c10::Device other{c10::DeviceType::CPU};
+	int pos = 0;
+	void see(const at::Tensor &t, bool written)
+	{
+		if (!t.defined() || bad >= 0)
+			return;
+		if (!written && t.dim() == 0 && t.device().is_cpu())
+			return;
+		if (!dev)
+			dev = t.device();
+		else if (C10_UNLIKELY(t.device() != *dev))
+			bad = pos, other = t.device();
+	}
+	void add(at::Tensor &t) { see(t, true), pos++; }
+	void add(const at::Tensor &t) { see(t, false), pos++; }
+	void add(const std::optional<at::Tensor> &t)
+	{
+		if (t)
+			see(*t, false);
+		pos++;
+	}
+	void add(at::TensorList l)
+	{
+		for (const auto &t : l)
+			see(t, true);
+		pos++;
+	}
+	void add(const at::ITensorListRef &l)
+	{
+		for (const auto &t : l)
+			see(t, false);
+		pos++;
+	}
+	template <typename T> void add(const T &) { pos++; }
+	// "Expected all tensors to be on the same device, but found at least two devices, neuron:0 and
+	// cpu! (when checking argument for argument out in method aten::mm.out)", as ATen's generated
+	// wrappers (c10::impl::check_and_update_common_device) say it.
+	[[noreturn]] void raise(const char *op) const;
+};
+
+template <std::size_t N> struct OpName {
+	char s[N];
+	constexpr OpName(const char (&a)[N])
+	{
+		for (std::size_t i = 0; i < N; i++)
+			s[i] = a[i];
+	}
+};
+
+template <OpName Name, auto F, typename Sig = decltype(F)> struct Checked;
+template <OpName Name, auto F, typename R, typename... A> struct Checked<Name, F, R (*)(A...)> {
+	static R call(A... a)
+	{
+		DeviceCheck dc;
+		(dc.add(a), ...);
+		if (C10_UNLIKELY(dc.bad >= 0))
+			dc.raise(Name.s);
+		return F(std::forward<A>(a)...);
+	}
+};
+
+// m.impl(name, fn) with the device check in front: every native registration goes through this.
+#define NEURON_IMPL(m, name, fn)                                                                       \
+	(m).impl(name, ::c10::CompileTimeFunctionPointer<                                               \
+			       std::remove_pointer_t<decltype(&::neuron::Checked<::neuron::OpName{name}, &fn>::call)>, \
+			       &::neuron::Checked<::neuron::OpName{name}, &fn>::call>())
+
+} // namespace neuron
