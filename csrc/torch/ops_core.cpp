@@ -371,6 +371,9 @@ static at::Tensor &normal_(at::Tensor &self, double mean, double std, std::optio
 {
 	NEURON_TRACK("aten::normal_");
 	TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+	// refused at the call, as the CPU does (the kernel would fail later, on the queue)
+	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"normal_kernel_cpu\" not implemented for '",
+				    c10::toString(self.scalar_type()), "'");
 	return random_kernel(self, NK_RNG_NORMAL, mean, std, 0, 0, gen, "aten::normal_");
 }
 

@@ -1367,7 +1367,11 @@ static at::Tensor &addbmm_o(const at::Tensor &self, const at::Tensor &b1, const 
 static at::Tensor &addbmm_i(at::Tensor &self, const at::Tensor &b1, const at::Tensor &b2, const c10::Scalar &beta, const c10::Scalar &alpha)
 {
 	NEURON_TRACK("aten::addbmm_");
-	return into_self(self, addbmm_f(self, b1, b2, beta, alpha));
+	// aten's addbmm_ broadcasts self to the result and resizes it (addbmm_impl_: result.resize_as_)
+	at::Tensor r = addbmm_f(self, b1, b2, beta, alpha);
+	if (!self.sizes().equals(r.sizes()))
+		self.resize_(r.sizes());
+	return into_self(self, r);
 }
 static bool equal_f(const at::Tensor &s, const at::Tensor &o)
 {
@@ -1409,6 +1413,12 @@ static at::Tensor addr_f(const at::Tensor &self, const at::Tensor &v1, const at:
 static at::Tensor &addr_o(const at::Tensor &self, const at::Tensor &v1, const at::Tensor &v2, const c10::Scalar &beta, const c10::Scalar &alpha, at::Tensor &o)
 {
 	NEURON_TRACK("aten::addr.out");
+	if (o.is_same(self)) { // addr_ (addr.out into self): self is neither broadcast nor resized, as aten checks
+		TORCH_CHECK(self.dim() == 2, "2D tensor expected, got ", self.dim(), "D tensor for input");
+		TORCH_CHECK(v1.dim() != 1 || v2.dim() != 1 || (self.size(0) == v1.size(0) && self.size(1) == v2.size(0)),
+			    "size mismatch, input: ", self.sizes(), ", v1: ", v1.sizes(), ", v2: ", v2.sizes());
+		return into_self(o, addr_f(self, v1, v2, beta, alpha));
+	}
 	return into(o, addr_f(self, v1, v2, beta, alpha), OutRule::Cast);
 }
 

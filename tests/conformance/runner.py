@@ -16,10 +16,12 @@ for in-place, every sample that broadcasts its input), as PyTorch's test_ops che
 (test_out, test_variant_consistency_eager):
   * out-dtype   out= of a dtype the result cannot be cast to (floating -> int64, integral -> bool);
   * out-device  out= on the CPU with neuron inputs: PyTorch raises "Expected all tensors to be on the
-                same device" (CUDA's generated wrappers and TensorIterator; the CPU cannot run it);
+                same device" (CUDA's generated wrappers and TensorIterator; the CPU cannot run it), and
+                the CPU tensor stays untouched; only for ops bound from ATen (a Python-level op such as
+                torch.lu copies its result into out= itself, to any device);
   * out-resize  out= of the right dtype but another, non-empty shape: resized, with ATen's warning;
   * inplace     the in-place variant on a copy of the input: raises where the CPU raises (a result
-                that does not broadcast to self), otherwise self, updated, with its shape unchanged.
+                that does not broadcast to self), otherwise self, updated, with the CPU's shape.
 Each compares neuron with the CPU: the same decision to raise, and when neither raises the same
 values (out tensors returned, resize warning given, self not resized).  A check whose sample the CPU
 rejects outright (the plain call raises) is not counted.
@@ -35,6 +37,7 @@ import math
 import signal
 import time
 import traceback
+import types
 from dataclasses import dataclass
 
 import torch
@@ -369,6 +372,11 @@ def _same_decision(tag, cpu_exc, dev_exc):
     return None
 
 
+def _is_outs(result, outs):
+    leaves, _ = tree_flatten(result)
+    return len(leaves) == len(outs) and all(a is b for a, b in zip(leaves, outs))
+
+
 def _returned_outs(tag, result, outs):
     leaves, _ = tree_flatten(result)
     if len(leaves) != len(outs) or any(a is not b for a, b in zip(leaves, outs)):
@@ -442,8 +450,6 @@ def run_contracts(op, sample, timeout, tol, shape_only, inplace_only=False):
                 torch.neuron.synchronize()
                 if de is None:
                     return "mismatch", "out-device: a CPU out= with neuron inputs was accepted (PyTorch raises)"
-                if "same device" not in str(de) and "device" not in str(de):
-                    return "error", f"out-device: raised, but not about devices: {_exc(de)}"
                 for a, b in zip(outs, before):
                     if not torch.equal(a, b):
                         return "mismatch", "out-device: raised, but the CPU out= tensor was written"
@@ -451,8 +457,7 @@ def run_contracts(op, sample, timeout, tol, shape_only, inplace_only=False):
 
             def out_resize():
                 def mk(dev):
-                    return lambda t: torch.zeros((t.numel() + 2,) if t.dim() != 1 else (t.numel() + 2, 1),
-                                                 dtype=t.dtype, device=dev)
+                    return lambda t: torch.zeros((t.numel() + 2,), dtype=t.dtype, device=dev)
                 oc, oc_l = _outs(expected, mk("cpu"))
                 od, od_l = _outs(expected, mk(DEV))
                 rc, ce, wc = _attempt(op.op, cpu_args, out=oc)
@@ -462,14 +467,17 @@ def run_contracts(op, sample, timeout, tol, shape_only, inplace_only=False):
                 if d:
                     return d
                 if ce is None:
-                    _returned_outs("out-resize", rd, od_l)
+                    if _is_outs(rc, oc_l):  # (split_with_sizes_copy.out returns nothing)
+                        _returned_outs("out-resize", rd, od_l)
                     cmp(od, oc, "out-resize out")
                     if wc and not wd:
                         return "error", "out-resize: resized a non-empty out= without the warning the CPU gives"
                 return "pass", ""
 
             check("out-dtype", out_dtype)
-            check("out-device", out_device)
+            # (ops written in Python, like torch.lu, copy their result into out= themselves: any device)
+            if isinstance(op.op, types.BuiltinFunctionType):
+                check("out-device", out_device)
             check("out-resize", out_resize)
 
     ip = op.inplace_variant
@@ -490,8 +498,9 @@ def run_contracts(op, sample, timeout, tol, shape_only, inplace_only=False):
             if d:
                 return d
             if ce is None:
-                if tuple(di.shape) != shape:
-                    raise Mismatch(f"inplace: self was resized from {list(shape)} to {list(di.shape)}")
+                if tuple(di.shape) != tuple(ci.shape):  # (the CPU's addbmm_ resizes self: so must neuron)
+                    raise Mismatch(f"inplace: self of shape {list(shape)} became {list(di.shape)}, "
+                                   f"on the CPU {list(ci.shape)}")
                 if rd is not di and not (isinstance(rd, torch.Tensor) and rd.data_ptr() == di.data_ptr()
                                           and rd.shape == di.shape):
                     raise Mismatch("inplace: the result is not self")
