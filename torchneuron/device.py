@@ -10,7 +10,9 @@ import torch
 from . import _C
 
 _initialized = False
-_in_bad_fork = False
+_in_bad_fork = False  # set in a child forked after the runtime had started its threads
+_BAD_FORK_MSG = ("Cannot re-initialize neuron in forked subprocess. To use neuron with multiprocessing, "
+                 "you must use the 'spawn' start method")
 
 
 # ---- device --------------------------------------------------------------------------------------
@@ -28,7 +30,7 @@ def init():
     """Initialize the runtime; raises RuntimeError naming the bad NEURON_* variable if any."""
     global _initialized
     if _in_bad_fork:
-        raise RuntimeError("neuron: cannot re-initialize the device in a forked subprocess; use 'spawn'")
+        raise RuntimeError(_BAD_FORK_MSG)
     _C._init()
     _initialized = True
 
@@ -45,8 +47,10 @@ def _is_in_bad_fork() -> bool:
 
 
 def _after_fork_in_child():
+    # The runtime decides (its pthread_atfork handler ran first): a child is refused only if the parent
+    # had started runtime threads (a queue worker or the kernel pool), not for a device count or init.
     global _in_bad_fork, _initialized
-    if _initialized:
+    if _C._in_bad_fork():
         _in_bad_fork = True
         _initialized = False
 

@@ -642,6 +642,8 @@ int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr)
 	if (!ptr)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_malloc: null output");
 	*ptr = NULL;
+	if (nrt_bad_fork())
+		return nrt_fork_error();
 	if (!q || !q->live)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_malloc: invalid queue");
 	if (!nbytes)
@@ -683,6 +685,7 @@ int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr)
 		rest = NULL;
 	}
 	b->allocated = true;
+	b->prod_seq = nrt_queue_submitted(q); /* the next record queued is the op it is allocated for */
 	b->requested = nbytes;
 	b->nuses = 0;
 	map_insert(b);
@@ -732,8 +735,8 @@ int nrt_free(void *ptr)
 	struct nrt_queue *q;
 	uint64_t seq;
 
-	if (!ptr)
-		return NRT_OK;
+	if (!ptr || nrt_bad_fork())
+		return NRT_OK; /* a forked child leaves its copy of the arena alone */
 	if (!(b = lock_block(ptr, "nrt_free", &a)))
 		return NRT_ERR_INVALID;
 	map_remove(b);
@@ -761,6 +764,8 @@ int nrt_record_queue(void *ptr, nrt_queue_t *q)
 	struct nrt_block *b;
 	int rc = NRT_OK;
 
+	if (nrt_bad_fork())
+		return nrt_fork_error();
 	if (!q || !q->live)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_record_queue: invalid queue");
 	if (!(b = lock_block(ptr, "nrt_record_queue", &a)))
@@ -794,12 +799,45 @@ unlock:
 	return rc;
 }
 
+int nrt_check_readable(const void *ptr)
+{
+	char msg[NRT_ERRMSG_MAX];
+	struct nrt_block *b;
+	struct nrt_queue *q = NULL;
+	uint64_t seq = 0;
+	bool open;
+
+	if (nrt_bad_fork())
+		return nrt_fork_error();
+	if (!ptr || !atomic_load_explicit(&nrt_poison_seen, memory_order_relaxed))
+		return NRT_OK;
+	pthread_mutex_lock(&map.lock);
+	if ((b = map_find_locked(ptr))) {
+		q = b->q;
+		seq = b->prod_seq;
+	}
+	pthread_mutex_unlock(&map.lock);
+	if (q && nrt_queue_record_failed(q, seq, msg, sizeof msg, &open)) {
+		if (open && q != nrt_current_queue()) {
+			/* this read reports the error: finish the queue first (what is queued behind the failure
+			 * is skipped, into the range) and clear it, as a synchronize would, so it is reported
+			 * once and the queue runs again */
+			nrt_queue_wait_seq(q, nrt_queue_submitted(q));
+			(void)nrt_queue_take_error(q);
+		}
+		return nrt_set_error(NRT_ERR_KERNEL, "%s", msg);
+	}
+	return NRT_OK;
+}
+
 int nrt_ptr_device(const void *ptr, int *dev)
 {
 	int d = -1;
 
 	if (!dev)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_ptr_device: null output");
+	if (nrt_bad_fork())
+		return nrt_fork_error();
 	if (!ptr || !map_find(ptr, &d))
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_ptr_device: %p is not a live device allocation", ptr);
 	*dev = d;
@@ -809,6 +847,10 @@ int nrt_ptr_device(const void *ptr, int *dev)
 /* ---- device-level calls --------------------------------------------------------------------------- */
 static struct nrt_alloc *alloc_of(int dev, const char *fn)
 {
+	if (nrt_bad_fork()) {
+		nrt_fork_error();
+		return NULL;
+	}
 	if (!nrt_device_valid(dev) && !(dev >= 0 && dev < NRT_MAX_DEVICES && nrt_devices[dev].created)) {
 		nrt_set_error(NRT_ERR_INVALID, "%s: no device neuron:%d", fn, dev);
 		return NULL;
@@ -862,7 +904,7 @@ int nrt_empty_cache(int dev)
 	struct nrt_alloc *a = alloc_of(dev, "nrt_empty_cache");
 
 	if (!a)
-		return NRT_ERR_INVALID;
+		return nrt_bad_fork() ? NRT_ERR_FORK : NRT_ERR_INVALID;
 	pthread_mutex_lock(&a->lock);
 	process_pending_locked(a);
 	release_cached_locked(a, true);
@@ -876,7 +918,7 @@ int nrt_memory_stats(int dev, nrt_mem_stats_t *out)
 	struct nrt_alloc *a = alloc_of(dev, "nrt_memory_stats");
 
 	if (!a || !out)
-		return a ? nrt_set_error(NRT_ERR_INVALID, "nrt_memory_stats: null output") : NRT_ERR_INVALID;
+		return a ? nrt_set_error(NRT_ERR_INVALID, "nrt_memory_stats: null output") : nrt_bad_fork() ? NRT_ERR_FORK : NRT_ERR_INVALID;
 	pthread_mutex_lock(&a->lock);
 	process_pending_locked(a);
 	*out = a->st;
@@ -907,7 +949,7 @@ int nrt_reset_peak_stats(int dev)
 	int n;
 
 	if (!a)
-		return NRT_ERR_INVALID;
+		return nrt_bad_fork() ? NRT_ERR_FORK : NRT_ERR_INVALID;
 	pthread_mutex_lock(&a->lock);
 	n = stat_list(&a->st, v);
 	for (int i = 0; i < n; i++)
@@ -923,7 +965,7 @@ int nrt_reset_accumulated_stats(int dev)
 	int n;
 
 	if (!a)
-		return NRT_ERR_INVALID;
+		return nrt_bad_fork() ? NRT_ERR_FORK : NRT_ERR_INVALID;
 	pthread_mutex_lock(&a->lock);
 	n = stat_list(&a->st, v);
 	for (int i = 0; i < n; i++)

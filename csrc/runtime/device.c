@@ -17,6 +17,42 @@
 
 struct nrt_device nrt_devices[NRT_MAX_DEVICES];
 
+/* ---- fork ------------------------------------------------------------------------------------------ */
+atomic_bool nrt_forked_child;
+static atomic_bool threads_started;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* In the child (the only thread left): the queue workers and the pool are gone, and a lock or an exec
+ * claim one of them held stays held; refuse device use instead of hanging on it. */
+static void atfork_child(void)
+{
+	if (atomic_load(&threads_started))
+		atomic_store(&nrt_forked_child, true);
+}
+
+static void atfork_register(void)
+{
+	(void)pthread_atfork(NULL, NULL, atfork_child);
+}
+
+void nrt_note_thread_start(void)
+{
+	pthread_once(&atfork_once, atfork_register);
+	atomic_store(&threads_started, true);
+}
+
+bool nrt_in_forked_child(void)
+{
+	return nrt_bad_fork();
+}
+
+int nrt_fork_error(void)
+{
+	return nrt_set_error(NRT_ERR_FORK, "Cannot re-initialize neuron in forked subprocess. To use neuron with "
+			     "multiprocessing, you must use the 'spawn' start method (this process was forked after "
+			     "the neuron runtime had started its threads)");
+}
+
 static struct {
 	pthread_mutex_t lock;
 	atomic_int state;      /* 0 not yet, 1 ok, 2 failed */
@@ -245,6 +281,8 @@ int nrt_init(void)
 {
 	int state = atomic_load(&rt.state), rc;
 
+	if (nrt_bad_fork())
+		return nrt_fork_error();
 	if (state == 1)
 		return NRT_OK;
 	if (state == 2)
@@ -297,6 +335,8 @@ bool nrt_launch_blocking(void)
 
 int nrt_device_memory_limit(int dev, size_t *bytes)
 {
+	if (nrt_bad_fork())
+		return nrt_fork_error();
 	if (!nrt_device_valid(dev) || !bytes)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_device_memory_limit: no device neuron:%d", dev);
 	*bytes = nrt_alloc_limit(dev);

@@ -18,6 +18,7 @@ const char *nrt_status_string(int status)
 	case NRT_ERR_HOST: return "host resource error";
 	case NRT_ERR_NOT_READY: return "not ready";
 	case NRT_ERR_TIMEOUT: return "timeout";
+	case NRT_ERR_FORK: return "used in a forked child";
 	default: return "unknown status";
 	}
 }

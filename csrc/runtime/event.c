@@ -53,6 +53,9 @@ void nrt_event_destroy(nrt_event_t *e)
 	struct nrt_queue *q;
 	uint64_t seq;
 
+	if (nrt_bad_fork())
+		return; /* a forked child leaves its copy alone */
+
 	if (!e)
 		return;
 	/* a pending timing marker still points at e */
@@ -82,6 +85,9 @@ int nrt_event_record(nrt_event_t *e, nrt_queue_t *q)
 	uint64_t seq;
 	int rc = NRT_OK;
 
+	if (nrt_bad_fork())
+		return nrt_fork_error();
+
 	if (!e || !q || !q->live)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_event_record: %s", e ? "invalid queue" : "null event");
 	if (q->dev != e->dev)
@@ -110,6 +116,9 @@ int nrt_event_query(nrt_event_t *e)
 	struct nrt_queue *q;
 	uint64_t seq;
 
+	if (nrt_bad_fork())
+		return nrt_fork_error();
+
 	if (!e)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_event_query: null event");
 	if (!event_position(e, &q, &seq, NULL) || nrt_queue_reached(q, seq))
@@ -123,6 +132,9 @@ int nrt_event_synchronize(nrt_event_t *e)
 	struct nrt_queue *q;
 	uint64_t seq;
 	int rc;
+
+	if (nrt_bad_fork())
+		return nrt_fork_error();
 
 	if (!e)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_event_synchronize: null event");
@@ -160,6 +172,9 @@ int nrt_event_elapsed_ms(nrt_event_t *start, nrt_event_t *end, double *ms)
 	int64_t t0, t1;
 	int rc;
 
+	if (nrt_bad_fork())
+		return nrt_fork_error();
+
 	if (!ms)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_event_elapsed_ms: null output");
 	if ((rc = timing_of(start, "start", &t0)) || (rc = timing_of(end, "end", &t1)))
@@ -172,6 +187,9 @@ int nrt_queue_wait_event(nrt_queue_t *q, nrt_event_t *e)
 {
 	struct nrt_queue *src;
 	uint64_t seq;
+
+	if (nrt_bad_fork())
+		return nrt_fork_error();
 
 	if (!q || !q->live || !e)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_wait_event: %s", e ? "invalid queue" : "null event");

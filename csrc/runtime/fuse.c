@@ -642,7 +642,8 @@ int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail)
 			nrt_kernel_fail("%s", R.msg);
 		else
 			nrt_kernel_fail_clear();
-		nrt_queue_fail_record(q, S->rec[failed - 1].name, R.fail_rc);
+		/* the records of a run execute tile by tile together: none of their outputs is whole */
+		nrt_queue_fail_record(q, S->rec[failed - 1].name, R.fail_rc, head, head + (uint64_t)nrec - 1);
 	}
 	if (traced) {
 		uint64_t total = 0, done = 0;

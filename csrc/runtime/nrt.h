@@ -26,6 +26,7 @@ enum {
 	NRT_ERR_HOST = -5,      /* the host refused memory or a thread */
 	NRT_ERR_NOT_READY = -6, /* event/queue query: work still pending (not an error for callers) */
 	NRT_ERR_TIMEOUT = -7,
+	NRT_ERR_FORK = -8,      /* a forked child of a process whose runtime had started its threads */
 };
 
 const char *nrt_status_string(int status);
@@ -38,6 +39,13 @@ const char *nrt_last_error(void);
  * NEURON_LAUNCH_BLOCKING.  Idempotent and thread-safe; a parse error is returned every time (NRT_ERR_ENV,
  * message names the variable) and leaves device_count at 0. */
 int nrt_init(void);
+/* Fork: a process forked after the runtime started a thread (a queue worker, which the first launch on
+ * a queue starts, or the kernel pool) cannot use the device in the child: those threads, and whatever
+ * they held, are gone.  There every call that would touch a device returns NRT_ERR_FORK ("Cannot
+ * re-initialize neuron in forked subprocess...") at once, nrt_init included; the frees return NRT_OK
+ * and leave the child's copy alone, so a child that never uses the device (a data-loading worker)
+ * exits cleanly.  A child forked before any runtime thread existed uses the device normally. */
+bool nrt_in_forked_child(void);
 /* Number of visible devices; 0 if nrt_init failed.  Never fails. */
 int nrt_device_count(void);
 int nrt_device_memory_limit(int dev, size_t *bytes);
@@ -113,6 +121,16 @@ int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr);
  * recorded with nrt_record_queue on them has completed. */
 int nrt_free(void *ptr);
 int nrt_record_queue(void *ptr, nrt_queue_t *q);
+/* Poisoned outputs.  A kernel that fails, and every kernel skipped behind it until the error is
+ * reported, leaves its outputs unwritten; the blocks they were allocated for stay poisoned for their
+ * lifetime (until nrt_free), and this returns NRT_ERR_KERNEL with that kernel's error for them, however
+ * often it is asked and whichever thread reported the error first.  NRT_OK for any other pointer.
+ * ptr is a pointer nrt_malloc returned.  If the error has not been reported yet, this reports it: it
+ * waits for the queue and clears its sticky error, as nrt_queue_synchronize would.
+ * A block's producer is the first record queued on its queue after the allocation (the op the output
+ * was allocated for); outputs written in place and a later kernel of a multi-kernel op are not
+ * tracked. */
+int nrt_check_readable(const void *ptr);
 int nrt_empty_cache(int dev);
 int nrt_ptr_device(const void *ptr, int *dev); /* NRT_ERR_INVALID if not a live device block */
 

@@ -105,7 +105,7 @@ struct nrt_queue;
  * 0: run the record at head on its own. */
 int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail);
 /* queue.c: set q's sticky error for the record named name (message from nrt_kernel_fail), and trace. */
-void nrt_queue_fail_record(struct nrt_queue *q, const char *name, int ret);
+void nrt_queue_fail_record(struct nrt_queue *q, const char *name, int ret, uint64_t first, uint64_t last);
 bool nrt_queue_trace_on(void);
 /* True on a queue's own worker thread (not on a launching or synchronizing thread running records). */
 bool nrt_queue_on_worker(void);

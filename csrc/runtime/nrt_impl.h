@@ -43,6 +43,17 @@ static inline void nrt_cpu_relax(void)
  * (ms of DRAM traffic) stay asynchronous. */
 #define NRT_INLINE_BYTES_DEFAULT ((size_t)8 << 20)
 
+/* ---- fork (device.c) ----------------------------------------------------------------------------- */
+extern atomic_bool nrt_forked_child;
+static inline bool nrt_bad_fork(void)
+{
+	return atomic_load_explicit(&nrt_forked_child, memory_order_relaxed);
+}
+/* Sets the fork message and returns NRT_ERR_FORK. */
+int nrt_fork_error(void);
+/* Called before the runtime creates a thread: from now on a forked child is refused. */
+void nrt_note_thread_start(void);
+
 /* ---- error.c ---------------------------------------------------------------------------------- */
 /* Formats the thread's last-error message and returns status (so callers write
  * `return nrt_set_error(NRT_ERR_INVALID, "...")`). */
@@ -68,6 +79,11 @@ struct nrt_launch_rec {
 	int kind;
 };
 
+struct nrt_bad_range {
+	uint64_t first, last; /* record numbers (0-based), inclusive */
+	char *msg;            /* the error ("<op>: <detail>") */
+};
+
 /* Sequence numbers: tail counts records ever pushed, head counts records completed (run or skipped).
  * Record number s (0-based) is complete once head > s, so "complete(q, s + 1)" is head >= s + 1. */
 struct nrt_queue {
@@ -87,10 +103,15 @@ struct nrt_queue {
 	pthread_cond_t work_cv, done_cv;
 	pthread_mutex_t err_lock;
 	char err_msg[NRT_ERRMSG_MAX];
+	/* Records that failed or were skipped: one range per error, open (last grows as records are
+	 * skipped) while err_flag is set; under err_lock.  Blocks whose producer falls in one are
+	 * poisoned (nrt_check_readable). */
+	struct nrt_bad_range *bad;
+	int nbad, cap_bad;
 
 	int dev, id, priority;
 	atomic_bool live;  /* false after nrt_queue_destroy (the struct stays for stale references) */
-	bool has_worker;
+	atomic_bool has_worker; /* the worker starts with the first launch (a fork before that is fine) */
 	pthread_t worker;
 	struct nrt_queue *next; /* device's queue list */
 };
@@ -116,6 +137,11 @@ int nrt_queue_take_error(struct nrt_queue *q);
 int nrt_queue_start(struct nrt_queue *q, int dev, int id, int priority);
 /* Later work on q waits until src reaches seq (a wait record; nothing if already done). */
 int nrt_queue_wait_for(struct nrt_queue *q, struct nrt_queue *src, uint64_t seq);
+/* Some queue has recorded a failed or skipped record (nrt_check_readable's fast path). */
+extern atomic_bool nrt_poison_seen;
+/* If record number seq of q failed or was skipped, copies its error into msg and returns true; *open
+ * tells that the error is still pending (not yet reported by a synchronizing call). */
+bool nrt_queue_record_failed(struct nrt_queue *q, uint64_t seq, char *msg, size_t cap, bool *open);
 /* The queue whose worker runs the current thread (NULL on other threads). */
 struct nrt_queue *nrt_current_queue(void);
 
@@ -152,6 +178,7 @@ struct nrt_block {
 	int dev;
 	int qid;               /* owning queue */
 	struct nrt_queue *q;   /* the owning queue (structs are never freed) */
+	uint64_t prod_seq;     /* allocated: q's tail at nrt_malloc, the record number of its producer */
 	uint64_t free_seq;     /* free: q's submitted count when last freed; the memory may go back to the
 				  arena only once q's head has reached it (queued kernels may still use it) */
 	bool small;            /* pool */

@@ -171,6 +171,8 @@ static void pool_start(void)
 		/* garbage in NEURON_NUM_THREADS is reported by nrt_init; here we fall back */
 		want = cpus < 1 ? 1 : cpus > NRT_POOL_MAX_THREADS ? NRT_POOL_MAX_THREADS : (int)cpus;
 	}
+	if (want > 1)
+		nrt_note_thread_start();
 	if (pthread_attr_init(&attr))
 		return;
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

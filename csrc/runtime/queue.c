@@ -69,7 +69,7 @@ int nrt_trace_drain(nrt_trace_rec_t *out, int cap)
 {
 	int n = 0;
 
-	if (!out || cap <= 0)
+	if (!out || cap <= 0 || nrt_bad_fork())
 		return 0;
 	pthread_mutex_lock(&trace.lock);
 	while (n < cap && trace.read < trace.written)
@@ -79,7 +79,34 @@ int nrt_trace_drain(nrt_trace_rec_t *out, int cap)
 }
 
 /* ---- execution ------------------------------------------------------------------------------------- */
-static void set_sticky(struct nrt_queue *q, const char *name, int ret)
+atomic_bool nrt_poison_seen;
+
+/* Opens q's bad range [first, last] for a failed record (or fused run).  Called with err_lock held and
+ * err_flag clear.  Without host memory for the range the error is still sticky, only not the poison. */
+static void bad_range_open(struct nrt_queue *q, uint64_t first, uint64_t last)
+{
+	struct nrt_bad_range *r;
+
+	if (q->nbad == q->cap_bad) {
+		int cap = q->cap_bad ? q->cap_bad * 2 : 8;
+
+		r = realloc(q->bad, (size_t)cap * sizeof *r);
+		if (!r)
+			return;
+		q->bad = r;
+		q->cap_bad = cap;
+	}
+	r = &q->bad[q->nbad];
+	r->msg = strdup(q->err_msg);
+	if (!r->msg)
+		return;
+	r->first = first;
+	r->last = last;
+	q->nbad++;
+	atomic_store(&nrt_poison_seen, true);
+}
+
+static void set_sticky(struct nrt_queue *q, const char *name, int ret, uint64_t first, uint64_t last)
 {
 	const char *msg = nrt_kernel_fail_message();
 
@@ -89,13 +116,46 @@ static void set_sticky(struct nrt_queue *q, const char *name, int ret)
 			snprintf(q->err_msg, sizeof q->err_msg, "%s: %s", name, msg);
 		else
 			snprintf(q->err_msg, sizeof q->err_msg, "%s: kernel failed (status %d)", name, ret);
+		bad_range_open(q, first, last);
 		atomic_store(&q->err_flag, 1);
 	}
 	pthread_mutex_unlock(&q->err_lock);
 }
 
-/* Runs one record on the current thread; returns the kernel's status. */
-static int run_record(struct nrt_queue *q, struct nrt_launch_rec *r)
+/* A record skipped behind a failure: its outputs join the open bad range.  False if the error has been
+ * reported meanwhile (the record runs).  Deciding under err_lock keeps "skipped" and "in the range"
+ * the same set against a concurrent nrt_queue_take_error. */
+static bool skip_record(struct nrt_queue *q, uint64_t seq)
+{
+	bool skip;
+
+	pthread_mutex_lock(&q->err_lock);
+	skip = atomic_load(&q->err_flag);
+	if (skip && q->nbad && q->bad[q->nbad - 1].last < seq)
+		q->bad[q->nbad - 1].last = seq;
+	pthread_mutex_unlock(&q->err_lock);
+	return skip;
+}
+
+bool nrt_queue_record_failed(struct nrt_queue *q, uint64_t seq, char *msg, size_t cap, bool *open)
+{
+	bool found = false;
+
+	*open = false;
+	pthread_mutex_lock(&q->err_lock);
+	for (int i = q->nbad - 1; i >= 0 && !found; i--) {
+		if (q->bad[i].first <= seq && seq <= q->bad[i].last) {
+			snprintf(msg, cap, "%s", q->bad[i].msg);
+			found = true;
+			*open = i == q->nbad - 1 && atomic_load(&q->err_flag);
+		}
+	}
+	pthread_mutex_unlock(&q->err_lock);
+	return found;
+}
+
+/* Runs record number seq on the current thread; returns the kernel's status. */
+static int run_record(struct nrt_queue *q, struct nrt_launch_rec *r, uint64_t seq)
 {
 	int64_t t0 = 0;
 	bool traced;
@@ -103,7 +163,7 @@ static int run_record(struct nrt_queue *q, struct nrt_launch_rec *r)
 
 	if (r->kind == NRT_REC_INTERNAL)
 		return r->fn(r->args);
-	if (atomic_load_explicit(&q->err_flag, memory_order_relaxed))
+	if (atomic_load_explicit(&q->err_flag, memory_order_relaxed) && skip_record(q, seq))
 		return 0; /* skipped: an earlier kernel failed and nobody synchronized yet */
 	traced = atomic_load_explicit(&trace.on, memory_order_relaxed);
 	if (traced)
@@ -178,17 +238,17 @@ static uint64_t exec_one(struct nrt_queue *q, uint64_t head)
 		atomic_store(&q->head, head + (uint64_t)k);
 		return head + (uint64_t)k;
 	}
-	ret = run_record(q, r);
+	ret = run_record(q, r, head);
 	if (ret && r->kind == NRT_REC_KERNEL)
-		set_sticky(q, r->name, ret);
+		set_sticky(q, r->name, ret, head, head);
 	atomic_store(&q->head, head + 1);
 	return head + 1;
 }
 
 /* ---- [fuse] hooks for fuse.c (queue-level loop fusion) -------------------------------------------- */
-void nrt_queue_fail_record(struct nrt_queue *q, const char *name, int ret)
+void nrt_queue_fail_record(struct nrt_queue *q, const char *name, int ret, uint64_t first, uint64_t last)
 {
-	set_sticky(q, name, ret);
+	set_sticky(q, name, ret, first, last);
 }
 
 bool nrt_queue_on_worker(void)
@@ -368,6 +428,29 @@ static void wait_for_slot(struct nrt_queue *q, uint64_t tail)
 	queue_wait(q, tail - NRT_RING_SLOTS + NRT_RING_SLOTS / 8, false);
 }
 
+/* Starts q's worker thread if it is not running yet.  Deferred to the first launch so that a process
+ * that only asked for the device count (or allocated) has no runtime thread, and its forked children
+ * can still use the device. */
+static int ensure_worker(struct nrt_queue *q)
+{
+	int err = 0;
+
+	if (atomic_load_explicit(&q->has_worker, memory_order_acquire))
+		return NRT_OK;
+	pthread_mutex_lock(&q->lock);
+	if (!atomic_load(&q->has_worker)) {
+		nrt_note_thread_start();
+		err = pthread_create(&q->worker, NULL, queue_worker, q);
+		if (!err)
+			atomic_store(&q->has_worker, true);
+	}
+	pthread_mutex_unlock(&q->lock);
+	if (err)
+		return nrt_set_error(NRT_ERR_HOST, "neuron:%d: cannot start a queue worker thread (%s)", q->dev,
+				     strerror(err));
+	return NRT_OK;
+}
+
 int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size_t args_size,
 		   const char *name, int kind, uint64_t *seq, bool inline_ok)
 {
@@ -383,6 +466,10 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 				     name ? name : "?", args_size, NRT_MAX_ARGS);
 	if (!name)
 		name = "<unnamed kernel>";
+	if (nrt_bad_fork())
+		return nrt_fork_error();
+	if ((rc = ensure_worker(q)))
+		return rc;
 
 	pthread_mutex_lock(&q->prod_lock);
 	if (inline_ok && cur_queue != q && !nrt_launch_blocking()) {
@@ -441,9 +528,6 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 /* ---- public queue API --------------------------------------------------------------------------- */
 int nrt_queue_start(struct nrt_queue *q, int dev, int id, int priority)
 {
-	pthread_attr_t attr;
-	int err;
-
 	q->ring = aligned_alloc(64, sizeof(struct nrt_launch_rec) * NRT_RING_SLOTS);
 	if (!q->ring)
 		return nrt_set_error(NRT_ERR_HOST, "neuron:%d: out of host memory for a queue ring", dev);
@@ -457,26 +541,10 @@ int nrt_queue_start(struct nrt_queue *q, int dev, int id, int priority)
 	pthread_cond_init(&q->work_cv, NULL);
 	pthread_cond_init(&q->done_cv, NULL);
 	atomic_store(&q->wake_at, UINT64_MAX);
-	err = pthread_attr_init(&attr);
-	if (!err) {
-		err = pthread_create(&q->worker, &attr, queue_worker, q);
-		pthread_attr_destroy(&attr);
-	}
-	if (err) {
-		free(q->ring);
-		q->ring = NULL;
-		pthread_cond_destroy(&q->done_cv);
-		pthread_cond_destroy(&q->work_cv);
-		pthread_mutex_destroy(&q->err_lock);
-		pthread_mutex_destroy(&q->lock);
-		pthread_mutex_destroy(&q->prod_lock);
-		return nrt_set_error(NRT_ERR_HOST, "neuron:%d: cannot start a queue worker thread (%s)", dev,
-				     strerror(err));
-	}
-	q->has_worker = true;
-	q->live = true;
+	q->live = true; /* the worker starts with the first launch (ensure_worker) */
 	return NRT_OK;
 }
+
 
 nrt_queue_t *nrt_queue_default(int dev)
 {
@@ -490,6 +558,9 @@ int nrt_queue_create(int dev, int priority, nrt_queue_t **out)
 	struct nrt_device *d;
 	struct nrt_queue *q;
 	int rc;
+
+	if (nrt_bad_fork())
+		return nrt_fork_error();
 
 	if (!out)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_create: null output");
@@ -524,6 +595,9 @@ int nrt_queue_destroy(nrt_queue_t *q)
 	struct nrt_device *d;
 	int rc;
 
+	if (nrt_bad_fork())
+		return nrt_fork_error();
+
 	if (!q || !q->live)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_destroy: invalid queue");
 	d = &nrt_devices[q->dev];
@@ -542,8 +616,9 @@ int nrt_queue_destroy(nrt_queue_t *q)
 	pthread_cond_signal(&q->work_cv);
 	pthread_mutex_unlock(&q->lock);
 	pthread_mutex_unlock(&q->prod_lock);
-	pthread_join(q->worker, NULL);
-	q->has_worker = false;
+	if (atomic_load(&q->has_worker))
+		pthread_join(q->worker, NULL);
+	atomic_store(&q->has_worker, false);
 	free(q->ring);
 	q->ring = NULL;
 	nrt_alloc_process_pending(q->dev);
@@ -570,6 +645,10 @@ nrt_queue_t *nrt_queue_by_id(int dev, int id)
 	struct nrt_device *d;
 	struct nrt_queue *q;
 
+	if (nrt_bad_fork()) {
+		nrt_fork_error();
+		return NULL;
+	}
 	if (nrt_init() || !nrt_device_valid(dev))
 		return NULL;
 	d = &nrt_devices[dev];
@@ -613,6 +692,9 @@ int nrt_queue_synchronize(nrt_queue_t *q)
 {
 	int rc;
 
+	if (nrt_bad_fork())
+		return nrt_fork_error();
+
 	if (!q || !q->live)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_synchronize: invalid queue");
 	if (q == cur_queue)
@@ -625,6 +707,9 @@ int nrt_queue_synchronize(nrt_queue_t *q)
 
 int nrt_queue_query(nrt_queue_t *q)
 {
+
+	if (nrt_bad_fork())
+		return nrt_fork_error();
 	if (!q || !q->live)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_query: invalid queue");
 	return nrt_queue_reached(q, nrt_queue_submitted(q)) ? NRT_OK : NRT_ERR_NOT_READY;
@@ -646,6 +731,9 @@ int nrt_device_synchronize(int dev)
 	struct nrt_device *d;
 	struct nrt_queue *q;
 	int rc = NRT_OK;
+
+	if (nrt_bad_fork())
+		return nrt_fork_error();
 
 	if (!nrt_device_valid(dev) && !(dev >= 0 && dev < NRT_MAX_DEVICES && nrt_devices[dev].created))
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_device_synchronize: no device neuron:%d", dev);

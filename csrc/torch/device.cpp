@@ -32,9 +32,12 @@ void raise_status(int status, const char *what)
 void lazy_init()
 {
 	static std::atomic<bool> ok{false};
-	if (C10_LIKELY(ok.load(std::memory_order_acquire)))
+	// a forked child inherits ok: the runtime refuses it (NRT_ERR_FORK, CUDA's message)
+	if (C10_LIKELY(ok.load(std::memory_order_acquire) && !nrt_in_forked_child()))
 		return;
 	int st = nrt_init();
+	if (st == NRT_ERR_FORK)
+		TORCH_CHECK(false, nrt_last_error());
 	if (st != 0)
 		TORCH_CHECK(false, "neuron: cannot initialize the runtime: ", nrt_last_error());
 	ok.store(true, std::memory_order_release);
@@ -196,6 +199,15 @@ void sync_device(c10::DeviceIndex idx, const char *what)
 {
 	lazy_init();
 	NEURON_CHECK(nrt_device_synchronize(idx), what);
+}
+
+void check_readable(const at::TensorBase &t, const char *what)
+{
+	if (t.device().type() != kDev || !t.has_storage())
+		return;
+	const void *p = t.unsafeGetTensorImpl()->unsafe_storage().data();
+	if (p)
+		NEURON_CHECK(nrt_check_readable(p), what);
 }
 
 // ---- op tracking -------------------------------------------------------------------------------

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+namespace at {
+class TensorBase;
+} // namespace at
 namespace c10 {
 class OperatorHandle;
 struct IValue;
@@ -83,6 +86,9 @@ struct DeviceScope {
 };
 void sync_queue(nrt_queue_t *q, const char *what);
 void sync_device(c10::DeviceIndex idx, const char *what);
+// Raises the error of the failed (or skipped) kernel that should have written t's storage (runtime
+// poison, nrt_check_readable); call before reading a neuron tensor's bytes, after its producer is done.
+void check_readable(const at::TensorBase &t, const char *what);
 
 // Op tracking: every native wrapper calls NEURON_TRACK("aten::name.overload"); the fallback records
 // its ops itself.  Cheap: one relaxed atomic load per call after the first in an epoch.

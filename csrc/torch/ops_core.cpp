@@ -274,6 +274,8 @@ static at::Tensor copy_from(const at::Tensor &src, const at::Tensor &dst, bool n
 	c10::DeviceIndex idx = dst_dev ? dst.device().index() : src.device().index();
 	if (src_dev && dst_dev && src.device() != dst.device())
 		sync_device(src.device().index(), "aten::_copy_from (peer copy)");
+	if (src_dev)
+		check_readable(src, "aten::_copy_from"); // the output of a failed kernel is not data
 	auto iter = at::TensorIteratorConfig()
 			    .add_output(dst)
 			    .add_const_input(src)
@@ -286,8 +288,11 @@ static at::Tensor copy_from(const at::Tensor &src, const at::Tensor &dst, bool n
 	nrt_queue_t *q = current_queue(idx);
 	launch_cost(q, nk_copy_run, it, "aten::_copy_from", (size_t)dst.numel() * (src.element_size() + dst.element_size()));
 	bool async_ok = non_blocking && dst.device().is_cpu() && nrt_host_is_pinned(dst.const_data_ptr());
-	if (!(src_dev && dst_dev && src.device() == dst.device()) && !async_ok)
+	if (!(src_dev && dst_dev && src.device() == dst.device()) && !async_ok) {
 		sync_queue(q, "aten::_copy_from");
+		if (src_dev)
+			check_readable(src, "aten::_copy_from"); // its producer has run by now
+	}
 	return dst;
 }
 
@@ -303,6 +308,7 @@ static at::Scalar local_scalar_dense(const at::Tensor &self)
 	NEURON_TRACK("aten::_local_scalar_dense");
 	TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
 	sync_device(self.device().index(), "aten::_local_scalar_dense");
+	check_readable(self, "aten::_local_scalar_dense");
 	at::Scalar r;
 	AT_DISPATCH_V2(self.scalar_type(), "_local_scalar_dense", AT_WRAP([&] {
 		r = at::Scalar(*(const scalar_t *)self.const_data_ptr());

@@ -52,6 +52,11 @@ static PyObject *py_init_error(PyObject *, PyObject *)
 	return PyUnicode_FromString(nrt_last_error());
 }
 
+static PyObject *py_in_bad_fork(PyObject *, PyObject *)
+{
+	return PyBool_FromLong(nrt_in_forked_child());
+}
+
 static PyObject *py_device_count(PyObject *, PyObject *)
 {
 	return PyLong_FromLong(device_count_noexcept());
@@ -200,6 +205,7 @@ static PyObject *py_trace_drain(PyObject *, PyObject *)
 static PyMethodDef methods[] = {
 	{"_init", py_init, METH_NOARGS, "Initialize the runtime; raises on bad NEURON_* settings."},
 	{"_init_error", py_init_error, METH_NOARGS, "None, or why the runtime cannot initialize."},
+	{"_in_bad_fork", py_in_bad_fork, METH_NOARGS, "This process was forked after the runtime started its threads."},
 	{"_device_count", py_device_count, METH_NOARGS, "Visible devices (0 if the runtime cannot initialize)."},
 	{"_memory_limit", py_memory_limit, METH_O, "Arena limit of a device in bytes."},
 	{"_default_generator", py_default_generator, METH_O, "The default generator of a device."},

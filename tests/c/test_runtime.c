@@ -4,7 +4,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ctest.h"
 #include "nrt.h"
@@ -299,6 +301,122 @@ static void test_sticky_error(void)
 	      nrt_last_error());
 	CHECK(nrt_queue_synchronize(q) == NRT_OK, "cleared");
 	nrt_event_destroy(e);
+}
+
+/* A failed kernel's output and the outputs of the kernels skipped behind it stay poisoned after the
+ * error has been reported (here: consumed by another thread's synchronize), as long as they live; the
+ * inputs and what runs after the report stay readable (issue 16, 13). */
+static void *sync_thread(void *p)
+{
+	int *rc = p;
+
+	*rc = nrt_queue_synchronize(nrt_queue_default(0));
+	return NULL;
+}
+
+static void test_poisoned_outputs(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	atomic_int n = 0;
+	struct count_args c = { &n };
+	void *x = NULL, *y = NULL, *z = NULL, *w = NULL, *y2 = NULL;
+	int idx = 3, rc = 0;
+	pthread_t t;
+
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "clean start");
+	CHECK(nrt_malloc(q, 4096, &x) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::fill") == NRT_OK, "launch");
+	CHECK(nrt_malloc(q, 4096, &y) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::index_select") == NRT_OK, "launch");
+	CHECK(nrt_malloc(q, 1 << 20, &z) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::skipped") == NRT_OK, "launch");
+	CHECK(pthread_create(&t, NULL, sync_thread, &rc) == 0, "thread");
+	pthread_join(t, NULL);
+	CHECK(rc == NRT_ERR_KERNEL, "the other thread got the error: rc %d", rc);
+	CHECK(atomic_load(&n) == 1, "the record behind the failure was skipped");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "reported once");
+	for (int i = 0; i < 2; i++) {
+		rc = nrt_check_readable(y);
+		CHECK(rc == NRT_ERR_KERNEL && !strcmp(nrt_last_error(), "aten::index_select: bad index 3"),
+		      "the failed output reads as an error (%d): rc %d '%s'", i, rc, nrt_last_error());
+		rc = nrt_check_readable(z);
+		CHECK(rc == NRT_ERR_KERNEL && strstr(nrt_last_error(), "aten::index_select"),
+		      "the skipped output reads as an error (%d): rc %d", i, rc);
+	}
+	CHECK(nrt_check_readable(x) == NRT_OK, "an input of the failed kernel stays readable");
+	CHECK(nrt_malloc(q, 4096, &w) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::after") == NRT_OK, "launch");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK && atomic_load(&n) == 2, "runs after the report");
+	CHECK(nrt_check_readable(w) == NRT_OK, "an output made after the report is readable");
+	/* the poison belongs to the allocation: a new tensor in the same block is clean */
+	CHECK(nrt_free(y) == NRT_OK, "free");
+	CHECK(nrt_malloc(q, 4096, &y2) == NRT_OK, "%s", nrt_last_error());
+	CHECK(y2 == y, "same block reused");
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::refill") == NRT_OK, "launch");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "sync");
+	CHECK(nrt_check_readable(y2) == NRT_OK, "the reused block is readable");
+	CHECK(nrt_check_readable(&n) == NRT_OK, "host memory is never poisoned");
+
+	/* a read before any synchronize reports the error itself: once, then the queue runs again */
+	nrt_free(w);
+	CHECK(nrt_malloc(q, 4096, &w) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::gather") == NRT_OK, "launch");
+	while (nrt_queue_query(q) == NRT_ERR_NOT_READY)
+		sleep_ms(1);
+	rc = nrt_check_readable(w);
+	CHECK(rc == NRT_ERR_KERNEL && strstr(nrt_last_error(), "aten::gather"), "rc %d", rc);
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "reported by the read, not again by the synchronize");
+	CHECK(nrt_check_readable(w) == NRT_ERR_KERNEL, "still poisoned");
+	nrt_free(x);
+	nrt_free(y2);
+	nrt_free(z);
+	nrt_free(w);
+}
+
+/* A child forked while the queue is busy (a kernel running, more queued) is refused at once, never hangs;
+ * its frees succeed without touching the runtime (issue 16, 12).  The parent's queue is unaffected. */
+static int fork_child_checks(void *inherited)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	void *p = NULL;
+	int idx = 1, bad = 0;
+
+	alarm(20); /* a hang fails the test instead of blocking it */
+	bad |= q != NULL;
+	bad |= nrt_init() != NRT_ERR_FORK;
+	bad |= strstr(nrt_last_error(), "Cannot re-initialize neuron in forked subprocess") == NULL;
+	bad |= !nrt_in_forked_child();
+	bad |= nrt_malloc(nrt_queue_by_id(0, 0), 64, &p) != NRT_ERR_FORK;
+	bad |= nrt_device_synchronize(0) != NRT_ERR_FORK;
+	bad |= nrt_empty_cache(0) != NRT_ERR_FORK;
+	bad |= nrt_free(inherited) != NRT_OK; /* a data-loading child exits, freeing what it inherited */
+	bad |= nrt_device_count() != 1;
+	(void)idx;
+	return bad;
+}
+
+static void test_fork_refused_in_child(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	atomic_int n = 0;
+	struct count_args c = { &n };
+	int ms = 200, status = 0;
+	void *x = NULL;
+	pid_t pid;
+
+	CHECK(nrt_malloc(q, 4096, &x) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_sleep, &ms, sizeof ms, "test::sleep") == NRT_OK, "launch");
+	for (int i = 0; i < 100; i++)
+		CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::count") == NRT_OK, "launch");
+	CHECK(!nrt_in_forked_child(), "parent");
+	pid = fork();
+	if (pid == 0)
+		_exit(fork_child_checks(x));
+	CHECK(pid > 0, "fork");
+	CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status 0x%x (a signal: it hung)", status);
+	CHECK(nrt_queue_synchronize(q) == NRT_OK && atomic_load(&n) == 100, "the parent's queue ran");
+	CHECK(nrt_free(x) == NRT_OK, "free");
 }
 
 /* nrt_queue_launch_cost: a small kernel on an idle queue runs on the calling thread; on a busy queue,
@@ -747,6 +865,8 @@ int main(void)
 	RUN(test_queue_order);
 	RUN(test_queue_ids_and_query);
 	RUN(test_sticky_error);
+	RUN(test_poisoned_outputs);
+	RUN(test_fork_refused_in_child);
 	RUN(test_inline_launch);
 	RUN(test_launch_blocking);
 	RUN(test_events);

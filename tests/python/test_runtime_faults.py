@@ -162,3 +162,142 @@ assert torch.neuron.memory_stats()["num_ooms"] >= 4
 print("ok")
 """, env={"NEURON_RT_MEMORY_LIMIT": "1GiB"})
     assert p.returncode == 0 and "ok" in p.stdout, p.report
+
+
+# ---- 13: a failed kernel poisons its outputs and those of the kernels skipped behind it ----------------
+
+_BAD_INDEX = "index 20 is out of bounds for dimension 0 with size 10"
+
+
+def _failing_op():
+    x = torch.randn(10, 4, device="neuron")
+    idx = torch.tensor([0, 20], device="neuron")
+    y = x.index_select(0, idx)  # fails on the queue
+    z = y + 1                   # skipped behind it
+    w = x * 2                   # skipped behind it
+    return x, y, z, w
+
+
+@pytest.mark.parametrize("read", ["cpu", "item", "copy", "clone_cpu"])
+def test_failed_and_skipped_outputs_stay_errors(read):
+    torch.neuron.synchronize()
+    x, y, z, w = _failing_op()
+    with pytest.raises(RuntimeError, match=_BAD_INDEX):
+        torch.neuron.synchronize()  # reported once here...
+    readers = {
+        "cpu": lambda t: t.cpu(),
+        "item": lambda t: t[0, 0].item(),
+        "copy": lambda t: torch.empty(t.shape).copy_(t),
+        "clone_cpu": lambda t: t.clone().cpu(),
+    }
+    for t in (y, z, w):  # ...and again on every read of what it should have written
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match=_BAD_INDEX):
+                readers[read](t)
+    torch.testing.assert_close(x.cpu() * 2, (x * 2).cpu())  # inputs and new work are fine
+    assert torch.ones(3, device="neuron").sum().item() == 3
+
+
+def test_error_consumed_by_another_thread():
+    """Another thread's synchronize() takes the error; the launching thread's read still raises it."""
+    import threading
+
+    torch.neuron.synchronize()
+    x, y, z, w = _failing_op()
+    got = []
+    t = threading.Thread(target=lambda: got.append(pytest.raises(RuntimeError, torch.neuron.synchronize)))
+    t.start()
+    t.join(60)
+    assert got and _BAD_INDEX in str(got[0].value)
+    torch.neuron.synchronize()  # nothing left to report
+    with pytest.raises(RuntimeError, match=_BAD_INDEX):
+        y.cpu()
+    with pytest.raises(RuntimeError, match=_BAD_INDEX):
+        z.cpu()
+    assert x.cpu().shape == (10, 4)
+
+
+# ---- 12: fork -----------------------------------------------------------------------------------------
+
+_FORK_COMMON = """
+import os, signal, sys, time
+import torch
+
+def wait_child(pid, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child hung")
+"""
+
+
+def test_fork_while_busy_refuses_device_in_child():
+    """The parent's queue is busy when it forks; the child gets CUDA's error at once (it hung)."""
+    p = run_python(_FORK_COMMON + """
+a = torch.randn(1024, 1024, device="neuron")
+outs = [a @ a for _ in range(6)]  # queued: the worker is running them at the fork
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)
+    bad = []
+    for name, fn in [("op", lambda: torch.ones(2, device="neuron") + 1), ("init", torch.neuron.init),
+                     ("sync", torch.neuron.synchronize), ("read", lambda: outs[0].cpu())]:
+        try:
+            fn()
+            bad.append(name + ": no error")
+        except RuntimeError as e:
+            if "Cannot re-initialize neuron in forked subprocess" not in str(e) or "spawn" not in str(e):
+                bad.append(name + ": " + str(e))
+    print(bad, flush=True)
+    os._exit(0 if not bad else 3)
+assert wait_child(pid) == 0
+torch.testing.assert_close(outs[-1].cpu(), (a.cpu() @ a.cpu()), rtol=1e-4, atol=1e-3)
+assert not torch.neuron._is_in_bad_fork()
+print("ok")
+""")
+    assert p.returncode == 0 and "ok" in p.stdout, p.report
+
+
+def test_fork_child_without_device_use_works():
+    """Data-loading workers forked from a process that uses the device, and a plain forked child that
+    exits through the interpreter (freeing the neuron tensors it inherited), both exit cleanly."""
+    p = run_python(_FORK_COMMON + """
+import torch.utils.data as tud
+w = torch.randn(256, 256, device="neuron")
+y = w @ w  # queued
+ds = tud.TensorDataset(torch.arange(64.0).reshape(32, 2))
+batches = list(tud.DataLoader(ds, batch_size=8, num_workers=2, multiprocessing_context="fork"))
+assert torch.cat([b[0] for b in batches]).sum().item() == torch.arange(64.0).sum().item()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(30)
+    t = torch.randn(100).sum()  # CPU work only
+    del w, y                    # inherited neuron tensors freed
+    sys.exit(0)                 # atexit, GC and finalization in the child
+assert wait_child(pid) == 0
+torch.testing.assert_close(y.cpu(), w.cpu() @ w.cpu(), rtol=1e-4, atol=1e-3)
+print("ok")
+""")
+    assert p.returncode == 0 and "ok" in p.stdout, p.report
+
+
+def test_fork_before_device_threads_child_uses_device():
+    """Asking for the device count starts no runtime thread: a child forked then uses the device."""
+    p = run_python(_FORK_COMMON + """
+assert torch.neuron.is_available() and torch.neuron.device_count() >= 1
+pid = os.fork()
+if pid == 0:
+    signal.alarm(60)
+    x = torch.arange(6.0, device="neuron").reshape(2, 3)
+    ok = (x * 2).sum().item() == 30.0 and not torch.neuron._is_in_bad_fork()
+    os._exit(0 if ok else 3)
+assert wait_child(pid) == 0
+assert (torch.ones(3, device="neuron") * 2).sum().item() == 6
+print("ok")
+""")
+    assert p.returncode == 0 and "ok" in p.stdout, p.report
