@@ -1319,6 +1319,8 @@ static at::Tensor nansum_f(const at::Tensor &s, at::OptionalIntArrayRef dim, boo
 static at::Tensor &nansum_o(const at::Tensor &s, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt, at::Tensor &o)
 {
 	NEURON_TRACK("aten::nansum.out");
+	if (c10::isIntegralType(s.scalar_type(), true)) // as aten: integers have no NaN, so it is sum.out (whose
+		return at::sum_out(o, s, dim, keep, dt); // dtype comes from the result, a bool out included)
 	return into(o, nansum_f(s, dim, keep, dt), OutRule::Cast);
 }
 static at::Tensor count_nonzero_d(const at::Tensor &s, at::IntArrayRef dims)

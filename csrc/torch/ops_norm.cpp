@@ -198,8 +198,10 @@ static std::tuple<at::Tensor &, at::Tensor &, at::Tensor &> native_bn_out(const 
 	NEURON_TRACK("aten::native_batch_norm.out");
 	auto r = bn_forward("native_batch_norm", x, opt(w), opt(b), opt(rm), opt(rv), training, momentum, eps);
 	copy_out(out, std::get<0>(r));
-	copy_out(sm, std::get<1>(r));
-	copy_out(si, std::get<2>(r));
+	if (training) { // aten's CPU kernel leaves the saved statistics as given in eval mode
+		copy_out(sm, std::get<1>(r));
+		copy_out(si, std::get<2>(r));
+	}
 	return {out, sm, si};
 }
 
@@ -217,8 +219,10 @@ static std::tuple<at::Tensor &, at::Tensor &, at::Tensor &> bn_legit_out(const a
 	NEURON_TRACK("aten::_native_batch_norm_legit.out");
 	auto r = bn_forward("_native_batch_norm_legit", x, opt(w), opt(b), rm, rv, training, momentum, eps);
 	copy_out(out, std::get<0>(r));
-	copy_out(sm, std::get<1>(r));
-	copy_out(si, std::get<2>(r));
+	if (training) { // aten's CPU kernel leaves the saved statistics as given in eval mode
+		copy_out(sm, std::get<1>(r));
+		copy_out(si, std::get<2>(r));
+	}
 	return {out, sm, si};
 }
 
@@ -236,8 +240,10 @@ static std::tuple<at::Tensor &, at::Tensor &, at::Tensor &> bn_legit_nostats_out
 	NEURON_TRACK("aten::_native_batch_norm_legit.no_stats_out");
 	auto r = bn_forward("_native_batch_norm_legit", x, opt(w), opt(b), at::Tensor(), at::Tensor(), training, momentum, eps);
 	copy_out(out, std::get<0>(r));
-	copy_out(sm, std::get<1>(r));
-	copy_out(si, std::get<2>(r));
+	if (training) { // aten's CPU kernel leaves the saved statistics as given in eval mode
+		copy_out(sm, std::get<1>(r));
+		copy_out(si, std::get<2>(r));
+	}
 	return {out, sm, si};
 }
 

@@ -228,3 +228,31 @@ def test_inplace_result_not_castable_to_self():
     with pytest.raises(RuntimeError) as ed:
         xd.add_(torch.rand(2, 3, device=DEV))
     assert _first_line(ed.value) == _first_line(ec.value)
+
+
+@pytest.mark.parametrize("op", ["native_batch_norm", "_native_batch_norm_legit"])
+def test_batch_norm_out_eval_leaves_saved_stats(op):
+    """In eval mode the CPU kernel leaves save_mean / save_invstd as given (it resized them to [0] here)."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    res = []
+    for dev in ("cpu", "neuron"):
+        out, sm, si = torch.empty(0, device=dev), torch.full((7,), 3.0, device=dev), torch.full((2,), 4.0, device=dev)
+        f = getattr(torch.ops.aten, op).out
+        f(*(t.to(dev) for t in (x, w, b, rm, rv)), False, 0.1, 1e-5, out=out, save_mean=sm, save_invstd=si)
+        res.append((out.cpu(), sm.cpu(), si.cpu()))
+    for got, ref in zip(res[1], res[0]):
+        assert got.shape == ref.shape
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_nansum_integer_out_as_sum(dtype):
+    """Integers have no NaN: nansum.out is sum.out, whose dtype comes from the result (a bool out too)."""
+    x = torch.tensor([[0, 1, 2], [3, 0, 5]]).to(dtype)
+    for odt in (torch.bool, torch.int64, torch.float32):
+        ref = torch.nansum(x, 1, out=torch.empty(2, dtype=odt))
+        got = torch.nansum(x.to("neuron"), 1, out=torch.empty(2, dtype=odt, device="neuron"))
+        assert got.dtype == ref.dtype
+        torch.testing.assert_close(got.cpu(), ref)
