@@ -46,6 +46,18 @@
 #define NRT_SEGMENT_ALIGN ((size_t)4096)
 #define NRT_HUGE_PAGE ((size_t)2 << 20)
 
+/* One allocator per device index, initialized when the device is created (device.c calls
+ * nrt_alloc_device_init) and never torn down; ready stays set when a reinit hides the device. */
+static struct nrt_alloc allocs[NRT_MAX_DEVICES];
+
+/* The allocator of dev, or NULL if that device was never created. */
+static struct nrt_alloc *alloc_at(int dev)
+{
+	if (dev < 0 || dev >= NRT_MAX_DEVICES || !atomic_load_explicit(&allocs[dev].ready, memory_order_acquire))
+		return NULL;
+	return &allocs[dev];
+}
+
 static atomic_int_fast64_t fault_countdown;
 static atomic_bool huge_pages = true;
 
@@ -487,9 +499,8 @@ bool nrt_alloc_range_free(int dev, const void *p, size_t len)
 	uintptr_t s = (uintptr_t)p, e = s + len;
 	bool r;
 
-	if (dev < 0 || dev >= NRT_MAX_DEVICES || !nrt_devices[dev].created || !len || e < s)
+	if (!(a = alloc_at(dev)) || !len || e < s)
 		return false;
-	a = &nrt_devices[dev].alloc;
 	pthread_mutex_lock(&a->lock);
 	r = tree_holds(a->large.root, s, e) || tree_holds(a->small.root, s, e);
 	pthread_mutex_unlock(&a->lock);
@@ -530,10 +541,7 @@ void nrt_alloc_process_pending(int dev)
 {
 	struct nrt_alloc *a;
 
-	if (dev < 0 || dev >= NRT_MAX_DEVICES || !nrt_devices[dev].created)
-		return;
-	a = &nrt_devices[dev].alloc;
-	if (!atomic_load(&a->npending))
+	if (!(a = alloc_at(dev)) || !atomic_load(&a->npending))
 		return;
 	pthread_mutex_lock(&a->lock);
 	process_pending_locked(a);
@@ -648,7 +656,7 @@ int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_malloc: invalid queue");
 	if (!nbytes)
 		return NRT_OK;
-	a = &nrt_devices[q->dev].alloc;
+	a = &allocs[q->dev];
 	pthread_mutex_lock(&a->lock);
 	if (nbytes > SIZE_MAX - NRT_MIN_BLOCK) {
 		rc = oom_error(a, q->dev, nbytes, false, false);
@@ -714,7 +722,7 @@ static struct nrt_block *lock_block(const void *ptr, const char *fn, struct nrt_
 		nrt_set_error(NRT_ERR_INVALID, "%s: %p is not a live device allocation", fn, ptr);
 		return NULL;
 	}
-	a = &nrt_devices[dev].alloc;
+	a = &allocs[dev];
 	pthread_mutex_lock(&a->lock);
 	pthread_mutex_lock(&map.lock); /* it may have been freed meanwhile */
 	b = map_find_locked(ptr);
@@ -847,30 +855,36 @@ int nrt_ptr_device(const void *ptr, int *dev)
 /* ---- device-level calls --------------------------------------------------------------------------- */
 static struct nrt_alloc *alloc_of(int dev, const char *fn)
 {
+	struct nrt_alloc *a;
+
 	if (nrt_bad_fork()) {
 		nrt_fork_error();
 		return NULL;
 	}
-	if (!nrt_device_valid(dev) && !(dev >= 0 && dev < NRT_MAX_DEVICES && nrt_devices[dev].created)) {
+	a = alloc_at(dev);
+	if (!a)
 		nrt_set_error(NRT_ERR_INVALID, "%s: no device neuron:%d", fn, dev);
-		return NULL;
-	}
-	return &nrt_devices[dev].alloc;
+	return a;
 }
 
 int nrt_alloc_device_init(int dev, size_t limit)
 {
-	struct nrt_alloc *a = &nrt_devices[dev].alloc;
+	struct nrt_alloc *a;
 
-	memset(a, 0, sizeof *a);
+	if (dev < 0 || dev >= NRT_MAX_DEVICES)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_alloc_device_init: no device neuron:%d", dev);
+	a = &allocs[dev];
+	if (atomic_load(&a->ready))
+		return NRT_OK;
 	pthread_mutex_init(&a->lock, NULL);
 	a->limit = limit;
+	atomic_store_explicit(&a->ready, true, memory_order_release);
 	return NRT_OK;
 }
 
 size_t nrt_alloc_limit(int dev)
 {
-	struct nrt_alloc *a = &nrt_devices[dev].alloc;
+	struct nrt_alloc *a = &allocs[dev];
 	size_t n;
 
 	pthread_mutex_lock(&a->lock);
@@ -881,7 +895,7 @@ size_t nrt_alloc_limit(int dev)
 
 void nrt_alloc_set_limit(int dev, size_t limit)
 {
-	struct nrt_alloc *a = &nrt_devices[dev].alloc;
+	struct nrt_alloc *a = &allocs[dev];
 
 	pthread_mutex_lock(&a->lock);
 	a->limit = limit;
@@ -890,7 +904,7 @@ void nrt_alloc_set_limit(int dev, size_t limit)
 
 int64_t nrt_alloc_live_bytes(int dev)
 {
-	struct nrt_alloc *a = &nrt_devices[dev].alloc;
+	struct nrt_alloc *a = &allocs[dev];
 	int64_t n;
 
 	pthread_mutex_lock(&a->lock);

@@ -17,42 +17,6 @@
 
 struct nrt_device nrt_devices[NRT_MAX_DEVICES];
 
-/* ---- fork ------------------------------------------------------------------------------------------ */
-atomic_bool nrt_forked_child;
-static atomic_bool threads_started;
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-/* In the child (the only thread left): the queue workers and the pool are gone, and a lock or an exec
- * claim one of them held stays held; refuse device use instead of hanging on it. */
-static void atfork_child(void)
-{
-	if (atomic_load(&threads_started))
-		atomic_store(&nrt_forked_child, true);
-}
-
-static void atfork_register(void)
-{
-	(void)pthread_atfork(NULL, NULL, atfork_child);
-}
-
-void nrt_note_thread_start(void)
-{
-	pthread_once(&atfork_once, atfork_register);
-	atomic_store(&threads_started, true);
-}
-
-bool nrt_in_forked_child(void)
-{
-	return nrt_bad_fork();
-}
-
-int nrt_fork_error(void)
-{
-	return nrt_set_error(NRT_ERR_FORK, "Cannot re-initialize neuron in forked subprocess. To use neuron with "
-			     "multiprocessing, you must use the 'spawn' start method (this process was forked after "
-			     "the neuron runtime had started its threads)");
-}
-
 static struct {
 	pthread_mutex_t lock;
 	atomic_int state;      /* 0 not yet, 1 ok, 2 failed */
@@ -341,21 +305,4 @@ int nrt_device_memory_limit(int dev, size_t *bytes)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_device_memory_limit: no device neuron:%d", dev);
 	*bytes = nrt_alloc_limit(dev);
 	return NRT_OK;
-}
-
-void nrt_format_bytes(char *buf, size_t cap, uint64_t bytes)
-{
-	static const char *const unit[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	double v = (double)bytes;
-	int u = 0;
-
-	if (bytes < 1024) {
-		snprintf(buf, cap, "%llu bytes", (unsigned long long)bytes);
-		return;
-	}
-	while (v >= 1024 && u < 5) {
-		v /= 1024;
-		u++;
-	}
-	snprintf(buf, cap, "%.2f %s", v, unit[u]);
 }

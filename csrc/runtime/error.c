@@ -61,3 +61,20 @@ void nrt_kernel_fail_clear(void)
 {
 	nrt_kernel_msg[0] = '\0';
 }
+
+void nrt_format_bytes(char *buf, size_t cap, uint64_t bytes)
+{
+	static const char *const unit[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)bytes;
+	int u = 0;
+
+	if (bytes < 1024) {
+		snprintf(buf, cap, "%llu bytes", (unsigned long long)bytes);
+		return;
+	}
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, cap, "%.2f %s", v, unit[u]);
+}

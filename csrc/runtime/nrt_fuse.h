@@ -98,21 +98,6 @@ typedef struct {
 } nrt_fuse_stats_t;
 void nrt_fuse_get_stats(nrt_fuse_stats_t *out);
 
-/* ---- runtime internals (queue.c <-> fuse.c) --------------------------------------------------- */
-struct nrt_queue;
-/* Called by the queue executor (holding the exec claim, tail > head): runs the fused run starting at
- * head if there is one of at least two records and returns its length (the caller publishes head + k);
- * 0: run the record at head on its own. */
-int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail);
-/* queue.c: set q's sticky error for the record named name (message from nrt_kernel_fail), and trace. */
-void nrt_queue_fail_record(struct nrt_queue *q, const char *name, int ret, uint64_t first, uint64_t last);
-bool nrt_queue_trace_on(void);
-/* True on a queue's own worker thread (not on a launching or synchronizing thread running records). */
-bool nrt_queue_on_worker(void);
-/* The tail of q now (acquire). */
-uint64_t nrt_queue_tail_now(struct nrt_queue *q);
-void nrt_queue_trace_record(struct nrt_queue *q, const char *name, int64_t t0, int64_t t1);
-
 #ifdef __cplusplus
 }
 #endif

@@ -43,7 +43,7 @@ static inline void nrt_cpu_relax(void)
  * (ms of DRAM traffic) stay asynchronous. */
 #define NRT_INLINE_BYTES_DEFAULT ((size_t)8 << 20)
 
-/* ---- fork (device.c) ----------------------------------------------------------------------------- */
+/* ---- fork.c ----------------------------------------------------------------------------- */
 extern atomic_bool nrt_forked_child;
 static inline bool nrt_bad_fork(void)
 {
@@ -61,6 +61,8 @@ int nrt_set_error(int status, const char *fmt, ...) __attribute__((format(printf
 /* The message the current thread's kernel passed to nrt_kernel_fail ("" if none), and its reset. */
 const char *nrt_kernel_fail_message(void);
 void nrt_kernel_fail_clear(void);
+/* Formats a byte count as "1.00 GiB". */
+void nrt_format_bytes(char *buf, size_t cap, uint64_t bytes);
 
 /* ---- pool.c ----------------------------------------------------------------------------------- */
 /* Parses a positive thread count (NEURON_NUM_THREADS syntax); NRT_ERR_ENV on garbage. */
@@ -145,6 +147,20 @@ bool nrt_queue_record_failed(struct nrt_queue *q, uint64_t seq, char *msg, size_
 /* The queue whose worker runs the current thread (NULL on other threads). */
 struct nrt_queue *nrt_current_queue(void);
 
+/* ---- fuse.c: the executor's second half, and the queue.c hooks it uses (nrt_fuse.h) ------------- */
+/* Called by the queue executor (holding the exec claim, tail > head): runs the fused run starting at
+ * head if there is one of at least two records and returns its length (the caller publishes head + k);
+ * 0: run the record at head on its own. */
+int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail);
+/* queue.c: set q's sticky error for the record named name (message from nrt_kernel_fail), and trace. */
+void nrt_queue_fail_record(struct nrt_queue *q, const char *name, int ret, uint64_t first, uint64_t last);
+bool nrt_queue_trace_on(void);
+/* True on a queue's own worker thread (not on a launching or synchronizing thread running records). */
+bool nrt_queue_on_worker(void);
+/* The tail of q now (acquire). */
+uint64_t nrt_queue_tail_now(struct nrt_queue *q);
+void nrt_queue_trace_record(struct nrt_queue *q, const char *name, int64_t t0, int64_t t1);
+
 /* ---- event.c ----------------------------------------------------------------------------------- */
 struct nrt_event {
 	int dev;
@@ -193,6 +209,7 @@ struct nrt_block {
 };
 
 struct nrt_alloc {
+	atomic_bool ready;             /* initialized (the device was created once) */
 	pthread_mutex_t lock;
 	size_t limit;
 	struct nrt_pool_tree small, large;
@@ -218,13 +235,10 @@ struct nrt_device {
 	struct nrt_queue *queues;   /* all queues, default first */
 	struct nrt_queue *default_queue;
 	int next_queue_id;
-	struct nrt_alloc alloc;
 };
 
 extern struct nrt_device nrt_devices[NRT_MAX_DEVICES];
 /* Valid visible device index (nrt_init succeeded and dev < count). */
 bool nrt_device_valid(int dev);
-/* Formats a byte count as "1.00 GiB". */
-void nrt_format_bytes(char *buf, size_t cap, uint64_t bytes);
 
 #endif /* NRT_IMPL_H */

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nrt_fuse.h" /* [fuse] */
 #include "nrt_impl.h"
 
 #define NRT_RING_MASK (NRT_RING_SLOTS - 1)
