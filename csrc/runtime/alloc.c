@@ -21,10 +21,8 @@
  * Fault injection counts nrt_malloc calls that need a new segment: the chosen one fails every attempt,
  * so it goes through the retry (num_alloc_retries) and ends in NRT_ERR_OOM (num_ooms).
  *
- * Segments whose size is a multiple of 2 MiB (all but a large request that does not fit as a 2 MiB
- * multiple under the limit) are 2 MiB-aligned and advised as transparent huge pages (NEURON_HUGEPAGES=0
- * turns that off): a kernel streaming a 224 MiB weight then walks 112 pages instead of 57,344, and a new
- * segment costs one fault per 2 MiB on first touch.
+ * Segments come from the device's target (nrt_target.h: alloc and free); the host NeuronCore's are
+ * described in target.c.
  *
  * Locking: one mutex per device for everything above; a global mutex for the pointer map (taken inside
  * the device mutex, never the other way).  The hot path (a cached block fits) makes no syscall: block
@@ -33,7 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "nrt_impl.h"
 
@@ -43,8 +40,6 @@
 #define NRT_LARGE_BUFFER ((size_t)20 << 20)
 #define NRT_MIN_LARGE_ALLOC ((size_t)10 << 20)
 #define NRT_ROUND_LARGE ((size_t)2 << 20)
-#define NRT_SEGMENT_ALIGN ((size_t)4096)
-#define NRT_HUGE_PAGE ((size_t)2 << 20)
 
 /* One allocator per device index, initialized when the device is created (device.c calls
  * nrt_alloc_device_init) and never torn down; ready stays set when a reinit hides the device. */
@@ -59,13 +54,6 @@ static struct nrt_alloc *alloc_at(int dev)
 }
 
 static atomic_int_fast64_t fault_countdown;
-static atomic_bool huge_pages = true;
-
-void nrt_set_hugepages(bool on)
-{
-	atomic_store(&huge_pages, on);
-}
-
 /* ---- pointer map (live blocks) -------------------------------------------------------------------- */
 static struct {
 	pthread_mutex_t lock;
@@ -343,14 +331,13 @@ void nrt_fault_inject_alloc(int64_t n)
 	atomic_store(&fault_countdown, n > 0 ? n : 0);
 }
 
-/* Takes a segment of size bytes from the arena.  NRT_ERR_OOM when over the limit (or injected);
- * *host_refused tells when the OS said no. */
+/* Takes a segment of size bytes from the arena (the device's target).  NRT_ERR_OOM when over the
+ * limit (or injected); *host_refused tells when the target said no. */
 static int segment_new(struct nrt_alloc *a, int dev, size_t size, bool small, int qid, bool inject,
 		       bool *host_refused, struct nrt_block **out)
 {
 	struct nrt_block *b;
 	void *p = NULL;
-	bool huge;
 
 	if (inject || (uint64_t)a->st.reserved_bytes.current > a->limit ||
 	    size > a->limit - (size_t)a->st.reserved_bytes.current)
@@ -358,16 +345,11 @@ static int segment_new(struct nrt_alloc *a, int dev, size_t size, bool small, in
 	b = spare_get(a);
 	if (!b)
 		return NRT_ERR_OOM;
-	huge = size % NRT_HUGE_PAGE == 0 && atomic_load_explicit(&huge_pages, memory_order_relaxed);
-	if (posix_memalign(&p, huge ? NRT_HUGE_PAGE : NRT_SEGMENT_ALIGN, size)) {
+	if (a->target->iface.alloc(a->target->context, dev, size, &p) || !p) {
 		spare_put(a, b);
 		*host_refused = true;
 		return NRT_ERR_OOM;
 	}
-#ifdef MADV_HUGEPAGE
-	if (huge)
-		(void)madvise(p, size, MADV_HUGEPAGE); /* advice only: 4 KiB pages if the kernel says no */
-#endif
 	b->ptr = p;
 	b->size = size;
 	b->dev = dev;
@@ -386,7 +368,7 @@ static void segment_free(struct nrt_alloc *a, struct nrt_block *b)
 	stat_sub(&a->st.segment, 1);
 	stat_sub(&a->st.reserved_bytes, (int64_t)b->size);
 	a->st.num_device_free++;
-	free(b->ptr);
+	a->target->iface.free(a->target->context, b->dev, b->ptr, b->size);
 	spare_put(a, b);
 }
 
@@ -878,8 +860,26 @@ int nrt_alloc_device_init(int dev, size_t limit)
 		return NRT_OK;
 	pthread_mutex_init(&a->lock, NULL);
 	a->limit = limit;
+	a->target = nrt_target_host();
 	atomic_store_explicit(&a->ready, true, memory_order_release);
 	return NRT_OK;
+}
+
+int nrt_alloc_set_target(int dev, const nrt_target_t *t)
+{
+	struct nrt_alloc *a = alloc_at(dev);
+	int rc = NRT_OK;
+
+	if (!a || !t)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_target_set: no device neuron:%d", dev);
+	pthread_mutex_lock(&a->lock);
+	if (a->st.reserved_bytes.current)
+		rc = nrt_set_error(NRT_ERR_INVALID, "nrt_target_set: neuron:%d still holds %lld bytes of device memory",
+				   dev, (long long)a->st.reserved_bytes.current);
+	else
+		a->target = t;
+	pthread_mutex_unlock(&a->lock);
+	return rc;
 }
 
 size_t nrt_alloc_limit(int dev)

@@ -102,6 +102,12 @@ int nrt_event_record(nrt_event_t *e, nrt_queue_t *q)
 		seq = nrt_queue_submitted(q);
 	}
 	if (!rc) {
+		const nrt_target_t *t = atomic_load_explicit(&q->target, memory_order_relaxed);
+
+		if (t->iface.event_record)
+			rc = t->iface.event_record(t->context, q->dev, q->id, seq);
+	}
+	if (!rc) {
 		e->gen++;
 		e->q = q;
 		e->seq = seq;
@@ -187,6 +193,8 @@ int nrt_queue_wait_event(nrt_queue_t *q, nrt_event_t *e)
 {
 	struct nrt_queue *src;
 	uint64_t seq;
+	const nrt_target_t *t;
+	int rc;
 
 	if (nrt_bad_fork())
 		return nrt_fork_error();
@@ -195,5 +203,8 @@ int nrt_queue_wait_event(nrt_queue_t *q, nrt_event_t *e)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_wait_event: %s", e ? "invalid queue" : "null event");
 	if (!event_position(e, &src, &seq, NULL))
 		return NRT_OK; /* never recorded: nothing to wait for */
+	t = atomic_load_explicit(&q->target, memory_order_relaxed);
+	if (t->iface.event_wait && (rc = t->iface.event_wait(t->context, q->dev, q->id, src->id, seq)))
+		return rc;
 	return nrt_queue_wait_for(q, src, seq);
 }

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "nrt.h"
+#include "nrt_target.h"
 
 #define NRT_MAX_DEVICES 64
 #define NRT_ERRMSG_MAX 1024
@@ -72,7 +73,16 @@ int nrt_parse_num_threads(const char *s, int *count);
 #define NRT_RING_SLOTS 1024 /* launch records per queue (power of two) */
 #define NRT_TRACE_CAP 16384 /* trace records kept (ring) */
 
-enum { NRT_REC_KERNEL = 0, NRT_REC_INTERNAL = 1 }; /* internal records are never skipped or traced */
+/* Kernel records run through the target's launch, copy records (nrt_memcpy_async, args: struct
+ * nrt_copy_args) through its copy; internal records (event markers, waits) run their fn directly and
+ * are never skipped or traced. */
+enum { NRT_REC_KERNEL = 0, NRT_REC_INTERNAL = 1, NRT_REC_COPY = 2 };
+
+struct nrt_copy_args {
+	void *dst;
+	const void *src;
+	size_t n;
+};
 
 struct nrt_launch_rec {
 	_Alignas(64) unsigned char args[NRT_MAX_ARGS];
@@ -112,6 +122,7 @@ struct nrt_queue {
 	int nbad, cap_bad;
 
 	int dev, id, priority;
+	_Atomic(const nrt_target_t *) target; /* the device's target (target.c keeps it current) */
 	atomic_bool live;  /* false after nrt_queue_destroy (the struct stays for stale references) */
 	atomic_bool has_worker; /* the worker starts with the first launch (a fork before that is fine) */
 	pthread_t worker;
@@ -211,6 +222,7 @@ struct nrt_block {
 struct nrt_alloc {
 	atomic_bool ready;             /* initialized (the device was created once) */
 	pthread_mutex_t lock;
+	const nrt_target_t *target;    /* segments come from and go back to it (under lock) */
 	size_t limit;
 	struct nrt_pool_tree small, large;
 	struct nrt_block *pending;     /* freed blocks waiting for other queues */
@@ -225,6 +237,8 @@ size_t nrt_alloc_limit(int dev);
 /* Returns blocks whose pending uses have completed to the free pools. */
 void nrt_alloc_process_pending(int dev);
 int64_t nrt_alloc_live_bytes(int dev);
+/* Makes t the source of dev's segments; NRT_ERR_INVALID (nothing changed) while dev holds any. */
+int nrt_alloc_set_target(int dev, const nrt_target_t *t);
 /* [p, p + len) lies inside one free cached block of dev (no live tensor holds any of it). */
 bool nrt_alloc_range_free(int dev, const void *p, size_t len);
 
@@ -235,6 +249,7 @@ struct nrt_device {
 	struct nrt_queue *queues;   /* all queues, default first */
 	struct nrt_queue *default_queue;
 	int next_queue_id;
+	const nrt_target_t *target; /* under queues_lock; copied into each queue */
 };
 
 extern struct nrt_device nrt_devices[NRT_MAX_DEVICES];

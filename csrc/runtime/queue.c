@@ -17,7 +17,6 @@
 #include "nrt_impl.h"
 
 #define NRT_RING_MASK (NRT_RING_SLOTS - 1)
-#define NRT_MEMCPY_GRAIN ((int64_t)1 << 20)
 
 static _Thread_local struct nrt_queue *cur_queue;
 static _Thread_local bool on_worker; /* [fuse] this thread is a queue's worker */
@@ -153,6 +152,19 @@ bool nrt_queue_record_failed(struct nrt_queue *q, uint64_t seq, char *msg, size_
 	return found;
 }
 
+/* A kernel or copy record through q's target. */
+static inline int target_run(struct nrt_queue *q, int kind, nrt_kernel_fn fn, void *args)
+{
+	const nrt_target_t *t = atomic_load_explicit(&q->target, memory_order_relaxed);
+
+	if (kind == NRT_REC_COPY) {
+		struct nrt_copy_args *c = args;
+
+		return t->iface.copy(t->context, q->dev, q->id, c->dst, c->src, c->n);
+	}
+	return t->iface.launch(t->context, q->dev, q->id, fn, args);
+}
+
 /* Runs record number seq on the current thread; returns the kernel's status. */
 static int run_record(struct nrt_queue *q, struct nrt_launch_rec *r, uint64_t seq)
 {
@@ -168,7 +180,7 @@ static int run_record(struct nrt_queue *q, struct nrt_launch_rec *r, uint64_t se
 	if (traced)
 		t0 = nrt_mono_ns();
 	nrt_kernel_fail_clear();
-	ret = r->fn(r->args);
+	ret = target_run(q, r->kind, r->fn, r->args);
 	if (traced)
 		trace_add(r->name, q, t0, nrt_mono_ns());
 	return ret;
@@ -230,7 +242,9 @@ static void exec_release(struct nrt_queue *q)
 static uint64_t exec_one(struct nrt_queue *q, uint64_t head)
 {
 	struct nrt_launch_rec *r = &q->ring[head & NRT_RING_MASK];
-	int k = nrt_fuse_exec(q, head, atomic_load_explicit(&q->tail, memory_order_acquire)); /* [fuse] */
+	const nrt_target_t *t = atomic_load_explicit(&q->target, memory_order_relaxed);
+	int k = t->iface.host_fusion ? nrt_fuse_exec(q, head, atomic_load_explicit(&q->tail, memory_order_acquire))
+				     : 0; /* [fuse] */
 	int ret;
 
 	if (k > 0) { /* [fuse] */
@@ -238,7 +252,7 @@ static uint64_t exec_one(struct nrt_queue *q, uint64_t head)
 		return head + (uint64_t)k;
 	}
 	ret = run_record(q, r, head);
-	if (ret && r->kind == NRT_REC_KERNEL)
+	if (ret && r->kind != NRT_REC_INTERNAL)
 		set_sticky(q, r->name, ret, head, head);
 	atomic_store(&q->head, head + 1);
 	return head + 1;
@@ -399,7 +413,7 @@ static int run_inline(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, s
 	int ret, rc;
 
 	nrt_queue_wait_seq(q, nrt_queue_submitted(q));
-	if (kind == NRT_REC_KERNEL && (rc = nrt_queue_take_error(q)))
+	if (kind != NRT_REC_INTERNAL && (rc = nrt_queue_take_error(q)))
 		return rc; /* an error from before blocking mode: report it instead of running */
 	if (args_size)
 		memcpy(buf, args, args_size);
@@ -409,7 +423,7 @@ static int run_inline(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, s
 	if (traced)
 		t0 = nrt_mono_ns();
 	nrt_kernel_fail_clear();
-	ret = fn(buf);
+	ret = target_run(q, kind, fn, buf);
 	if (traced)
 		trace_add(name, q, t0, nrt_mono_ns());
 	if (!ret)
@@ -540,6 +554,7 @@ int nrt_queue_start(struct nrt_queue *q, int dev, int id, int priority)
 	pthread_cond_init(&q->work_cv, NULL);
 	pthread_cond_init(&q->done_cv, NULL);
 	atomic_store(&q->wake_at, UINT64_MAX);
+	atomic_store(&q->target, nrt_devices[dev].target ? nrt_devices[dev].target : nrt_target_host());
 	q->live = true; /* the worker starts with the first launch (ensure_worker) */
 	return NRT_OK;
 }
@@ -687,6 +702,14 @@ uint64_t nrt_inline_launches(void)
 	return atomic_load(&inline_count);
 }
 
+/* The target's part of a synchronize, once q's records are complete. */
+static int target_sync(struct nrt_queue *q)
+{
+	const nrt_target_t *t = atomic_load_explicit(&q->target, memory_order_relaxed);
+
+	return t->iface.synchronize ? t->iface.synchronize(t->context, q->dev, q->id) : NRT_OK;
+}
+
 int nrt_queue_synchronize(nrt_queue_t *q)
 {
 	int rc;
@@ -700,6 +723,8 @@ int nrt_queue_synchronize(nrt_queue_t *q)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_queue_synchronize: called from the queue's own kernel");
 	nrt_queue_wait_seq(q, nrt_queue_submitted(q));
 	rc = nrt_queue_take_error(q);
+	if (!rc)
+		rc = target_sync(q);
 	nrt_alloc_process_pending(q->dev);
 	return rc;
 }
@@ -742,6 +767,9 @@ int nrt_device_synchronize(int dev)
 			nrt_queue_wait_seq(q, nrt_queue_submitted(q));
 	for (q = next_queue(d, NULL); q && !rc; q = next_queue(d, q))
 		rc = nrt_queue_take_error(q);
+	for (q = next_queue(d, NULL); q && !rc; q = next_queue(d, q))
+		if (q->live && q != cur_queue)
+			rc = target_sync(q);
 	nrt_alloc_process_pending(dev);
 	return rc;
 }
@@ -772,39 +800,20 @@ int nrt_queue_wait_for(struct nrt_queue *q, struct nrt_queue *src, uint64_t seq)
 }
 
 /* ---- memcpy ------------------------------------------------------------------------------------ */
-struct memcpy_args {
-	char *dst;
-	const char *src;
-	size_t n;
-};
-
-static void memcpy_chunk(void *ctx, int64_t begin, int64_t end)
+/* Never called: copy records run through the target's copy (run_record); fn only names the record. */
+static int memcpy_record(void *p)
 {
-	struct memcpy_args *a = ctx;
-
-	memcpy(a->dst + begin, a->src + begin, (size_t)(end - begin));
-}
-
-static int memcpy_kernel(void *p)
-{
-	struct memcpy_args *a = p;
-
-	bool overlap = a->dst < a->src + a->n && a->src < a->dst + a->n;
-
-	if (!overlap && a->n > (size_t)NRT_MEMCPY_GRAIN * 2 && a->n <= INT64_MAX)
-		nrt_parallel_for((int64_t)a->n, NRT_MEMCPY_GRAIN, memcpy_chunk, a);
-	else
-		memmove(a->dst, a->src, a->n);
+	(void)p;
 	return 0;
 }
 
 int nrt_memcpy_async(nrt_queue_t *q, void *dst, const void *src, size_t nbytes)
 {
-	struct memcpy_args a = { dst, src, nbytes };
+	struct nrt_copy_args a = { dst, src, nbytes };
 
 	if (!nbytes)
 		return NRT_OK;
 	if (!dst || !src)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_memcpy_async: null pointer for %zu bytes", nbytes);
-	return nrt_queue_push(q, memcpy_kernel, &a, sizeof a, "nrt::memcpy", NRT_REC_KERNEL, NULL, false);
+	return nrt_queue_push(q, memcpy_record, &a, sizeof a, "nrt::memcpy", NRT_REC_COPY, NULL, false);
 }

@@ -1,5 +1,5 @@
 /* test_runtime.c - runtime: environment parsing, queues, events, sticky errors, launch blocking,
- * thread pool, concurrent launches, memcpy, trace, pinned host memory. */
+ * thread pool, concurrent launches, memcpy, trace, pinned host memory, the target interface. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 
 #include "ctest.h"
 #include "nrt.h"
+#include "nrt_target.h"
 
 static void sleep_ms(int ms)
 {
@@ -848,6 +849,167 @@ static void test_trace(void)
 	CHECK(nrt_now_ns() > 0, "clock");
 }
 
+/* ---- the target interface (nrt_target.h) ------------------------------------------------------- */
+/* A probe target: counts every call and delegates to the host NeuronCore, or fails on request. */
+struct probe {
+	atomic_int alloc, free, launch, copy, sync, rec, wait;
+	atomic_int fail_launch, fail_copy; /* the next one fails */
+	atomic_bool fail_alloc;            /* every one fails while set */
+};
+
+static int probe_alloc(void *ctx, int dev, size_t size, void **ptr)
+{
+	struct probe *p = ctx;
+	const nrt_target_t *h = nrt_target_host();
+
+	atomic_fetch_add(&p->alloc, 1);
+	if (atomic_load(&p->fail_alloc))
+		return NRT_ERR_OOM;
+	return h->iface.alloc(h->context, dev, size, ptr);
+}
+
+static void probe_free(void *ctx, int dev, void *ptr, size_t size)
+{
+	struct probe *p = ctx;
+	const nrt_target_t *h = nrt_target_host();
+
+	atomic_fetch_add(&p->free, 1);
+	h->iface.free(h->context, dev, ptr, size);
+}
+
+static int probe_launch(void *ctx, int dev, int queue, nrt_kernel_fn fn, void *args)
+{
+	struct probe *p = ctx;
+	const nrt_target_t *h = nrt_target_host();
+
+	atomic_fetch_add(&p->launch, 1);
+	if (atomic_exchange(&p->fail_launch, 0)) {
+		nrt_kernel_fail("injected launch fault on queue %d", queue);
+		return 1;
+	}
+	return h->iface.launch(h->context, dev, queue, fn, args);
+}
+
+static int probe_copy(void *ctx, int dev, int queue, void *dst, const void *src, size_t n)
+{
+	struct probe *p = ctx;
+	const nrt_target_t *h = nrt_target_host();
+
+	atomic_fetch_add(&p->copy, 1);
+	if (atomic_exchange(&p->fail_copy, 0)) {
+		nrt_kernel_fail("injected copy fault (%zu bytes)", n);
+		return 1;
+	}
+	return h->iface.copy(h->context, dev, queue, dst, src, n);
+}
+
+static int probe_sync(void *ctx, int dev, int queue)
+{
+	atomic_fetch_add(&((struct probe *)ctx)->sync, 1);
+	return NRT_OK;
+}
+
+static int probe_record(void *ctx, int dev, int queue, uint64_t seq)
+{
+	atomic_fetch_add(&((struct probe *)ctx)->rec, 1);
+	return NRT_OK;
+}
+
+static int probe_wait(void *ctx, int dev, int queue, int src_queue, uint64_t seq)
+{
+	atomic_fetch_add(&((struct probe *)ctx)->wait, 1);
+	return NRT_OK;
+}
+
+static struct probe probe;
+static const nrt_target_t probe_target = {
+	.iface = { .name = "probe", .alloc = probe_alloc, .free = probe_free, .launch = probe_launch,
+		   .copy = probe_copy, .synchronize = probe_sync, .event_record = probe_record,
+		   .event_wait = probe_wait },
+	.context = &probe,
+};
+
+static void test_target_interface(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0), *q2 = NULL;
+	atomic_int n = 0;
+	struct count_args c = { &n };
+	const nrt_target_i bad = { .name = "incomplete", .alloc = probe_alloc };
+	const nrt_target_t bad_target = { bad, NULL };
+	char src[256], dst[256];
+	void *x = NULL, *y = NULL, *z = NULL;
+	nrt_event_t *e = NULL;
+	int rc;
+
+	CHECK(nrt_target_get(0) == nrt_target_host(), "the host NeuronCore first");
+	CHECK(!strcmp(nrt_target_host()->iface.name, "host NeuronCore"), "name");
+	CHECK(nrt_target_set(0, &bad_target) == NRT_ERR_INVALID, "a target without launch is refused");
+	CHECK(nrt_target_set(0, &probe_target) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_target_get(0) == &probe_target, "set");
+
+	/* every device operation goes through the table */
+	CHECK(nrt_malloc(q, 4096, &x) == NRT_OK && atomic_load(&probe.alloc) == 1, "alloc: %d",
+	      atomic_load(&probe.alloc));
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::count") == NRT_OK, "launch");
+	CHECK(nrt_queue_launch_cost(q, k_count, &c, sizeof c, "test::count", 64) == NRT_OK, "launch inline");
+	for (int i = 0; i < (int)sizeof src; i++)
+		src[i] = (char)i;
+	memset(dst, 0, sizeof dst);
+	CHECK(nrt_memcpy_async(q, dst, src, sizeof src) == NRT_OK, "memcpy");
+	CHECK(nrt_queue_create(0, 0, &q2) == NRT_OK, "queue");
+	CHECK(nrt_event_create(0, 0, &e) == NRT_OK && nrt_event_record(e, q) == NRT_OK, "record");
+	CHECK(nrt_queue_wait_event(q2, e) == NRT_OK, "wait");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "sync");
+	CHECK(atomic_load(&n) == 2 && atomic_load(&probe.launch) == 2, "launches %d ran %d",
+	      atomic_load(&probe.launch), atomic_load(&n));
+	CHECK(atomic_load(&probe.copy) == 1 && !memcmp(dst, src, sizeof src), "copy %d", atomic_load(&probe.copy));
+	CHECK(atomic_load(&probe.rec) == 1 && atomic_load(&probe.wait) == 1, "events %d %d",
+	      atomic_load(&probe.rec), atomic_load(&probe.wait));
+	CHECK(atomic_load(&probe.sync) >= 1, "synchronize");
+
+	/* a fault injected through the target is a failing kernel: sticky, named, skips and poisons */
+	atomic_store(&probe.fail_launch, 1);
+	CHECK(nrt_malloc(q, 4096, &y) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "aten::index_select") == NRT_OK, "launch");
+	CHECK(nrt_malloc(q, 4096, &z) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::skipped") == NRT_OK, "launch");
+	rc = nrt_queue_synchronize(q);
+	CHECK(rc == NRT_ERR_KERNEL && !strcmp(nrt_last_error(), "aten::index_select: injected launch fault on queue 0"),
+	      "rc %d '%s'", rc, nrt_last_error());
+	CHECK(atomic_load(&n) == 2, "the failed record and the one behind it did not run: %d", atomic_load(&n));
+	CHECK(nrt_check_readable(y) == NRT_ERR_KERNEL && nrt_check_readable(z) == NRT_ERR_KERNEL, "poisoned");
+	CHECK(nrt_check_readable(x) == NRT_OK, "older data stays readable");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "reported once");
+	atomic_store(&probe.fail_copy, 1);
+	CHECK(nrt_memcpy_async(q, dst, src, sizeof src) == NRT_OK, "memcpy");
+	rc = nrt_queue_synchronize(q);
+	CHECK(rc == NRT_ERR_KERNEL && !strcmp(nrt_last_error(), "nrt::memcpy: injected copy fault (256 bytes)"),
+	      "rc %d '%s'", rc, nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::count") == NRT_OK &&
+	      nrt_queue_synchronize(q) == NRT_OK && atomic_load(&n) == 3, "the queue runs again");
+	atomic_store(&probe.fail_alloc, true);
+	void *big = NULL;
+	rc = nrt_malloc(q, (size_t)64 << 20, &big);
+	CHECK(rc == NRT_ERR_OOM && big == NULL && strstr(nrt_last_error(), "out of memory on neuron:0: tried to allocate 64.00 MiB"),
+	      "rc %d '%s'", rc, nrt_last_error());
+	atomic_store(&probe.fail_alloc, false);
+
+	/* a block from one target is never freed through another */
+	CHECK(nrt_target_set(0, NULL) == NRT_ERR_INVALID && nrt_target_get(0) == &probe_target, "live memory");
+	nrt_event_destroy(e);
+	CHECK(nrt_queue_destroy(q2) == NRT_OK, "destroy");
+	nrt_free(x);
+	nrt_free(y);
+	nrt_free(z);
+	CHECK(nrt_target_set(0, NULL) == NRT_OK && nrt_target_get(0) == nrt_target_host(), "%s", nrt_last_error());
+	CHECK(atomic_load(&probe.free) == atomic_load(&probe.alloc) - 2, "every segment went back through free: %d of %d",
+	      atomic_load(&probe.free), atomic_load(&probe.alloc));
+	CHECK(nrt_malloc(q, 4096, &x) == NRT_OK && nrt_queue_launch(q, k_count, &c, sizeof c, "test::count") == NRT_OK &&
+	      nrt_queue_synchronize(q) == NRT_OK, "host again");
+	CHECK(atomic_load(&probe.launch) == 4 && atomic_load(&n) == 4, "the probe sees nothing after it left");
+	nrt_free(x);
+}
+
 int main(void)
 {
 	unsetenv("NEURON_RT_VISIBLE_CORES");
@@ -876,5 +1038,6 @@ int main(void)
 	RUN(test_pool_stress);
 	RUN(test_memcpy_and_host);
 	RUN(test_trace);
+	RUN(test_target_interface);
 	return ctest_finish();
 }
