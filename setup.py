@@ -22,6 +22,9 @@ ext = CppExtension(
     sources=sorted(glob.glob("csrc/torch/*.cpp")),
     include_dirs=[os.path.join(ROOT, "csrc/runtime"), os.path.join(ROOT, "csrc/kernels"), os.path.join(ROOT, "csrc/ccl")],
     extra_objects=[os.path.join(ROOT, "build/libneuron.a")],
+    # the graph compiler's entry points (torchneuron.compile calls them through ctypes): pull its
+    # objects out of the archive although no C++ code references them
+    extra_link_args=["-Wl,-u,nc_compile", "-Wl,-u,nc_prelude", "-Wl,-u,nc_rt_table"],
     extra_compile_args=["-O2", "-Wall", "-Wno-unused-parameter", "-Wno-sign-compare"],
     libraries=["m"],
 )
