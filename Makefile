@@ -9,7 +9,7 @@ BUILD     := build
 SAN_BUILD := build-san
 
 CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -fPIC -pthread -Wall -Wextra -Wno-unused-parameter \
-                 -Wno-missing-field-initializers -Icsrc/runtime -Icsrc/kernels -Icsrc/ccl
+                 -Wno-missing-field-initializers -Icsrc/runtime -Icsrc/kernels -Icsrc/ccl -Icsrc/compiler
 WERROR    ?= -Werror
 CFLAGS    ?= -O2 -g
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c
@@ -17,27 +17,42 @@ ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf1
 RT_SRC  := $(wildcard csrc/runtime/*.c)
 NK_SRC  := $(wildcard csrc/kernels/*.c)
 CCL_SRC := $(wildcard csrc/ccl/*.c)
-C_SRC   := $(RT_SRC) $(NK_SRC) $(CCL_SRC)
-C_HDR   := $(wildcard csrc/runtime/*.h csrc/kernels/*.h csrc/ccl/*.h)
+NC_SRC  := $(wildcard csrc/compiler/*.c)
+C_SRC   := $(RT_SRC) $(NK_SRC) $(CCL_SRC) $(NC_SRC)
+C_HDR   := $(wildcard csrc/runtime/*.h csrc/kernels/*.h csrc/kernels/*.inc csrc/ccl/*.h)
+NC_HDR  := $(wildcard csrc/compiler/*.h)
+# the prelude of generated programs (nc_program.h with its local includes pasted in), embedded as a
+# string in the compiler (nc_prelude()): an installed package needs no source tree to compile graphs
+NC_PRELUDE := $(BUILD)/gen/nc_prelude.c
 CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
-objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC))
+objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC)) $(1)/obj/gen/nc_prelude.o
 
 .PHONY: all venv hf-deps build install clib ctest test test-sanitize test-tsan pytest demo bench clean conformance profile
 
 all: install
 
-# ---- C libraries (runtime + kernels): one static archive linked into the extension and the C tests
+# ---- C libraries (runtime + kernels + graph compiler): one static archive linked into the extension
+# (which exports the compiler to torchneuron.compile) and the C tests
+$(NC_PRELUDE): csrc/compiler/gen_prelude.py $(C_HDR) $(NC_HDR)
+	$(PY) csrc/compiler/gen_prelude.py -o $@
+
 define c_rules
 $(1)/obj/%.o: csrc/%.c $(C_HDR)
 	@mkdir -p $$(dir $$@)
 	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) $$(if $$(findstring _avx512,$$<),$(ISA_AVX512)) -c $$< -o $$@
+$(1)/obj/compiler/%.o: csrc/compiler/%.c $(C_HDR) $(NC_HDR)
+	@mkdir -p $$(dir $$@)
+	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) -c $$< -o $$@
+$(1)/obj/gen/nc_prelude.o: $(NC_PRELUDE) $(NC_HDR)
+	@mkdir -p $$(dir $$@)
+	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) -c $$< -o $$@
 $(1)/libneuron.a: $(call objs,$(1))
 	@rm -f $$@
 	ar rcs $$@ $$^
 $(1)/tests/%: tests/c/%.c tests/c/ctest.h $(1)/libneuron.a
 	@mkdir -p $$(dir $$@)
-	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) -Itests/c $$< $(1)/libneuron.a -lm -o $$@
+	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) -Itests/c $$< $(1)/libneuron.a -lm -ldl -o $$@
 endef
 $(eval $(call c_rules,$(BUILD),$(CFLAGS)))
 TSAN_BUILD := build-tsan

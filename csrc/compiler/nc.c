@@ -4,13 +4,9 @@
 
 #include "nc_impl.h"
 
-#define NC_VERSION "nc-0.4.0"
-
 struct nc_result {
 	char *source, *plan, *log, *error;
 };
-
-const char *nc_version(void) { return NC_VERSION; }
 
 const char *nc_status_string(int status)
 {
@@ -29,14 +25,14 @@ static char *take(nc_sb_t *sb)
 		sb_free(sb);
 		return NULL;
 	}
-	char *p = sb->buf ? sb->buf : strdup("");
+	char *p = sb->buf ? sb->buf : nc_strdup_heap("");
 	memset(sb, 0, sizeof *sb);
 	return p;
 }
 
 int nc_compile(const char *ir, nc_result_t **out)
 {
-	nc_result_t *r = calloc(1, sizeof *r);
+	nc_result_t *r = nc_calloc(1, sizeof *r);
 	*out = r;
 	if (!r)
 		return NC_ERR_NOMEM;
@@ -52,15 +48,15 @@ int nc_compile(const char *ir, nc_result_t **out)
 		st = nc_emit(&g, &src);
 	if (!st)
 		st = nc_emit_plan(&g, &plan);
-	if (!st && (src.oom || plan.oom || g.log.oom))
+	if (!st && (src.oom || plan.oom || g.log.oom || g.A.oom))
 		st = nc_fail(&g, NC_ERR_NOMEM, "out of memory");
 	r->log = take(&g.log);
 	if (!st) {
 		r->source = take(&src);
 		r->plan = take(&plan);
-		r->error = strdup("");
+		r->error = nc_strdup_heap("");
 	} else {
-		r->error = strdup(g.err[0] ? g.err : nc_status_string(st));
+		r->error = nc_strdup_heap(g.err[0] ? g.err : nc_status_string(st));
 	}
 	sb_free(&src);
 	sb_free(&plan);

@@ -13,6 +13,8 @@
 #ifndef NC_H
 #define NC_H
 
+#include "nc_rt.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,7 +38,17 @@ const char *nc_result_error(const nc_result_t *r);  /* "" on success */
 void nc_result_free(nc_result_t *r);
 
 const char *nc_version(void);
+/* The prelude of every generated program: nc_program.h with its local includes pasted in, embedded
+ * at build time (static storage). */
+const char *nc_prelude(void);
+/* The runtime table a program's nc_init() takes, filled from the runtime and kernel library linked
+ * with the compiler (nc_rt.c). */
+const nc_rt_t *nc_rt_table(void);
 const char *nc_status_string(int status);
+
+/* Testing: the nth heap allocation of the compiler from now fails (n <= 0: none); nc_compile must
+ * then return NC_ERR_NOMEM (or the error the failure caused) and leak nothing.  Process-wide. */
+void nc_fault_after(long n);
 
 #ifdef __cplusplus
 }

@@ -701,9 +701,11 @@ static void prologue(kc_t *k, const char *lo, const char *hi)
 	for (int i = 0; i < g->nsyms; i++)
 		sb_printf(s, "\tconst int64_t S%d = S[%d]; (void)S%d;\n", i, i, i);
 	/* constants (free nodes) read by members, in graph order */
-	bool *used = calloc((size_t)g->nn + 1, 1);
-	if (!used)
+	bool *used = nc_calloc((size_t)g->nn + 1, 1);
+	if (!used) {
+		k->s->oom = true; /* nc_compile fails with NC_ERR_NOMEM */
 		return;
+	}
 	for (int i = 0; i < k->u->nnodes; i++) {
 		const nc_node_t *m = &g->n[k->u->nodes[i]];
 		for (int j = 0; j < m->nin; j++)
@@ -1112,8 +1114,8 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 {
 	int st = 0;
 	truncated = false;
-	int *level = calloc((size_t)g->nv + 1, sizeof(int));
-	bool *needed = calloc((size_t)g->nn + 1, sizeof(bool));
+	int *level = nc_calloc((size_t)g->nv + 1, sizeof(int));
+	bool *needed = nc_calloc((size_t)g->nn + 1, sizeof(bool));
 	if (!level || !needed) {
 		st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
 		goto out;

@@ -21,82 +21,6 @@
 
 #include "nc_impl.h"
 
-static bool grow(nc_graph_t *g, int **arr, int *cap, int n)
-{
-	if (n < *cap)
-		return true;
-	int c = *cap ? 2 * *cap : 8;
-	int *p = nc_alloc(&g->A, sizeof(int) * (size_t)c);
-	if (!p)
-		return false;
-	if (n)
-		memcpy(p, *arr, sizeof(int) * (size_t)n);
-	*arr = p, *cap = c;
-	return true;
-}
-
-nc_unit_t *nc_new_unit(nc_graph_t *g, int kind, int *index)
-{
-	if (g->nu == g->u_cap)
-		return NULL;
-	nc_unit_t *u = &g->u[g->nu];
-	memset(u, 0, sizeof *u);
-	u->kind = kind;
-	u->first = 1 << 30;
-	u->seg = -1;
-	*index = g->nu++;
-	return u;
-}
-
-int nc_unit_add(nc_graph_t *g, int unit, int node)
-{
-	nc_unit_t *u = &g->u[unit];
-	if (!grow(g, &u->nodes, &u->nodes_cap, u->nnodes))
-		return nc_fail(g, NC_ERR_NOMEM, "out of memory");
-	u->nodes[u->nnodes++] = node;
-	if (node < u->first)
-		u->first = node;
-	g->n[node].unit = unit;
-	return 0;
-}
-
-void nc_add_dep(nc_graph_t *g, int unit, int dep)
-{
-	if (dep < 0 || dep == unit)
-		return;
-	nc_unit_t *u = &g->u[unit];
-	for (int i = 0; i < u->ndeps; i++)
-		if (u->deps[i] == dep)
-			return;
-	if (grow(g, &u->deps, &u->deps_cap, u->ndeps))
-		u->deps[u->ndeps++] = dep;
-}
-
-int nc_root_producer_unit(nc_graph_t *g, int value, bool *transparent)
-{
-	bool tr = true;
-	int v = value;
-	while (g->v[v].view_of >= 0) {
-		if (!g->v[v].reshape)
-			tr = false;
-		v = g->v[v].view_of;
-	}
-	if (transparent)
-		*transparent = tr;
-	int p = g->v[v].producer;
-	if (p < 0 || g->n[p].free)
-		return -1;
-	return g->n[p].unit;
-}
-
-int nc_sp_index(const nc_value_t *v, const char *L)
-{
-	for (int d = 0; d <= v->rank; d++)
-		if (nc_streq(v->sp[d], L))
-			return d;
-	return -1;
-}
-
 static const char *numel(const nc_value_t *v) { return v->sp[0]; }
 
 /* Does unit `from` depend on unit `to`, directly or through other units? */
@@ -116,9 +40,11 @@ static bool reaches(nc_graph_t *g, int from, int to, char *seen)
 
 static bool depends(nc_graph_t *g, int from, int to)
 {
-	char *seen = calloc((size_t)g->nu + 1, 1);
-	if (!seen)
-		return true; /* conservative */
+	char *seen = nc_calloc((size_t)g->nu + 1, 1);
+	if (!seen) {
+		g->A.oom = true; /* no merge, and nc_compile fails with NC_ERR_NOMEM */
+		return true;
+	}
 	bool r = reaches(g, from, to, seen);
 	free(seen);
 	return r;
@@ -673,10 +599,10 @@ int nc_fuse(nc_graph_t *g)
 	g->u_cap = 2 * g->nn + 8;
 	g->u = nc_alloc(&g->A, sizeof(nc_unit_t) * (size_t)g->u_cap);
 	memb_t mb = {0};
-	mb.pos = calloc((size_t)g->nn + 1, sizeof(int));
-	mb.stamp = calloc((size_t)g->nn + 1, sizeof(int));
-	mb.cls = calloc((size_t)g->nn + 1, sizeof(int));
-	int *tmp = calloc((size_t)g->nn + 1, sizeof(int));
+	mb.pos = nc_calloc((size_t)g->nn + 1, sizeof(int));
+	mb.stamp = nc_calloc((size_t)g->nn + 1, sizeof(int));
+	mb.cls = nc_calloc((size_t)g->nn + 1, sizeof(int));
+	int *tmp = nc_calloc((size_t)g->nn + 1, sizeof(int));
 	int st = 0;
 	if (!g->u || !mb.pos || !mb.stamp || !mb.cls || !tmp) {
 		st = nc_fail(g, NC_ERR_NOMEM, "out of memory");

@@ -17,10 +17,17 @@
 
 #include "nc.h"
 
+#define NC_VERSION "nc-0.4.0" /* in every program's cache key: bump when the generated code changes */
 #define NC_MAX_RANK 16
 #define NC_MAX_PTRS 240 /* pointers per segment launch (NRT_MAX_ARGS bytes with the symbols) */
 
 /* ---- memory and strings ----------------------------------------------------------------------- */
+/* every heap allocation of the compiler goes through these (nc_ir.c), so a test can fail the Nth one
+ * (nc_fault_after in nc.h) */
+void *nc_malloc(size_t n);
+void *nc_calloc(size_t n, size_t size);
+void *nc_realloc(void *p, size_t n);
+char *nc_strdup_heap(const char *s);
 typedef struct nc_block nc_block_t;
 typedef struct {
 	nc_block_t *head;

@@ -1,10 +1,38 @@
-/* nc_ir.c - arena, string builder, dtypes and the IR parser (grammar in docs/compiler.md). */
+/* nc_ir.c - arena, string builder, dtypes, the IR parser (grammar in docs/compiler.md), the version
+ * and the unit primitives the passes share. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nc_impl.h"
+
+/* ---- heap allocation, with fault injection for the tests ------------------------------------------ */
+static _Atomic long fault_countdown; /* > 0: the allocation that brings it to 0 fails */
+
+void nc_fault_after(long n) { fault_countdown = n > 0 ? n : 0; }
+
+static bool fault_now(void)
+{
+	long c = fault_countdown;
+	while (c > 0 && !__atomic_compare_exchange_n((long *)&fault_countdown, &c, c - 1, false, __ATOMIC_RELAXED,
+						     __ATOMIC_RELAXED))
+		;
+	return c == 1;
+}
+
+void *nc_malloc(size_t n) { return fault_now() ? NULL : malloc(n); }
+void *nc_calloc(size_t n, size_t size) { return fault_now() ? NULL : calloc(n, size); }
+void *nc_realloc(void *p, size_t n) { return fault_now() ? NULL : realloc(p, n); }
+
+char *nc_strdup_heap(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *p = nc_malloc(n);
+	if (p)
+		memcpy(p, s, n);
+	return p;
+}
 
 /* ---- arena: blocks freed all at once with the graph ------------------------------------------------- */
 struct nc_block {
@@ -19,7 +47,7 @@ void *nc_alloc(nc_arena_t *a, size_t n)
 	nc_block_t *b = a->head;
 	if (!b || b->used + n > b->cap) {
 		size_t cap = n > 65536 ? n : 65536;
-		b = malloc(sizeof *b + cap);
+		b = nc_malloc(sizeof *b + cap);
 		if (!b) {
 			a->oom = true;
 			return NULL;
@@ -73,7 +101,7 @@ void sb_printf(nc_sb_t *sb, const char *fmt, ...)
 		size_t cap = sb->cap ? sb->cap : 4096;
 		while (cap < sb->len + (size_t)n + 1)
 			cap *= 2;
-		char *p = realloc(sb->buf, cap);
+		char *p = nc_realloc(sb->buf, cap);
 		if (!p) {
 			sb->oom = true;
 			return;
@@ -128,6 +156,8 @@ void nc_log(nc_graph_t *g, const char *fmt, ...)
 	va_end(ap);
 	sb_printf(&g->log, "%s\n", line);
 }
+
+const char *nc_version(void) { return NC_VERSION; }
 
 bool nc_streq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 bool nc_is_one(const char *e) { return nc_streq(e, "1"); }
@@ -567,4 +597,82 @@ int nc_parse(nc_graph_t *g, const char *ir)
 	if (nvals != g->nv || nnodes != g->nn)
 		return nc_fail(g, NC_ERR_PARSE, "IR: record count mismatch");
 	return finish(g);
+}
+
+/* ---- units (the fusion, planning and emission passes build and extend them) ---------------------- */
+
+static bool grow(nc_graph_t *g, int **arr, int *cap, int n)
+{
+	if (n < *cap)
+		return true;
+	int c = *cap ? 2 * *cap : 8;
+	int *p = nc_alloc(&g->A, sizeof(int) * (size_t)c);
+	if (!p)
+		return false;
+	if (n)
+		memcpy(p, *arr, sizeof(int) * (size_t)n);
+	*arr = p, *cap = c;
+	return true;
+}
+
+nc_unit_t *nc_new_unit(nc_graph_t *g, int kind, int *index)
+{
+	if (g->nu == g->u_cap)
+		return NULL;
+	nc_unit_t *u = &g->u[g->nu];
+	memset(u, 0, sizeof *u);
+	u->kind = kind;
+	u->first = 1 << 30;
+	u->seg = -1;
+	*index = g->nu++;
+	return u;
+}
+
+int nc_unit_add(nc_graph_t *g, int unit, int node)
+{
+	nc_unit_t *u = &g->u[unit];
+	if (!grow(g, &u->nodes, &u->nodes_cap, u->nnodes))
+		return nc_fail(g, NC_ERR_NOMEM, "out of memory");
+	u->nodes[u->nnodes++] = node;
+	if (node < u->first)
+		u->first = node;
+	g->n[node].unit = unit;
+	return 0;
+}
+
+void nc_add_dep(nc_graph_t *g, int unit, int dep)
+{
+	if (dep < 0 || dep == unit)
+		return;
+	nc_unit_t *u = &g->u[unit];
+	for (int i = 0; i < u->ndeps; i++)
+		if (u->deps[i] == dep)
+			return;
+	if (grow(g, &u->deps, &u->deps_cap, u->ndeps))
+		u->deps[u->ndeps++] = dep;
+}
+
+int nc_root_producer_unit(nc_graph_t *g, int value, bool *transparent)
+{
+	bool tr = true;
+	int v = value;
+	while (g->v[v].view_of >= 0) {
+		if (!g->v[v].reshape)
+			tr = false;
+		v = g->v[v].view_of;
+	}
+	if (transparent)
+		*transparent = tr;
+	int p = g->v[v].producer;
+	if (p < 0 || g->n[p].free)
+		return -1;
+	return g->n[p].unit;
+}
+
+int nc_sp_index(const nc_value_t *v, const char *L)
+{
+	for (int d = 0; d <= v->rank; d++)
+		if (nc_streq(v->sp[d], L))
+			return d;
+	return -1;
 }

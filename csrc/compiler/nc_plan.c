@@ -15,10 +15,10 @@
 
 static int schedule(nc_graph_t *g)
 {
-	int *indeg = calloc((size_t)g->nu + 1, sizeof(int));
-	int **rev = calloc((size_t)g->nu + 1, sizeof(int *));
-	int *nrev = calloc((size_t)g->nu + 1, sizeof(int));
-	bool *done = calloc((size_t)g->nu + 1, sizeof(bool));
+	int *indeg = nc_calloc((size_t)g->nu + 1, sizeof(int));
+	int **rev = nc_calloc((size_t)g->nu + 1, sizeof(int *));
+	int *nrev = nc_calloc((size_t)g->nu + 1, sizeof(int));
+	bool *done = nc_calloc((size_t)g->nu + 1, sizeof(bool));
 	int st = 0;
 	g->sched = nc_alloc(&g->A, sizeof(int) * (size_t)(g->nu + 1));
 	if (!indeg || !rev || !nrev || !done || !g->sched) {
@@ -33,7 +33,7 @@ static int schedule(nc_graph_t *g)
 			nrev[g->u[i].deps[k]]++;
 	}
 	for (int i = 0; i < g->nu; i++) {
-		rev[i] = malloc(sizeof(int) * (size_t)(nrev[i] + 1));
+		rev[i] = nc_malloc(sizeof(int) * (size_t)(nrev[i] + 1));
 		if (!rev[i]) {
 			st = nc_fail(g, NC_ERR_NOMEM, "out of memory");
 			goto out;
@@ -253,9 +253,9 @@ static void collect_root(nc_graph_t *g, int root, void *ctx)
 static int segments(nc_graph_t *g)
 {
 	int st = 0;
-	int *stamp = malloc(sizeof(int) * (size_t)(g->nv + 1));
-	int *in_seg = malloc(sizeof(int) * (size_t)(g->nv + 1));
-	int *tmp = malloc(sizeof(int) * (size_t)(g->nv + 1));
+	int *stamp = nc_malloc(sizeof(int) * (size_t)(g->nv + 1));
+	int *in_seg = nc_malloc(sizeof(int) * (size_t)(g->nv + 1));
+	int *tmp = nc_malloc(sizeof(int) * (size_t)(g->nv + 1));
 	g->seg_cap = g->nsched + 1;
 	g->seg = nc_alloc(&g->A, sizeof(nc_seg_t) * (size_t)g->seg_cap);
 	if (!stamp || !in_seg || !tmp || !g->seg) {
@@ -425,7 +425,7 @@ static int split_col_prologues(nc_graph_t *g)
 		}
 		if (!ok || !nf || nf == U->nnodes || gemm < 0)
 			continue;
-		int *fn = malloc(sizeof(int) * (size_t)U->nnodes);
+		int *fn = nc_malloc(sizeof(int) * (size_t)U->nnodes);
 		if (!fn)
 			return nc_fail(g, NC_ERR_NOMEM, "out of memory");
 		int k = 0;
@@ -573,7 +573,7 @@ static bool unit_ready(const nc_graph_t *g, const int *at, int ui, int limit)
 
 static int regroup(nc_graph_t *g)
 {
-	int *at = malloc(sizeof(int) * (size_t)(g->nu + 1)); /* 1 + new position; 0 dead; -1 unplaced */
+	int *at = nc_malloc(sizeof(int) * (size_t)(g->nu + 1)); /* 1 + new position; 0 dead; -1 unplaced */
 	if (!at)
 		return nc_fail(g, NC_ERR_NOMEM, "out of memory");
 	for (int i = 0; i < g->nu; i++)

@@ -10,8 +10,9 @@
  *                                             buffer pointers
  *   const char *nc_seg_name(int k)            the launch name of segment k (static storage)
  * Programs never link against the runtime or the kernel library: they call them through nc_rt_t,
- * which the frontend fills from the loaded extension.  The frontend pastes this header and nk.h in
- * front of the generated code, so a kept source file compiles on its own.
+ * (nc_rt.h), which nc_rt_table() fills from the loaded extension.  The build pastes this header
+ * with its local includes (nc_rt.h, nk.h) into one text (gen_prelude.py -> nc_prelude()), which the
+ * frontend puts in front of the generated code, so a kept source file compiles on its own.
  */
 #ifndef NC_PROGRAM_H
 #define NC_PROGRAM_H
@@ -21,29 +22,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "nc_rt.h"
 #include "nk.h"
 
-#define NC_RT_ABI 2
-typedef struct {
-	int64_t abi;
-	void (*parallel_for)(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e), void *ctx);
-	void (*kernel_fail)(const char *fmt, ...);
-	int (*gemm)(void *);
-	int (*softmax)(void *);
-	int (*softmax_bwd)(void *);
-	int (*layernorm)(void *);
-	int (*layernorm_bwd)(void *);
-	int (*embedding)(void *);
-	int (*embedding_bwd)(void *);
-	int (*nll)(void *);
-	int (*nll_bwd)(void *);
-	int (*attention)(void *);
-	int (*attention_bwd)(void *);
-	int (*reduce)(void *);
-	int (*copy)(void *);
-	const char *(*kernel_msg)(void); /* the calling thread's last nrt_kernel_fail message (ABI 2) */
-	int (*num_threads)(void);         /* threads of the pool (ABI 2) */
-} nc_rt_t;
 
 typedef struct {
 	const int64_t *S;
@@ -144,7 +125,10 @@ static inline int64_t nc_ipow(int64_t a, int64_t b)
 static inline float nc_remf(float a, float b) { float m = fmodf(a, b); return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }
 static inline double nc_rem(double a, double b) { double m = fmod(a, b); return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }
 
-/* vector variants from glibc's libmvec (GCC calls _ZGV*_expf & co. inside `omp simd` loops) */
+/* vector variants from glibc's libmvec (GCC calls _ZGV*_expf & co. inside `omp simd` loops).  With
+ * -DNC_SCALAR_LIBM (NEURON_COMPILE_SCALAR_LIBM=1) programs call the scalar libm the eager kernels'
+ * scalar formulas call, so both agree bit for bit (the tests); libmvec is within a few ulp of it. */
+#ifndef NC_SCALAR_LIBM
 #pragma omp declare simd notinbranch
 float expf(float);
 #pragma omp declare simd notinbranch
@@ -171,6 +155,7 @@ double log(double);
 double tanh(double);
 #pragma omp declare simd notinbranch
 double erf(double);
+#endif
 
 /* Workspace placement: greedy by size (largest first), each buffer at the lowest 64-byte aligned
  * offset that overlaps no placed buffer whose live range [st, en] intersects its own. */

@@ -358,17 +358,7 @@ def _stats(proc):
     return int(misses), int(hits), int(graphs), float(total)
 
 
-def _seed(cache):
-    """Copy the graph compiler library into a fresh cache dir (it is built once per test run)."""
-    import shutil
-
-    lib = Path(toolchain.graph_compiler().lib._name)
-    (Path(cache) / "lib").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(lib, Path(cache) / "lib" / lib.name)
-
-
 def test_cache_across_processes(tmp_path):
-    _seed(tmp_path)
     env = {"NEURON_CACHE_DIR": str(tmp_path)}
     # two processes compiling the same model at once: both succeed, each program is built once
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD], env={**os.environ, **env}, cwd=str(ROOT),
@@ -420,7 +410,6 @@ def test_killed_compile_then_rerun(tmp_path):
     slow.write_text("#!/bin/sh\n[ \"$1\" = --version ] || sleep 60\nexec cc \"$@\"\n")
     slow.chmod(0o755)
     cache = tmp_path / "cache"
-    _seed(cache)
     code = ("import os, torch\nprint(torch.compile(lambda x: x.exp() + 2, backend='neuron')"
             "(torch.ones(3, device='neuron')).sum().item(), flush=True)\nos._exit(0)")
     env = {k: v for k, v in os.environ.items() if k not in ("CC", "NEURON_CC")}

@@ -18,21 +18,6 @@ from . import serialize as ser_mod
 
 log = logging.getLogger("torchneuron.compile")
 
-_RT_FUNCS = [
-    ("parallel_for", "nrt_parallel_for"), ("kernel_fail", "nrt_kernel_fail"), ("gemm", "nk_gemm_run"),
-    ("softmax", "nk_softmax_run"), ("softmax_bwd", "nk_softmax_bwd_run"), ("layernorm", "nk_layernorm_run"),
-    ("layernorm_bwd", "nk_layernorm_bwd_run"), ("embedding", "nk_embedding_run"),
-    ("embedding_bwd", "nk_embedding_bwd_run"), ("nll", "nk_nll_run"), ("nll_bwd", "nk_nll_bwd_run"),
-    ("attention", "nk_attention_run"), ("attention_bwd", "nk_attention_bwd_run"), ("reduce", "nk_reduce_run"),
-    ("copy", "nk_copy_run"), ("kernel_msg", "nrt_kernel_fail_message"),
-    ("num_threads", "nrt_num_threads"),
-]
-
-
-class _NcRt(ctypes.Structure):
-    _fields_ = [("abi", ctypes.c_int64)] + [(n, ctypes.c_void_p) for n, _ in _RT_FUNCS]
-
-
 class _Runtime:
     """ctypes handles into the loaded extension (the runtime and the kernel library)."""
 
@@ -46,7 +31,8 @@ class _Runtime:
         lib.nrt_queue_launch.restype = ctypes.c_int
         lib.nrt_last_error.restype = ctypes.c_char_p
         self.lib = lib
-        self.table = _NcRt(abi=2, **{n: ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value for n, sym in _RT_FUNCS})
+        from .toolchain import graph_compiler
+        self.table = graph_compiler().rt_table()  # nc_rt_t, filled in C (csrc/compiler/nc_rt.c)
         self._queues = {}
 
     def queue(self, dev):
@@ -143,7 +129,7 @@ class Program:
             lib.nc_seg_name.restype = ctypes.c_void_p
             lib.nc_init.argtypes = [ctypes.c_void_p]
             lib.nc_init.restype = ctypes.c_int
-            if lib.nc_init(ctypes.addressof(runtime().table)) != 0:
+            if lib.nc_init(runtime().table) != 0:
                 raise RuntimeError("neuron compile: program ABI mismatch")
             nsyms = len(ser.ex.syms) + len(self.scalars)
             self._nsyms_all = nsyms

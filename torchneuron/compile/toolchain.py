@@ -1,9 +1,9 @@
-"""The compiler toolchain: the graph compiler library (csrc/compiler, built with cc at first use),
-running the C compiler on generated programs, and the program cache (our "NEFF cache").
+"""The compiler toolchain: the graph compiler (csrc/compiler, built by make into the extension
+torchneuron._C, called through ctypes), running the C compiler on generated programs, and the program
+cache (our "NEFF cache").
 
 Cache layout under NEURON_CACHE_DIR (default ~/.cache/torchneuron):
 
-    lib/libnc-<hash>.so                     the graph compiler, keyed by its sources and the compiler
     programs/<k[:2]>/<key>/program.so       a compiled program
     programs/<k[:2]>/<key>/entry.json       the key, sha256 and size of program.so: written last.  An
                                             entry without it (a killed compile), recording another key
@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shlex
 import shutil
 import struct
@@ -42,15 +41,12 @@ log = logging.getLogger("torchneuron.compile")
 
 CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno"]
 LIBS = ["-lmvec", "-lm"]
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_SRC_DIR = os.path.normpath(os.path.join(_HERE, "..", "..", "csrc", "compiler"))
-_NK_H = os.path.normpath(os.path.join(_HERE, "..", "..", "csrc", "kernels", "nk.h"))
 _lock = threading.Lock()
 _warned = set()
 
 
 class CompileError(RuntimeError):
-    """The C compiler failed on a generated program (or on the graph compiler itself)."""
+    """The C compiler failed on a generated program."""
 
 
 def cache_dir():
@@ -63,8 +59,7 @@ def debug_enabled():
 
 
 def c_compiler():
-    """The C compiler for generated programs: NEURON_CC, else CC, else cc (split like a shell).
-    The graph compiler library itself is built with NEURON_HOST_CC or cc."""
+    """The C compiler for generated programs: NEURON_CC, else CC, else cc (split like a shell)."""
     return shlex.split(os.environ.get("NEURON_CC") or os.environ.get("CC") or "cc") or ["cc"]
 
 
@@ -209,6 +204,8 @@ def _run_cc(cmd, src, out, what):
 # ---- the graph compiler library ------------------------------------------------------------------------
 
 class _NC:
+    """The graph compiler's C API (nc.h), exported by the extension."""
+
     def __init__(self, path):
         lib = ctypes.CDLL(path)
         lib.nc_compile.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
@@ -219,6 +216,8 @@ class _NC:
         lib.nc_result_free.argtypes = [ctypes.c_void_p]
         lib.nc_result_free.restype = None
         lib.nc_version.restype = ctypes.c_char_p
+        lib.nc_prelude.restype = ctypes.c_char_p
+        lib.nc_rt_table.restype = ctypes.c_void_p
         self.lib = lib
         self.version = lib.nc_version().decode()
 
@@ -232,70 +231,23 @@ class _NC:
         finally:
             self.lib.nc_result_free(r)
 
+    def rt_table(self):
+        """The address of the runtime table (nc_rt_t) programs are initialized with."""
+        return self.lib.nc_rt_table()
 
-_nc = None
 
-
+@functools.lru_cache(maxsize=None)
 def graph_compiler():
-    """The graph compiler library, built from csrc/compiler at first use (cached like programs)."""
-    global _nc
-    if _nc is not None:
-        return _nc
-    with _lock:
-        if _nc is not None:
-            return _nc
-        names = sorted(f for f in os.listdir(_SRC_DIR) if f.endswith((".c", ".h")))
-        h = hashlib.sha256()
-        for n in names:
-            with open(os.path.join(_SRC_DIR, n), "rb") as f:
-                h.update(n.encode() + b"\0" + f.read())
-        cmd = shlex.split(os.environ.get("NEURON_HOST_CC") or "cc")  # the toolchain's own compiler, not CC
-        h.update(repr(_compiler_identity(tuple(cmd))).encode())
-        key = h.hexdigest()[:24]
-        d = os.path.join(cache_dir(), "lib")
-        so = os.path.join(d, f"libnc-{key}.so")
-        if not os.path.exists(so):
-            with FileLock(os.path.join(d, f"libnc-{key}.lock")):
-                if not os.path.exists(so):
-                    os.makedirs(d, exist_ok=True)
-                    tmp = f"{so}.tmp-{os.getpid()}"
-                    srcs = [os.path.join(_SRC_DIR, n) for n in names if n.endswith(".c")]
-                    argv = list(cmd) + ["-std=c11", "-D_GNU_SOURCE", "-O2", "-fPIC", "-shared", "-o", tmp] + srcs
-                    try:
-                        p = subprocess.run(argv, capture_output=True, text=True)
-                    except OSError as e:
-                        raise CompileError(f"neuron compile: cannot run the C compiler '{shlex.join(cmd)}' "
-                                           f"({e.strerror}) to build the graph compiler from {_SRC_DIR}") from None
-                    if p.returncode != 0:
-                        raise CompileError(f"neuron compile: the C compiler '{shlex.join(cmd)}' failed (exit "
-                                           f"{p.returncode}) building the graph compiler; its source is kept at "
-                                           f"{_SRC_DIR}\n{(p.stderr or '')[-4000:]}")
-                    os.replace(tmp, so)
-        _nc = _NC(so)
-        return _nc
+    """The graph compiler, linked into the extension by make (csrc/compiler)."""
+    from .. import _C
+    return _NC(_C.__file__)
 
 
 @functools.lru_cache(maxsize=None)
 def prelude():
-    """nc_program.h with nk.h pasted in, so generated sources compile on their own."""
-    with open(os.path.join(_SRC_DIR, "nc_program.h")) as f:
-        p = f.read()
-    return p.replace('#include "nk.h"', _inline_headers(_NK_H, set()))
-
-
-def _inline_headers(path, seen):
-    """The text of a kernel-library header with its local includes ("nk_*.h") pasted in, once each."""
-    seen.add(os.path.basename(path))
-    out = []
-    with open(path) as f:
-        for line in f:
-            m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
-            if m:
-                if m.group(1) not in seen:
-                    out.append(_inline_headers(os.path.join(os.path.dirname(path), m.group(1)), seen))
-                continue
-            out.append(line)
-    return "".join(out)
+    """nc_program.h with its local includes pasted in (embedded at build time), so generated sources
+    compile on their own."""
+    return graph_compiler().lib.nc_prelude().decode()
 
 
 # ---- programs -------------------------------------------------------------------------------------------
