@@ -991,3 +991,20 @@ int nrt_reset_accumulated_stats(int dev)
 	pthread_mutex_unlock(&a->lock);
 	return NRT_OK;
 }
+
+/* Each allocator, then the pointer map (taken inside an allocator's lock, never the other way). */
+void nrt_alloc_fork_locks(bool lock)
+{
+	if (!lock)
+		pthread_mutex_unlock(&map.lock);
+	for (int i = 0; i < NRT_MAX_DEVICES; i++) {
+		if (!atomic_load(&allocs[i].ready))
+			continue;
+		if (lock)
+			pthread_mutex_lock(&allocs[i].lock);
+		else
+			pthread_mutex_unlock(&allocs[i].lock);
+	}
+	if (lock)
+		pthread_mutex_lock(&map.lock);
+}

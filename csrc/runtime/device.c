@@ -249,6 +249,7 @@ int nrt_init(void)
 		return nrt_fork_error();
 	if (state == 1)
 		return NRT_OK;
+	nrt_fork_register();
 	if (state == 2)
 		return report_init_failure();
 	pthread_mutex_lock(&rt.lock);
@@ -305,4 +306,21 @@ int nrt_device_memory_limit(int dev, size_t *bytes)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_device_memory_limit: no device neuron:%d", dev);
 	*bytes = nrt_alloc_limit(dev);
 	return NRT_OK;
+}
+
+/* The init lock, then each created device's queue list (devices are created under the init lock). */
+void nrt_device_fork_locks(bool lock)
+{
+	if (lock)
+		pthread_mutex_lock(&rt.lock);
+	for (int i = 0; i < NRT_MAX_DEVICES; i++) {
+		if (!nrt_devices[i].created)
+			continue;
+		if (lock)
+			pthread_mutex_lock(&nrt_devices[i].queues_lock);
+		else
+			pthread_mutex_unlock(&nrt_devices[i].queues_lock);
+	}
+	if (!lock)
+		pthread_mutex_unlock(&rt.lock);
 }

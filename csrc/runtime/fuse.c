@@ -661,3 +661,11 @@ int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail)
 	atomic_fetch_add(&fuse_stat_records, (uint64_t)nrec);
 	return nrec;
 }
+
+void nrt_fuse_fork_locks(bool lock)
+{
+	if (lock)
+		pthread_mutex_lock(&fuse_reg_lock);
+	else
+		pthread_mutex_unlock(&fuse_reg_lock);
+}

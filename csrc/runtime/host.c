@@ -114,3 +114,11 @@ bool nrt_host_is_pinned(const void *ptr)
 	pthread_mutex_unlock(&host.lock);
 	return hit;
 }
+
+void nrt_host_fork_locks(bool lock)
+{
+	if (lock)
+		pthread_mutex_lock(&host.lock);
+	else
+		pthread_mutex_unlock(&host.lock);
+}

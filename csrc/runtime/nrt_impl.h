@@ -54,6 +54,15 @@ static inline bool nrt_bad_fork(void)
 int nrt_fork_error(void);
 /* Called before the runtime creates a thread: from now on a forked child is refused. */
 void nrt_note_thread_start(void);
+/* Installs the atfork handlers (nrt_init calls it; idempotent). */
+void nrt_fork_register(void);
+/* The atfork handlers' lock and release of each file's locks (lock order: device, queue, alloc, host,
+ * fuse; released in reverse). */
+void nrt_device_fork_locks(bool lock);
+void nrt_queue_fork_locks(bool lock);
+void nrt_alloc_fork_locks(bool lock);
+void nrt_host_fork_locks(bool lock);
+void nrt_fuse_fork_locks(bool lock);
 
 /* ---- error.c ---------------------------------------------------------------------------------- */
 /* Formats the thread's last-error message and returns status (so callers write

@@ -817,3 +817,49 @@ int nrt_memcpy_async(nrt_queue_t *q, void *dst, const void *src, size_t nbytes)
 		return nrt_set_error(NRT_ERR_INVALID, "nrt_memcpy_async: null pointer for %zu bytes", nbytes);
 	return nrt_queue_push(q, memcpy_record, &a, sizeof a, "nrt::memcpy", NRT_REC_COPY, NULL, false);
 }
+
+/* With every device's queue list held (no queue comes or goes): all launch locks, then all parking and
+ * error locks (never nested the other way), then the trace's. */
+static void fork_lock_all(pthread_mutex_t *(*which)(struct nrt_queue *), bool lock)
+{
+	for (int i = 0; i < NRT_MAX_DEVICES; i++) {
+		if (!nrt_devices[i].created)
+			continue;
+		for (struct nrt_queue *q = nrt_devices[i].queues; q; q = q->next) {
+			if (lock)
+				pthread_mutex_lock(which(q));
+			else
+				pthread_mutex_unlock(which(q));
+		}
+	}
+}
+
+static pthread_mutex_t *prod_lock_of(struct nrt_queue *q)
+{
+	return &q->prod_lock;
+}
+
+static pthread_mutex_t *park_lock_of(struct nrt_queue *q)
+{
+	return &q->lock;
+}
+
+static pthread_mutex_t *err_lock_of(struct nrt_queue *q)
+{
+	return &q->err_lock;
+}
+
+void nrt_queue_fork_locks(bool lock)
+{
+	if (lock) {
+		fork_lock_all(prod_lock_of, true);
+		fork_lock_all(park_lock_of, true);
+		fork_lock_all(err_lock_of, true);
+		pthread_mutex_lock(&trace.lock);
+	} else {
+		pthread_mutex_unlock(&trace.lock);
+		fork_lock_all(err_lock_of, false);
+		fork_lock_all(park_lock_of, false);
+		fork_lock_all(prod_lock_of, false);
+	}
+}

@@ -304,6 +304,83 @@ static void test_sticky_error(void)
 	nrt_event_destroy(e);
 }
 
+/* A fork never catches a runtime lock held (issue 16, 12): while another thread of a process without
+ * runtime threads (so its children may use the device) allocates, frees, reads statistics, the trace
+ * and the queue table in a loop, each child forked from the main thread allocates, launches and
+ * synchronizes at once.  Without the atfork handlers taking the runtime's locks, a child that caught
+ * the allocator's or the map's lock held hung (alarm: SIGALRM).  Must run before any runtime thread. */
+static atomic_bool churn_stop;
+
+static void *churn(void *p)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	nrt_trace_rec_t r[4];
+	nrt_mem_stats_t st;
+
+	while (!atomic_load(&churn_stop)) {
+		void *a = NULL, *b = NULL, *h = NULL;
+
+		nrt_malloc(q, 1 << 16, &a);
+		nrt_malloc(q, 4 << 20, &b);
+		nrt_free(a);
+		nrt_free(b);
+		nrt_host_alloc(4096, &h);
+		nrt_host_free(h);
+		nrt_trace_drain(r, 4);
+		(void)nrt_queue_by_id(0, 0);
+		nrt_memory_stats(0, &st);
+		nrt_empty_cache(0);
+	}
+	return NULL;
+}
+
+static int fork_child_uses_device(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	atomic_int n = 0;
+	struct count_args c = { &n };
+	nrt_mem_stats_t st;
+	void *a = NULL, *h = NULL;
+	int bad = 0;
+
+	alarm(20);
+	bad |= nrt_in_forked_child();
+	bad |= nrt_malloc(q, 1 << 16, &a) != NRT_OK || nrt_free(a) != NRT_OK;
+	bad |= nrt_host_alloc(4096, &h) != NRT_OK || nrt_host_free(h) != NRT_OK;
+	bad |= nrt_memory_stats(0, &st) != NRT_OK || nrt_empty_cache(0) != NRT_OK;
+	bad |= nrt_queue_by_id(0, 0) != q;
+	bad |= nrt_queue_launch(q, k_count, &c, sizeof c, "test::count") != NRT_OK;
+	bad |= nrt_queue_synchronize(q) != NRT_OK || atomic_load(&n) != 1;
+	return bad;
+}
+
+static void test_fork_catches_no_lock(void)
+{
+	int hung = 0, failed = 0;
+	pthread_t t;
+
+	CHECK(!nrt_in_forked_child(), "no runtime thread yet");
+	atomic_store(&churn_stop, false);
+	CHECK(pthread_create(&t, NULL, churn, NULL) == 0, "thread");
+	for (int i = 0; i < 40; i++) {
+		int status = 0;
+		pid_t pid = fork();
+
+		if (pid == 0)
+			_exit(fork_child_uses_device());
+		CHECK(pid > 0, "fork");
+		if (pid <= 0 || waitpid(pid, &status, 0) != pid)
+			continue;
+		if (WIFSIGNALED(status))
+			hung++;
+		else if (!WIFEXITED(status) || WEXITSTATUS(status))
+			failed++;
+	}
+	atomic_store(&churn_stop, true);
+	pthread_join(t, NULL);
+	CHECK(hung == 0 && failed == 0, "of 40 children %d hung on a lock held at the fork, %d failed", hung, failed);
+}
+
 /* A failed kernel's output and the outputs of the kernels skipped behind it stay poisoned after the
  * error has been reported (here: consumed by another thread's synchronize), as long as they live; the
  * inputs and what runs after the report stay readable (issue 16, 13). */
@@ -1020,6 +1097,7 @@ int main(void)
 		fprintf(stderr, "nrt_init: %s\n", nrt_last_error());
 		return 1;
 	}
+	RUN(test_fork_catches_no_lock); /* first: before any runtime thread */
 	RUN(test_status_strings);
 	RUN(test_env_parse_good);
 	RUN(test_env_parse_garbage);
