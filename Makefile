@@ -82,23 +82,17 @@ $(VENV)/.torch-installed:
 
 venv: $(VENV)/.torch-installed
 
-# Test-only: Hugging Face Transformers builds the tiny random-weight models of the compile sweep
-# (tests/python/hf_models.py).  Installed with --no-deps and every requirement pinned here (the closure
-# of transformers' requirements as pip resolves them), so that no resolver run can replace the CPU torch
-# with a CUDA build (transformers' torch extras and its neighbours require plain `torch`); the rule then
-# fails unless torch is still 2.13.0+cpu.  torch's own requirements (numpy, filelock,
-# fsspec, typing-extensions) are already there.  The stamp names the release so a new pin reinstalls.
-HF_PKGS := transformers==5.23.0 huggingface-hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0 \
-           regex==2026.11.19 PyYAML==6.0.4 tqdm==4.70.1 packaging==26.4 hf-xet==1.8.0 httpx2==2.16.2 \
-           httpcore2==2.16.2 h11==0.16.0 anyio==4.16.0 idna==3.20 truststore==0.10.5 click==8.5.1 \
-           typer==0.29.2 pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 \
-           typing-inspection==0.4.5 annotated-doc==0.0.7 shellingham==1.5.4 rich==15.0.0 \
-           markdown-it-py==4.3.0 mdurl==0.1.2 Pygments==2.21.0
-HF_STAMP := $(VENV)/.hf-installed-transformers-5.23.0
-$(HF_STAMP): $(VENV)/.torch-installed
-	$(VPY) -m pip install --quiet --no-deps $(HF_PKGS)
+# Test-only: Hugging Face Transformers, Accelerate and PEFT (the compile sweep's tiny models,
+# tests/python/hf_models.py; the ecosystem tests; the model sweep, `make models`).  Installed with
+# --no-deps from tests/models/requirements.txt, where every requirement is pinned, so that no resolver run
+# can replace the CPU torch with a CUDA build (transformers' torch extras and its neighbours require plain
+# `torch`); the rule then fails unless torch is still 2.13.0+cpu.  A new pin there reinstalls.
+HF_REQ   := tests/models/requirements.txt
+HF_STAMP := $(VENV)/.hf-installed
+$(HF_STAMP): $(VENV)/.torch-installed $(HF_REQ)
+	$(VPY) -m pip install --quiet --no-deps -r $(HF_REQ)
 	$(VPY) -m pip check
-	$(VPY) -c "import torch, transformers; v = torch.__version__; \
+	$(VPY) -c "import torch, transformers, accelerate, peft; v = torch.__version__; \
 	  assert v == '2.13.0+cpu', f'installing transformers changed torch to {v}: rm -r $(VENV) and rebuild'"
 	@touch $@
 

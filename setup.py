@@ -32,7 +32,7 @@ ext = CppExtension(
 setup(
     name="torchneuron",
     version="0.1.0",
-    packages=["torchneuron", "torchneuron.compile"],
+    packages=["torchneuron", "torchneuron.compile", "torch_neuronx"],
     ext_modules=[ext],
     cmdclass={"build_ext": Build.with_options(use_ninja=True)},
     entry_points={

@@ -55,6 +55,11 @@ def _register():
         _checkpoint.register()
     except Exception as e:  # never fails the device
         warnings.warn(f"torchneuron: nested tensors / checkpoint restore not registered: {e}")
+    try:  # Accelerate's device_map="auto" memory and Transformers' pipeline(device=N) on neuron
+        from . import ecosystem as _ecosystem
+        _ecosystem.register()
+    except Exception as e:  # never fails the device
+        warnings.warn(f"torchneuron: Hugging Face adapters not registered: {e}")
     try:  # torch.compile backend "neuron" (registers when torch._dynamo is imported); never fails the device
         from .compile import register as _reg_compile; _reg_compile()  # noqa: E702
     except Exception:
