@@ -60,6 +60,11 @@ def _register():
         _ecosystem.register()
     except Exception as e:  # never fails the device
         warnings.warn(f"torchneuron: Hugging Face adapters not registered: {e}")
+    if os.environ.get("TORCHNEURON_CUDA", "0") == "1":  # opt-in: CUDA spellings mean neuron (torchneuron/cuda.py)
+        try:
+            from . import cuda as _cuda  # noqa: F401
+        except Exception as e:
+            warnings.warn(f"torchneuron: TORCHNEURON_CUDA=1 but the CUDA compatibility mode failed: {e}")
     try:  # torch.compile backend "neuron" (registers when torch._dynamo is imported); never fails the device
         from .compile import register as _reg_compile; _reg_compile()  # noqa: E702
     except Exception:
