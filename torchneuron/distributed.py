@@ -68,11 +68,15 @@ def _create_backend(dist_opts, backend_opts):
     transport = _transport(store, rank, size)
     transports[name] = transport
     if transport == "gloo":
-        from torch.distributed import PrefixStore, ProcessGroupGloo
-
-        gloo = ProcessGroupGloo(PrefixStore("ncl_gloo/", store), rank, size, timeout=timeout)
-        return _C._ncl_create_gloo_backend(rank, size, timeout, name, gloo)
+        return _C._ncl_create_gloo_backend(rank, size, timeout, name, _gloo(store, rank, size, timeout))
     return _C._ncl_create_backend(store, rank, size, timeout, name)
+
+
+def _gloo(store, rank, size, timeout):
+    """The ProcessGroupGloo under a group on the Gloo transport (also for its splits, NeuronBackend::split)."""
+    from torch.distributed import PrefixStore, ProcessGroupGloo
+
+    return ProcessGroupGloo(PrefixStore("ncl_gloo/", store), rank, size, timeout=timeout)
 
 
 def register():
@@ -84,6 +88,9 @@ def register():
         return False
     if BACKEND.upper() in dist.Backend._plugins:
         return True
+    from . import _C
+
+    _C._ncl_init_types()
     dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["neuron", "cpu"])
     if not hasattr(dist, "set_timeout"):  # 2.13 lacks it; TorchTitan calls it after the first step
         dist.set_timeout = set_timeout

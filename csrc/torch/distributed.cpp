@@ -21,10 +21,12 @@
 #include <ATen/core/ivalue.h>
 #include <pybind11/chrono.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -282,6 +284,11 @@ class NeuronWork : public c10d::Work {
 	}
 };
 
+// The backend's options: c10d's, copyable from Python (split_group deep-copies the parent's).
+struct NeuronOptions : c10d::Backend::Options {
+	using c10d::Backend::Options::Options;
+};
+
 class NeuronBackend : public c10d::Backend {
       public:
 	NeuronBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, ms timeout,
@@ -350,7 +357,7 @@ class NeuronBackend : public c10d::Backend {
 	}
 	c10::intrusive_ptr<Options> getBackendOptions() override
 	{
-		auto o = c10::make_intrusive<Options>("neuron", timeout_);
+		auto o = c10::make_intrusive<NeuronOptions>("neuron", timeout_);
 		o->group_name = group_name_;
 		return o;
 	}
@@ -360,7 +367,37 @@ class NeuronBackend : public c10d::Backend {
 	}
 	bool supportsSplitting() const override
 	{
-		return false;
+		return true;
+	}
+	// A subgroup of this group (split_group, DeviceMesh with a bound device): ranks are this group's
+	// ranks, sorted; a rank outside them gets none.  The subgroup is a backend of its own on the split's
+	// store; c10d calls split once per device type (neuron, cpu) of the same backend, so the second call
+	// returns the first one's backend.
+	c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store> &store, const std::vector<int> &ranks,
+						const c10::intrusive_ptr<Options> &opts) override
+	{
+		auto it = std::find(ranks.begin(), ranks.end(), rank_);
+		if (it == ranks.end())
+			return nullptr;
+		int r = (int)(it - ranks.begin()), n = (int)ranks.size();
+		ms t = opts ? opts->timeout : timeout_;
+		std::string name = opts ? opts->group_name : group_name_ + ":split";
+		std::lock_guard<std::mutex> g(split_mu_);
+		auto it_s = splits_.find(name);
+		if (it_s != splits_.end())
+			if (auto b = it_s->second.lock())
+				return b;
+		c10::intrusive_ptr<c10d::Backend> b;
+		if (gloo_) { // the subgroup's Gloo is built in Python, as the parent's was
+			pybind11::gil_scoped_acquire gil;
+			auto make = pybind11::module_::import("torchneuron.distributed").attr("_gloo");
+			auto sub = make(store, r, n, t).cast<c10::intrusive_ptr<c10d::Backend>>();
+			b = c10::make_intrusive<NeuronBackend>(r, n, t, name, sub);
+		} else {
+			b = c10::make_intrusive<NeuronBackend>(store, r, n, t, name);
+		}
+		splits_.insert_or_assign(name, c10::weak_intrusive_ptr<c10d::Backend>(b));
+		return b;
 	}
 	void setSequenceNumberForGroup() override {} // every rank starts at 0
 	uint64_t getSequenceNumberForGroup() override
@@ -809,6 +846,9 @@ class NeuronBackend : public c10d::Backend {
 	std::string group_name_;
 	std::atomic<bool> error_{false};
 
+	std::mutex split_mu_;
+	std::map<std::string, c10::weak_intrusive_ptr<c10d::Backend>> splits_;
+
 	c10::intrusive_ptr<c10d::Backend> gloo_;
 	std::atomic<uint64_t> gloo_seq_{0};
 	std::mutex turn_mu_;
@@ -1255,8 +1295,25 @@ c10::intrusive_ptr<c10d::Backend> create_gloo_backend(int rank, int size, ms tim
 
 } // namespace
 
+// NeuronBackend as a Python type of its own (a subclass of c10d's Backend), for the methods c10d calls
+// on a split source beyond Backend's: perform_nocolor_split, on the ranks outside a new subgroup (our
+// split needs nothing from them).  Registered once torch.distributed has registered Backend.
+void init_backend_type(pybind11::module_ &m)
+{
+	if (pybind11::hasattr(m, "NeuronBackend"))
+		return;
+	pybind11::class_<NeuronBackend, c10d::Backend, c10::intrusive_ptr<NeuronBackend>> cls(m, "NeuronBackend");
+	cls.def("perform_nocolor_split", [](NeuronBackend &, const c10::Device &) {})
+		.def_property_readonly("options", &NeuronBackend::getBackendOptions);
+	pybind11::class_<NeuronOptions, c10d::Backend::Options, c10::intrusive_ptr<NeuronOptions>>(cls, "Options")
+		.def("__deepcopy__", [](const NeuronOptions &o, pybind11::dict) { return c10::make_intrusive<NeuronOptions>(o); })
+		.def("__copy__", [](const NeuronOptions &o) { return c10::make_intrusive<NeuronOptions>(o); });
+}
+
 void register_distributed(pybind11::module_ &m)
 {
+	m.def("_ncl_init_types", [m]() mutable { init_backend_type(m); },
+	      "registers the Python type of the backend (after torch.distributed is imported)");
 	m.def("_ncl_create_gloo_backend", &create_gloo_backend,
 	      "the c10d backend 'neuron' over a ProcessGroupGloo (across hosts, or NEURON_CCL_TRANSPORT=gloo)",
 	      pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"), pybind11::arg("group_name"),
