@@ -130,9 +130,96 @@ static int begin(struct ncl_comm *c, struct round *r, int kind, ncl_call_t *call
 	return NCL_OK;
 }
 
+/* ---- the round loop ---------------------------------------------------------------------------- */
+/* What a collective moves: its buffers and parameters, read by its stage and consume steps. */
+struct coll {
+	const void *send;            /* this rank's single input (all_reduce, reduce, all_gather, gather) */
+	void *recv;                  /* its single output (all_reduce, reduce, reduce_scatter, scatter) */
+	const void *const *sends;    /* one input per rank (reduce_scatter, scatter, all_to_all) */
+	void *const *recvs;          /* one output per rank (all_gather, gather, all_to_all) */
+	const size_t *send_counts, *recv_counts; /* all_to_all */
+	void *buf;                   /* broadcast, in place */
+	ncl_dtype_t dt;
+	ncl_redop_t op;
+	double scale;
+	int root;
+	size_t esz, per;             /* element size; elements per round (per block where blocks are per rank) */
+	size_t table;                /* all_to_all: bytes of the counts table at the head of each half */
+	bool receives;               /* this rank writes output */
+};
+
+/* stage: writes this rank's piece of the round (elements off..off+n of the call) into its half.
+ * consume: reads the peers' halves; may raise *nrounds (all_to_all learns it in round 0). */
+typedef void (*stage_fn)(struct round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n);
+typedef int (*consume_fn)(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds);
+
 static size_t nrounds(size_t count, size_t per)
 {
 	return count == 0 ? 1 : (count + per - 1) / per;
+}
+
+/* Runs the rounds of a begun collective (r) over count elements, a->per at a time, and ends it. */
+static int run_rounds(struct round *r, const struct coll *a, size_t count, stage_fn stage, consume_fn consume)
+{
+	size_t n_r = nrounds(count, a->per);
+	int rc = NCL_OK;
+
+	for (size_t i = 0; i < n_r && !rc; i++) {
+		size_t off = i * a->per, n = count == 0 ? 0 : count - off < a->per ? count - off : a->per;
+		unsigned char *mine;
+
+		r->d.round = (uint32_t)i;
+		rc = round_acquire(r, &mine);
+		if (rc)
+			break;
+		if (stage)
+			stage(r, a, mine, off, n);
+		rc = round_exchange(r);
+		if (rc)
+			break;
+		if (consume)
+			rc = consume(r, a, off, n, &n_r);
+		round_release(r);
+	}
+	return ncl_coll_end(r->c, r->d.seq, rc);
+}
+
+static const char *at(const void *p, size_t off, size_t esz)
+{
+	return (const char *)p + off * esz;
+}
+
+/* This rank's own piece of rank p's data in round r, or the peer's half (+ byte offset). */
+static const void *piece(struct round *r, int p, const void *own, size_t half_off)
+{
+	return p == r->c->rank ? own : (const void *)(peer_data(r, p) + half_off);
+}
+
+/* ---- the collectives -------------------------------------------------------------------------------- */
+static void stage_send(struct round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n)
+{
+	memcpy(mine, at(a->send, off, a->esz), n * a->esz);
+}
+
+/* Copies block q of every rank's sends (or root's, for scatter) into sub-block q of this rank's half. */
+static void stage_blocks(struct round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n)
+{
+	if (a->root >= 0 && r->c->rank != a->root)
+		return;
+	for (int q = 0; q < r->c->nranks; q++)
+		if (q != r->c->rank)
+			memcpy(mine + (size_t)q * a->per * a->esz, at(a->sends[q], off, a->esz), n * a->esz);
+}
+
+static int consume_reduce(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
+{
+	const void *srcs[NCL_MAX_RANKS];
+
+	if (!n || !a->receives)
+		return NCL_OK;
+	for (int p = 0; p < r->c->nranks; p++)
+		srcs[p] = piece(r, p, at(a->send, off, a->esz), 0);
+	return ncl_reduce_buffers((char *)a->recv + off * a->esz, srcs, r->c->nranks, n, a->dt, a->op, a->scale);
 }
 
 /* all_reduce, and reduce (root >= 0: only root reduces into recv). */
@@ -140,8 +227,7 @@ static int reduce_common(int kind, struct ncl_comm *c, const void *send, void *r
 			 ncl_dtype_t dt, ncl_redop_t op, double scale, int root, ncl_call_t call)
 {
 	struct round r;
-	const void *srcs[NCL_MAX_RANKS];
-	size_t esz = ncl_dtype_size(dt), per;
+	struct coll a = { .send = send, .recv = recv, .dt = dt, .op = op, .scale = scale, .root = root };
 	int rc;
 
 	if (c && kind == NCL_K_REDUCE && (rc = check_root(c, kind, root)))
@@ -149,34 +235,15 @@ static int reduce_common(int kind, struct ncl_comm *c, const void *send, void *r
 	if (!ncl_redop_supported(op, dt))
 		return ncl_set_error(NCL_ERR_INVALID, "ncl %s: reduce op %s is not supported for %s",
 				     ncl_kind_name(kind), ncl_redop_name(op), ncl_dtype_name(dt));
-	if (count && (!send || (!recv && (kind == NCL_K_ALL_REDUCE || (c && c->rank == root)))))
+	a.receives = c && (kind == NCL_K_ALL_REDUCE || c->rank == root);
+	if (count && (!send || (a.receives && !recv)))
 		return ncl_set_error(NCL_ERR_INVALID, "ncl %s: null buffer", ncl_kind_name(kind));
 	rc = begin(c, &r, kind, &call, dt, count, op, root);
 	if (rc)
 		return rc;
-	per = c->chunk / esz;
-	for (size_t i = 0, n_r = nrounds(count, per); i < n_r && !rc; i++) {
-		size_t off = i * per, n = count - off < per ? count - off : per;
-		unsigned char *mine;
-
-		if (count == 0)
-			n = 0;
-		r.d.round = (uint32_t)i;
-		rc = round_acquire(&r, &mine);
-		if (rc)
-			break;
-		memcpy(mine, (const char *)send + off * esz, n * esz);
-		rc = round_exchange(&r);
-		if (rc)
-			break;
-		if (n && (kind == NCL_K_ALL_REDUCE || c->rank == root)) {
-			for (int p = 0; p < c->nranks; p++)
-				srcs[p] = p == c->rank ? (const char *)send + off * esz : (const void *)peer_data(&r, p);
-			rc = ncl_reduce_buffers((char *)recv + off * esz, srcs, c->nranks, n, dt, op, scale);
-		}
-		round_release(&r);
-	}
-	return ncl_coll_end(c, r.d.seq, rc);
+	a.esz = ncl_dtype_size(dt);
+	a.per = c->chunk / a.esz;
+	return run_rounds(&r, &a, count, stage_send, consume_reduce);
 }
 
 int ncl_all_reduce(ncl_comm_t *c, const void *send, void *recv, size_t count, ncl_dtype_t dt, ncl_redop_t op,
@@ -191,10 +258,23 @@ int ncl_reduce(ncl_comm_t *c, const void *send, void *recv, size_t count, ncl_dt
 	return reduce_common(NCL_K_REDUCE, c, send, recv, count, dt, op, scale, root, call);
 }
 
+static void stage_root(struct round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n)
+{
+	if (r->c->rank == a->root)
+		memcpy(mine, at(a->buf, off, a->esz), n * a->esz);
+}
+
+static int consume_root(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
+{
+	if (r->c->rank != a->root)
+		memcpy((char *)a->buf + off * a->esz, peer_data(r, a->root), n * a->esz);
+	return NCL_OK;
+}
+
 int ncl_broadcast(ncl_comm_t *c, void *buf, size_t count, ncl_dtype_t dt, int root, ncl_call_t call)
 {
 	struct round r;
-	size_t esz = ncl_dtype_size(dt), per;
+	struct coll a = { .buf = buf, .dt = dt, .root = root };
 	int rc;
 
 	if (c && (rc = check_root(c, NCL_K_BROADCAST, root)))
@@ -204,25 +284,23 @@ int ncl_broadcast(ncl_comm_t *c, void *buf, size_t count, ncl_dtype_t dt, int ro
 	rc = begin(c, &r, NCL_K_BROADCAST, &call, dt, count, 0, root);
 	if (rc)
 		return rc;
-	per = c->chunk / esz;
-	for (size_t i = 0, n_r = nrounds(count, per); i < n_r && !rc; i++) {
-		size_t off = i * per, n = count == 0 ? 0 : count - off < per ? count - off : per;
-		unsigned char *mine;
+	a.esz = ncl_dtype_size(dt);
+	a.per = c->chunk / a.esz;
+	return run_rounds(&r, &a, count, stage_root, consume_root);
+}
 
-		r.d.round = (uint32_t)i;
-		rc = round_acquire(&r, &mine);
-		if (rc)
-			break;
-		if (c->rank == root)
-			memcpy(mine, (const char *)buf + off * esz, n * esz);
-		rc = round_exchange(&r);
-		if (rc)
-			break;
-		if (c->rank != root)
-			memcpy((char *)buf + off * esz, peer_data(&r, root), n * esz);
-		round_release(&r);
+static int consume_gather(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
+{
+	if (!a->receives)
+		return NCL_OK;
+	for (int p = 0; p < r->c->nranks; p++) {
+		const void *src = piece(r, p, at(a->send, off, a->esz), 0);
+		char *dst = (char *)a->recvs[p] + off * a->esz;
+
+		if (dst != src)
+			memmove(dst, src, n * a->esz);
 	}
-	return ncl_coll_end(c, r.d.seq, rc);
+	return NCL_OK;
 }
 
 /* all_gather, and gather (root >= 0: only root's recvs are written). */
@@ -230,46 +308,24 @@ static int gather_common(int kind, struct ncl_comm *c, const void *send, void *c
 			 ncl_dtype_t dt, int root, ncl_call_t call)
 {
 	struct round r;
-	size_t esz = ncl_dtype_size(dt), per;
-	bool receives;
+	struct coll a = { .send = send, .recvs = recvs, .dt = dt, .root = root };
 	int rc;
 
 	if (c && kind == NCL_K_GATHER && (rc = check_root(c, kind, root)))
 		return rc;
-	receives = c && (kind == NCL_K_ALL_GATHER || c->rank == root);
-	if (count && (!send || (receives && !recvs)))
+	a.receives = c && (kind == NCL_K_ALL_GATHER || c->rank == root);
+	if (count && (!send || (a.receives && !recvs)))
 		return ncl_set_error(NCL_ERR_INVALID, "ncl %s: null buffer", ncl_kind_name(kind));
-	if (count && receives)
+	if (count && a.receives)
 		for (int p = 0; p < c->nranks; p++)
 			if (!recvs[p])
 				return ncl_set_error(NCL_ERR_INVALID, "ncl %s: output %d is null", ncl_kind_name(kind), p);
 	rc = begin(c, &r, kind, &call, dt, count, 0, root);
 	if (rc)
 		return rc;
-	per = c->chunk / esz;
-	for (size_t i = 0, n_r = nrounds(count, per); i < n_r && !rc; i++) {
-		size_t off = i * per, n = count == 0 ? 0 : count - off < per ? count - off : per;
-		unsigned char *mine;
-
-		r.d.round = (uint32_t)i;
-		rc = round_acquire(&r, &mine);
-		if (rc)
-			break;
-		memcpy(mine, (const char *)send + off * esz, n * esz);
-		rc = round_exchange(&r);
-		if (rc)
-			break;
-		if (receives)
-			for (int p = 0; p < c->nranks; p++) {
-				const void *src = p == c->rank ? (const char *)send + off * esz : (const void *)peer_data(&r, p);
-				char *dst = (char *)recvs[p] + off * esz;
-
-				if (dst != src)
-					memmove(dst, src, n * esz);
-			}
-		round_release(&r);
-	}
-	return ncl_coll_end(c, r.d.seq, rc);
+	a.esz = ncl_dtype_size(dt);
+	a.per = c->chunk / a.esz;
+	return run_rounds(&r, &a, count, stage_send, consume_gather);
 }
 
 int ncl_all_gather(ncl_comm_t *c, const void *send, void *const *recvs, size_t count, ncl_dtype_t dt,
@@ -284,12 +340,32 @@ int ncl_gather(ncl_comm_t *c, const void *send, void *const *recvs, size_t count
 	return gather_common(NCL_K_GATHER, c, send, recvs, count, dt, root, call);
 }
 
+static int consume_reduce_block(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
+{
+	const void *srcs[NCL_MAX_RANKS];
+	int me = r->c->rank;
+
+	if (!n)
+		return NCL_OK;
+	for (int p = 0; p < r->c->nranks; p++)
+		srcs[p] = piece(r, p, at(a->sends[p], off, a->esz), (size_t)me * a->per * a->esz);
+	return ncl_reduce_buffers((char *)a->recv + off * a->esz, srcs, r->c->nranks, n, a->dt, a->op, a->scale);
+}
+
+/* Checks that the n per-rank buffers of a call are non-null. */
+static int check_bufs(int kind, const void *const *bufs, int n, const char *what)
+{
+	for (int p = 0; p < n; p++)
+		if (!bufs[p])
+			return ncl_set_error(NCL_ERR_INVALID, "ncl %s: %s %d is null", ncl_kind_name(kind), what, p);
+	return NCL_OK;
+}
+
 int ncl_reduce_scatter(ncl_comm_t *c, const void *const *sends, void *recv, size_t count, ncl_dtype_t dt,
 		       ncl_redop_t op, double scale, ncl_call_t call)
 {
 	struct round r;
-	const void *srcs[NCL_MAX_RANKS];
-	size_t esz = ncl_dtype_size(dt), per;
+	struct coll a = { .sends = sends, .recv = recv, .dt = dt, .op = op, .scale = scale, .root = -1 };
 	int rc;
 
 	if (!ncl_redop_supported(op, dt))
@@ -297,89 +373,108 @@ int ncl_reduce_scatter(ncl_comm_t *c, const void *const *sends, void *recv, size
 				     ncl_redop_name(op), ncl_dtype_name(dt));
 	if (count && (!sends || !recv))
 		return ncl_set_error(NCL_ERR_INVALID, "ncl reduce_scatter: null buffer");
-	if (count && c)
-		for (int p = 0; p < c->nranks; p++)
-			if (!sends[p])
-				return ncl_set_error(NCL_ERR_INVALID, "ncl reduce_scatter: input %d is null", p);
+	if (count && c && (rc = check_bufs(NCL_K_REDUCE_SCATTER, sends, c->nranks, "input")))
+		return rc;
 	rc = begin(c, &r, NCL_K_REDUCE_SCATTER, &call, dt, count, op, -1);
 	if (rc)
 		return rc;
-	per = c->chunk / ((size_t)c->nranks * esz);
-	for (size_t i = 0, n_r = nrounds(count, per); i < n_r && !rc; i++) {
-		size_t off = i * per, n = count == 0 ? 0 : count - off < per ? count - off : per;
-		unsigned char *mine;
+	a.esz = ncl_dtype_size(dt);
+	a.per = c->chunk / ((size_t)c->nranks * a.esz);
+	return run_rounds(&r, &a, count, stage_blocks, consume_reduce_block);
+}
 
-		r.d.round = (uint32_t)i;
-		rc = round_acquire(&r, &mine);
-		if (rc)
-			break;
-		for (int q = 0; q < c->nranks; q++)
-			if (q != c->rank)
-				memcpy(mine + (size_t)q * per * esz, (const char *)sends[q] + off * esz, n * esz);
-		rc = round_exchange(&r);
-		if (rc)
-			break;
-		if (n) {
-			for (int p = 0; p < c->nranks; p++)
-				srcs[p] = p == c->rank ? (const void *)((const char *)sends[p] + off * esz)
-						       : (const void *)(peer_data(&r, p) + (size_t)c->rank * per * esz);
-			rc = ncl_reduce_buffers((char *)recv + off * esz, srcs, c->nranks, n, dt, op, scale);
-		}
-		round_release(&r);
-	}
-	return ncl_coll_end(c, r.d.seq, rc);
+static int consume_scatter(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
+{
+	char *dst = (char *)a->recv + off * a->esz;
+
+	if (r->c->rank == a->root)
+		memmove(dst, at(a->sends[a->root], off, a->esz), n * a->esz);
+	else
+		memcpy(dst, peer_data(r, a->root) + (size_t)r->c->rank * a->per * a->esz, n * a->esz);
+	return NCL_OK;
 }
 
 int ncl_scatter(ncl_comm_t *c, const void *const *sends, void *recv, size_t count, ncl_dtype_t dt, int root,
 		ncl_call_t call)
 {
 	struct round r;
-	size_t esz = ncl_dtype_size(dt), per;
+	struct coll a = { .sends = sends, .recv = recv, .dt = dt, .root = root };
 	int rc;
 
 	if (c && (rc = check_root(c, NCL_K_SCATTER, root)))
 		return rc;
 	if (count && (!recv || (c && c->rank == root && !sends)))
 		return ncl_set_error(NCL_ERR_INVALID, "ncl scatter: null buffer");
-	if (count && c && c->rank == root)
-		for (int p = 0; p < c->nranks; p++)
-			if (!sends[p])
-				return ncl_set_error(NCL_ERR_INVALID, "ncl scatter: input %d is null", p);
+	if (count && c && c->rank == root && (rc = check_bufs(NCL_K_SCATTER, sends, c->nranks, "input")))
+		return rc;
 	rc = begin(c, &r, NCL_K_SCATTER, &call, dt, count, 0, root);
 	if (rc)
 		return rc;
-	per = c->chunk / ((size_t)c->nranks * esz);
-	for (size_t i = 0, n_r = nrounds(count, per); i < n_r && !rc; i++) {
-		size_t off = i * per, n = count == 0 ? 0 : count - off < per ? count - off : per;
-		unsigned char *mine;
-
-		r.d.round = (uint32_t)i;
-		rc = round_acquire(&r, &mine);
-		if (rc)
-			break;
-		if (c->rank == root)
-			for (int q = 0; q < c->nranks; q++)
-				if (q != root)
-					memcpy(mine + (size_t)q * per * esz, (const char *)sends[q] + off * esz, n * esz);
-		rc = round_exchange(&r);
-		if (rc)
-			break;
-		if (c->rank == root)
-			memmove((char *)recv + off * esz, (const char *)sends[root] + off * esz, n * esz);
-		else
-			memcpy((char *)recv + off * esz, peer_data(&r, root) + (size_t)c->rank * per * esz, n * esz);
-		round_release(&r);
-	}
-	return ncl_coll_end(c, r.d.seq, rc);
+	a.esz = ncl_dtype_size(dt);
+	a.per = c->chunk / ((size_t)c->nranks * a.esz);
+	return run_rounds(&r, &a, count, stage_blocks, consume_scatter);
 }
 
-/* Each round's half: a table of the nranks send counts (round 0 only is checked), then nranks blocks of
- * `per` elements, block q for rank q. */
+/* all_to_all: each round's half is a table of the nranks send counts (checked in round 0), then nranks
+ * blocks of `per` elements, block q for rank q. */
+static size_t block_n(size_t total, size_t off, size_t per)
+{
+	size_t n = total > off ? total - off : 0;
+
+	return n < per ? n : per;
+}
+
+static void stage_a2a(struct round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n_)
+{
+	for (int q = 0; q < r->c->nranks; q++) {
+		((uint64_t *)mine)[q] = a->send_counts[q];
+		if (q != r->c->rank)
+			memcpy(mine + a->table + (size_t)q * a->per * a->esz, at(a->sends[q], off, a->esz),
+			       block_n(a->send_counts[q], off, a->per) * a->esz);
+	}
+}
+
+/* Round 0 agrees on the number of rounds (the largest block of any rank) and checks the counts pairwise. */
+static int a2a_agree(struct round *r, const struct coll *a, size_t *nrounds_)
+{
+	struct ncl_comm *c = r->c;
+	size_t all = r->d.aux;
+
+	for (int p = 0; p < c->nranks; p++) {
+		const struct ncl_desc *o = (const struct ncl_desc *)ncl_half(c, p, r->k);
+		uint64_t sent = p == c->rank ? a->send_counts[p] : ((const uint64_t *)peer_data(r, p))[c->rank];
+
+		all = o->aux > all ? o->aux : all;
+		if (sent != a->recv_counts[p])
+			return ncl_set_error(NCL_ERR_MISMATCH, "ncl all_to_all (seq %llu): rank %d sends %llu elements "
+					     "to rank %d, which expects %zu", (unsigned long long)r->d.seq, p,
+					     (unsigned long long)sent, c->rank, a->recv_counts[p]);
+	}
+	*nrounds_ = nrounds(all, a->per);
+	return NCL_OK;
+}
+
+static int consume_a2a(struct round *r, const struct coll *a, size_t off, size_t n_, size_t *nrounds_)
+{
+	int rc = r->d.round == 0 ? a2a_agree(r, a, nrounds_) : NCL_OK;
+
+	for (int p = 0; p < r->c->nranks && !rc; p++) {
+		size_t n = block_n(a->recv_counts[p], off, a->per);
+		const void *src = piece(r, p, at(a->sends[p], off, a->esz), a->table + (size_t)r->c->rank * a->per * a->esz);
+
+		if (n && (char *)a->recvs[p] + off * a->esz != src)
+			memmove((char *)a->recvs[p] + off * a->esz, src, n * a->esz);
+	}
+	return rc;
+}
+
 int ncl_all_to_all(ncl_comm_t *c, const void *const *sends, const size_t *send_counts, void *const *recvs,
 		   const size_t *recv_counts, ncl_dtype_t dt, ncl_call_t call)
 {
 	struct round r;
-	size_t esz = ncl_dtype_size(dt), per, table, most = 0, n_r = 1;
+	struct coll a = { .sends = sends, .recvs = recvs, .send_counts = send_counts, .recv_counts = recv_counts,
+			  .dt = dt, .root = -1 };
+	size_t most = 0;
 	int rc;
 
 	if (!c || !sends || !send_counts || !recvs || !recv_counts)
@@ -393,72 +488,18 @@ int ncl_all_to_all(ncl_comm_t *c, const void *const *sends, const size_t *send_c
 	rc = begin(c, &r, NCL_K_ALL_TO_ALL, &call, dt, 0, 0, -1);
 	if (rc)
 		return rc;
-	table = ((size_t)c->nranks * 8 + 63) & ~(size_t)63;
-	per = (c->chunk - table) / ((size_t)c->nranks * esz);
+	a.esz = ncl_dtype_size(dt);
+	a.table = ((size_t)c->nranks * 8 + 63) & ~(size_t)63;
+	a.per = (c->chunk - a.table) / ((size_t)c->nranks * a.esz);
 	r.d.aux = most;
-	for (size_t i = 0; i < n_r && !rc; i++) {
-		size_t off = i * per;
-		unsigned char *mine;
-
-		r.d.round = (uint32_t)i;
-		rc = round_acquire(&r, &mine);
-		if (rc)
-			break;
-		for (int q = 0; q < c->nranks; q++) {
-			size_t n = send_counts[q] > off ? send_counts[q] - off : 0;
-
-			n = n < per ? n : per;
-			((uint64_t *)mine)[q] = send_counts[q];
-			if (q != c->rank)
-				memcpy(mine + table + (size_t)q * per * esz, (const char *)sends[q] + off * esz, n * esz);
-		}
-		rc = round_exchange(&r);
-		if (rc)
-			break;
-		if (i == 0) { /* agree on the number of rounds, check the counts pairwise */
-			size_t all = most;
-
-			for (int p = 0; p < c->nranks; p++) {
-				const struct ncl_desc *o = (const struct ncl_desc *)ncl_half(c, p, r.k);
-				uint64_t sent = p == c->rank ? send_counts[p] : ((const uint64_t *)peer_data(&r, p))[c->rank];
-
-				all = o->aux > all ? o->aux : all;
-				if (sent != recv_counts[p]) {
-					rc = ncl_set_error(NCL_ERR_MISMATCH, "ncl all_to_all (seq %llu): rank %d sends %llu "
-							   "elements to rank %d, which expects %zu", (unsigned long long)r.d.seq,
-							   p, (unsigned long long)sent, c->rank, recv_counts[p]);
-					break;
-				}
-			}
-			n_r = nrounds(all, per);
-		}
-		for (int p = 0; p < c->nranks && !rc; p++) {
-			size_t n = recv_counts[p] > off ? recv_counts[p] - off : 0;
-			const void *src;
-
-			n = n < per ? n : per;
-			src = p == c->rank ? (const void *)((const char *)sends[p] + off * esz)
-					   : (const void *)(peer_data(&r, p) + table + (size_t)c->rank * per * esz);
-			if (n && (char *)recvs[p] + off * esz != src)
-				memmove((char *)recvs[p] + off * esz, src, n * esz);
-		}
-		round_release(&r);
-	}
-	return ncl_coll_end(c, r.d.seq, rc);
+	return run_rounds(&r, &a, 0, stage_a2a, consume_a2a); /* 1 round until round 0 tells */
 }
 
 int ncl_barrier(ncl_comm_t *c, ncl_call_t call)
 {
 	struct round r;
-	unsigned char *mine;
+	struct coll a = { .esz = 1, .per = 1, .root = -1 };
 	int rc = begin(c, &r, NCL_K_BARRIER, &call, NCL_U8, 0, 0, -1);
 
-	if (rc)
-		return rc;
-	rc = round_acquire(&r, &mine);
-	if (!rc)
-		rc = round_exchange(&r);
-	if (!rc)
-		round_release(&r);
-	return ncl_coll_end(c, r.d.seq, rc);
+	return rc ? rc : run_rounds(&r, &a, 0, NULL, NULL);
 }

@@ -31,88 +31,76 @@ static size_t nchunks(size_t bytes, size_t per)
 	return bytes == 0 ? 1 : (bytes + per - 1) / per;
 }
 
-int ncl_send(ncl_comm_t *c, const void *buf, size_t count, ncl_dtype_t dt, int peer, int tag, int64_t timeout_ms)
+/* The receiver's check of chunk i of message msg against its own call. */
+static int check_chunk(const struct ncl_desc *d, uint64_t msg, size_t i, size_t count, ncl_dtype_t dt, int peer,
+		       int tag)
 {
-	struct ncl_p2p_ctl *ch;
-	struct ncl_desc d = { 0 };
-	size_t bytes, esz;
-	int64_t deadline;
-	int rc = p2p_check(c, NCL_K_SEND, buf, count, dt, peer, timeout_ms);
+	if (d->seq == msg && d->count == count && d->dtype == dt && d->root == tag && d->round == i)
+		return NCL_OK;
+	return ncl_set_error(NCL_ERR_MISMATCH, "ncl recv (message %llu from rank %d): rank %d sent %llu %s elements "
+			     "with tag %d, this rank expects %zu %s elements with tag %d", (unsigned long long)msg, peer,
+			     peer, (unsigned long long)d->count, ncl_dtype_name(d->dtype), d->root, count,
+			     ncl_dtype_name(dt), tag);
+}
 
-	if (rc)
-		return rc;
-	esz = ncl_dtype_size(dt);
-	bytes = count * esz;
-	deadline = ncl_now_ms() + timeout_ms;
-	ch = &c->p2p[(size_t)c->rank * c->nranks + peer];
-	pthread_mutex_lock(&c->p2p_send_lock[peer]);
-	d.seq = ++c->p2p_msg_sent[peer];
-	d.count = count;
-	d.kind = NCL_K_SEND;
-	d.dtype = (uint8_t)dt;
-	d.root = tag;
-	for (size_t i = 0, n_c = nchunks(bytes, c->p2p_chunk); i < n_c; i++) {
-		size_t off = i * c->p2p_chunk, n = bytes - off < c->p2p_chunk ? bytes - off : c->p2p_chunk;
-		uint32_t k = ++c->p2p_sent_n[peer];
-		unsigned char *half = ncl_p2p_half(c, c->rank, peer, k);
+/* One message over the channel this rank -> peer (send) or peer -> this rank (recv), chunk by chunk: the
+ * sender waits until the receiver acknowledged chunk k - 2, stages chunk k (descriptor + data) and
+ * publishes sent = k; the receiver waits for sent = k, checks the descriptor, copies and publishes
+ * acked = k. */
+static int p2p_move(struct ncl_comm *c, int kind, void *buf, size_t count, ncl_dtype_t dt, int peer, int tag,
+		    int64_t timeout_ms)
+{
+	bool send = kind == NCL_K_SEND;
+	int src = send ? c->rank : peer, dst = send ? peer : c->rank;
+	struct ncl_p2p_ctl *ch = &c->p2p[(size_t)src * c->nranks + dst];
+	pthread_mutex_t *lock = send ? &c->p2p_send_lock[peer] : &c->p2p_recv_lock[peer];
+	uint32_t *chunks = send ? &c->p2p_sent_n[peer] : &c->p2p_recv_n[peer];
+	size_t bytes = count * ncl_dtype_size(dt);
+	int64_t deadline = ncl_now_ms() + timeout_ms;
+	struct ncl_desc d = { .count = count, .kind = NCL_K_SEND, .dtype = (uint8_t)dt, .root = tag };
+	int rc = NCL_OK;
 
-		if (bytes == 0)
-			n = 0;
-		if (k > 2) {
-			rc = ncl_wait_word(c, peer, &ch->acked, k - 2, deadline, NCL_K_SEND, d.seq,
-					   "receive (post the matching recv)");
+	pthread_mutex_lock(lock);
+	d.seq = send ? ++c->p2p_msg_sent[peer] : ++c->p2p_msg_recv[peer];
+	for (size_t i = 0, n_c = nchunks(bytes, c->p2p_chunk); i < n_c && !rc; i++) {
+		size_t off = i * c->p2p_chunk, n = bytes == 0 ? 0 : bytes - off < c->p2p_chunk ? bytes - off : c->p2p_chunk;
+		uint32_t k = ++*chunks;
+		unsigned char *half = ncl_p2p_half(c, src, dst, k);
+
+		if (send) {
+			if (k > 2 && (rc = ncl_wait_word(c, peer, &ch->acked, k - 2, deadline, kind, d.seq,
+							 "receive (post the matching recv)")))
+				break;
+			d.round = (uint32_t)i;
+			d.aux = off;
+			memcpy(half, &d, sizeof d);
+			memcpy(half + NCL_DESC_BYTES, (const char *)buf + off, n);
+			atomic_store(&ch->sent, k);
+		} else {
+			rc = ncl_wait_word(c, peer, &ch->sent, k, deadline, kind, d.seq, "send (post the matching send)");
+			if (!rc)
+				rc = check_chunk((const struct ncl_desc *)half, d.seq, i, count, dt, peer, tag);
 			if (rc)
 				break;
+			memcpy((char *)buf + off, half + NCL_DESC_BYTES, n);
+			atomic_store(&ch->acked, k);
 		}
-		d.round = (uint32_t)i;
-		d.aux = off;
-		memcpy(half, &d, sizeof d);
-		memcpy(half + NCL_DESC_BYTES, (const char *)buf + off, n);
-		atomic_store(&ch->sent, k);
 		ncl_ring(c);
 	}
-	pthread_mutex_unlock(&c->p2p_send_lock[peer]);
+	pthread_mutex_unlock(lock);
 	return rc ? ncl_fail(c, rc) : NCL_OK;
+}
+
+int ncl_send(ncl_comm_t *c, const void *buf, size_t count, ncl_dtype_t dt, int peer, int tag, int64_t timeout_ms)
+{
+	int rc = p2p_check(c, NCL_K_SEND, buf, count, dt, peer, timeout_ms);
+
+	return rc ? rc : p2p_move(c, NCL_K_SEND, (void *)buf, count, dt, peer, tag, timeout_ms);
 }
 
 int ncl_recv(ncl_comm_t *c, void *buf, size_t count, ncl_dtype_t dt, int peer, int tag, int64_t timeout_ms)
 {
-	struct ncl_p2p_ctl *ch;
-	size_t bytes, esz;
-	uint64_t msg;
-	int64_t deadline;
 	int rc = p2p_check(c, NCL_K_RECV, buf, count, dt, peer, timeout_ms);
 
-	if (rc)
-		return rc;
-	esz = ncl_dtype_size(dt);
-	bytes = count * esz;
-	deadline = ncl_now_ms() + timeout_ms;
-	ch = &c->p2p[(size_t)peer * c->nranks + c->rank];
-	pthread_mutex_lock(&c->p2p_recv_lock[peer]);
-	msg = ++c->p2p_msg_recv[peer];
-	for (size_t i = 0, n_c = nchunks(bytes, c->p2p_chunk); i < n_c; i++) {
-		size_t off = i * c->p2p_chunk, n = bytes - off < c->p2p_chunk ? bytes - off : c->p2p_chunk;
-		uint32_t k = ++c->p2p_recv_n[peer];
-		const unsigned char *half = ncl_p2p_half(c, peer, c->rank, k);
-		const struct ncl_desc *d = (const struct ncl_desc *)half;
-
-		if (bytes == 0)
-			n = 0;
-		rc = ncl_wait_word(c, peer, &ch->sent, k, deadline, NCL_K_RECV, msg, "send (post the matching send)");
-		if (rc)
-			break;
-		if (d->seq != msg || d->count != count || d->dtype != dt || d->root != tag || d->round != i) {
-			rc = ncl_set_error(NCL_ERR_MISMATCH, "ncl recv (message %llu from rank %d): rank %d sent %llu %s "
-					   "elements with tag %d, this rank expects %zu %s elements with tag %d",
-					   (unsigned long long)msg, peer, peer, (unsigned long long)d->count,
-					   ncl_dtype_name(d->dtype), d->root, count, ncl_dtype_name(dt), tag);
-			break;
-		}
-		memcpy((char *)buf + off, half + NCL_DESC_BYTES, n);
-		atomic_store(&ch->acked, k);
-		ncl_ring(c);
-	}
-	pthread_mutex_unlock(&c->p2p_recv_lock[peer]);
-	return rc ? ncl_fail(c, rc) : NCL_OK;
+	return rc ? rc : p2p_move(c, NCL_K_RECV, buf, count, dt, peer, tag, timeout_ms);
 }

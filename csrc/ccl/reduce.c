@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ncl_impl.h"
+#include "nk_impl.h" /* the kernel library's bf16/f16 conversions (bit-exact with c10) */
 
 #define BLK 512
 
@@ -49,43 +50,6 @@ bool ncl_redop_supported(ncl_redop_t op, ncl_dtype_t dt)
 	return true;
 }
 
-/* ---- bf16 / f16 conversions (round to nearest even; NaN stays NaN) ---------------------------- */
-static inline float bf16_to_f32(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static inline uint16_t f32_to_bf16(float f)
-{
-	uint32_t u;
-
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
-static inline float f16_to_f32(uint16_t h)
-{
-	_Float16 v;
-
-	memcpy(&v, &h, 2);
-	return (float)v;
-}
-
-static inline uint16_t f32_to_f16(float f)
-{
-	_Float16 v = (_Float16)f;
-	uint16_t h;
-
-	memcpy(&h, &v, 2);
-	return h;
-}
-
 /* ---- float accumulators -------------------------------------------------------------------------- */
 static void loadf(float *acc, const void *src, ncl_dtype_t dt, size_t off, size_t n)
 {
@@ -94,11 +58,11 @@ static void loadf(float *acc, const void *src, ncl_dtype_t dt, size_t off, size_
 	} else if (dt == NCL_BF16) {
 		const uint16_t *s = (const uint16_t *)src + off;
 		for (size_t i = 0; i < n; i++)
-			acc[i] = bf16_to_f32(s[i]);
+			acc[i] = nk_bf16_to_f32(s[i]);
 	} else {
 		const uint16_t *s = (const uint16_t *)src + off;
 		for (size_t i = 0; i < n; i++)
-			acc[i] = f16_to_f32(s[i]);
+			acc[i] = nk_f16_to_f32(s[i]);
 	}
 }
 
@@ -109,11 +73,11 @@ static void storef(void *dst, ncl_dtype_t dt, size_t off, const float *acc, size
 	} else if (dt == NCL_BF16) {
 		uint16_t *d = (uint16_t *)dst + off;
 		for (size_t i = 0; i < n; i++)
-			d[i] = f32_to_bf16(acc[i]);
+			d[i] = nk_f32_to_bf16(acc[i]);
 	} else {
 		uint16_t *d = (uint16_t *)dst + off;
 		for (size_t i = 0; i < n; i++)
-			d[i] = f32_to_f16(acc[i]);
+			d[i] = nk_f32_to_f16(acc[i]);
 	}
 }
 
