@@ -56,7 +56,8 @@ def main(argv=None):
                     help="machine-readable report path (default: the Markdown path with .json, i.e. "
                          "docs/benchmarks.json for a full run; '-' for none); read by `python -m bench.profile`")
     ap.add_argument("--only", default=None,
-                    help="comma-separated groups: " + ",".join(g[0] for g in GROUPS) + ",compiled")
+                    help="comma-separated groups: " + ",".join(g[0] for g in GROUPS) + ",compiled,collectives "
+                         "(collectives: 2 ranks, neuron vs Gloo; bench/collectives.py)")
     ap.add_argument("--no-limits", action="store_true", help="skip the C microbenchmarks")
     ap.add_argument("--no-mem", action="store_true", help="skip the GPT peak-RSS subprocesses (--quick skips them)")
     ap.add_argument("--retries", type=int, default=1,
@@ -78,7 +79,7 @@ def main(argv=None):
         out = None
     only = set(a.only.split(",")) if a.only else None
     if only:
-        bad = only - {g[0] for g in GROUPS} - {"compiled"}
+        bad = only - {g[0] for g in GROUPS} - {"compiled", "collectives"}
         if bad:
             ap.error(f"unknown group(s): {', '.join(sorted(bad))}")
 
@@ -136,6 +137,17 @@ def main(argv=None):
         except Exception as e:  # noqa: BLE001
             print(f"  torch.compile workloads failed: {e}")
 
+    # ---- 8. collectives (bench/collectives.py: 2 rank processes, neuron next to Gloo) ----
+    coll_text = coll_md = None
+    if not only or "collectives" in only:
+        from . import collectives
+        print("8. Collectives (2 ranks: neuron backend on neuron tensors, Gloo on CPU tensors)", flush=True)
+        try:
+            cr = collectives.measure(a.quick)
+            coll_text, coll_md = collectives.table(cr), collectives.md_section(cr)
+        except Exception as e:  # noqa: BLE001
+            print(f"  collectives failed: {e}")
+
     if limits is not None and not limits.error:
         print("machine limits again (each limit: the median of its measurements) ...", flush=True)
         limits.measure()
@@ -157,6 +169,9 @@ def main(argv=None):
     if compiled_md:
         text += "\n\n7. torch.compile\n" + compiled_text
         md += "\n\n" + compiled_md + "\n"
+    if coll_md:
+        text += "\n\n8. Collectives\n" + coll_text
+        md += "\n\n" + coll_md + "\n"
     print()
     print(text)
     if out:
