@@ -22,14 +22,14 @@ NK_VECTORIZE_FILE
 #define PW_T float
 #define PW_M(fn) fn##f
 #define PW_NAME(x) pwf_##x
-#include "pointwise_ops.h"
+#include "pointwise_scalar.inc"
 #undef PW_T
 #undef PW_M
 #undef PW_NAME
 #define PW_T double
 #define PW_M(fn) fn
 #define PW_NAME(x) pwd_##x
-#include "pointwise_ops.h"
+#include "pointwise_scalar.inc"
 #undef PW_T
 #undef PW_M
 #undef PW_NAME
