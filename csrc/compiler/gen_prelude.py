@@ -31,7 +31,7 @@ def inline(path, seen):
             m = INCLUDE.match(line)
             if m:
                 p = find(m.group(1), os.path.dirname(path))
-                if p not in seen:
+                if p not in seen or p.endswith(".inc"):  # an .inc is instantiated at each include
                     out.append(inline(p, seen))
                 continue
             out.append(line)

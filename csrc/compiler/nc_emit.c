@@ -257,93 +257,175 @@ static void whole_access(kc_t *k, const char *name, const nc_value_t *o, const n
 
 /* ---- pointwise expressions ------------------------------------------------------------------------- */
 
-static const char *fsuf(int cd) { return is_double(cd) ? "" : "f"; }
+/* A float pointwise op is a call of the eager kernels' scalar formula (pointwise_scalar.inc, pasted
+ * into the prelude as pwf_scalar / pwd_scalar) with a constant op, which the C compiler folds to that
+ * formula: compiled and eager results agree bit for bit.  Each entry names the nk op and which
+ * operand of the IR node (0..3; Z: zero, I: one) goes to each argument x, y, z, a (the op's scalar,
+ * e.g. alpha); ia is the op's integer flag. */
+enum { Z = -1, I = -2 };
+typedef struct {
+	const char *name, *nk;
+	int nin;
+	signed char x, y, z, a;
+	int ia;
+} pw_formula_t;
+static const pw_formula_t formulas[] = {
+	{"add", "NK_OP_ADD", 2, 0, 1, Z, I, 0}, {"sub", "NK_OP_SUB", 2, 0, 1, Z, I, 0},
+	{"add_alpha", "NK_OP_ADD", 3, 0, 1, Z, 2, 0}, {"sub_alpha", "NK_OP_SUB", 3, 0, 1, Z, 2, 0},
+	{"rsub_alpha", "NK_OP_SUB", 3, 1, 0, Z, 2, 0}, /* y - alpha * x */
+	{"mul", "NK_OP_MUL", 2, 0, 1, Z, Z, 0}, {"div", "NK_OP_DIV", 2, 0, 1, Z, Z, 0},
+	{"div_trunc", "NK_OP_DIV_TRUNC", 2, 0, 1, Z, Z, 0}, {"div_floor", "NK_OP_DIV_FLOOR", 2, 0, 1, Z, Z, 0},
+	{"remainder", "NK_OP_REMAINDER", 2, 0, 1, Z, Z, 0}, {"fmod", "NK_OP_FMOD", 2, 0, 1, Z, Z, 0},
+	{"pow", "NK_OP_POW", 2, 0, 1, Z, Z, 0}, {"atan2", "NK_OP_ATAN2", 2, 0, 1, Z, Z, 0},
+	{"hypot", "NK_OP_HYPOT", 2, 0, 1, Z, Z, 0}, {"copysign", "NK_OP_COPYSIGN", 2, 0, 1, Z, Z, 0},
+	{"maximum", "NK_OP_MAXIMUM", 2, 0, 1, Z, Z, 0}, {"minimum", "NK_OP_MINIMUM", 2, 0, 1, Z, Z, 0},
+	{"fmax", "NK_OP_FMAX", 2, 0, 1, Z, Z, 0}, {"fmin", "NK_OP_FMIN", 2, 0, 1, Z, Z, 0},
+	{"eq", "NK_OP_EQ", 2, 0, 1, Z, Z, 0}, {"ne", "NK_OP_NE", 2, 0, 1, Z, Z, 0},
+	{"lt", "NK_OP_LT", 2, 0, 1, Z, Z, 0}, {"le", "NK_OP_LE", 2, 0, 1, Z, Z, 0},
+	{"gt", "NK_OP_GT", 2, 0, 1, Z, Z, 0}, {"ge", "NK_OP_GE", 2, 0, 1, Z, Z, 0},
+	{"addcmul", "NK_OP_ADDCMUL", 4, 0, 1, 2, 3, 0}, {"addcdiv", "NK_OP_ADDCDIV", 4, 0, 1, 2, 3, 0},
+	{"lerp", "NK_OP_LERP", 3, 0, 1, 2, Z, 0},
+	{"clamp", "NK_OP_CLAMP_TENSOR", 3, 0, 1, 2, Z, 3}, {"clamp_min", "NK_OP_CLAMP_TENSOR", 2, 0, 1, Z, Z, 1},
+	{"clamp_max", "NK_OP_CLAMP_TENSOR", 2, 0, Z, 1, Z, 2},
+	{"neg", "NK_OP_NEG", 1, 0, Z, Z, Z, 0}, {"abs", "NK_OP_ABS", 1, 0, Z, Z, Z, 0},
+	{"sign", "NK_OP_SIGN", 1, 0, Z, Z, Z, 0}, {"reciprocal", "NK_OP_RECIPROCAL", 1, 0, Z, Z, Z, 0},
+	{"square", "NK_OP_SQUARE", 1, 0, Z, Z, Z, 0}, {"rsqrt", "NK_OP_RSQRT", 1, 0, Z, Z, Z, 0},
+	{"sigmoid", "NK_OP_SIGMOID", 1, 0, Z, Z, Z, 0}, {"silu", "NK_OP_SILU", 1, 0, Z, Z, Z, 0},
+	{"relu", "NK_OP_RELU", 1, 0, Z, Z, Z, 0}, {"gelu", "NK_OP_GELU", 1, 0, Z, Z, Z, 0},
+	{"gelu_tanh", "NK_OP_GELU", 1, 0, Z, Z, Z, 1}, {"frac", "NK_OP_FRAC", 1, 0, Z, Z, Z, 0},
+	{"round", "NK_OP_ROUND", 1, 0, Z, Z, Z, 0}, {"isnan", "NK_OP_ISNAN", 1, 0, Z, Z, Z, 0},
+	{"isinf", "NK_OP_ISINF", 1, 0, Z, Z, Z, 0}, {"isfinite", "NK_OP_ISFINITE", 1, 0, Z, Z, Z, 0},
+	{"sigmoid_backward", "NK_OP_SIGMOID_BACKWARD", 2, 0, 1, Z, Z, 0},
+	{"tanh_backward", "NK_OP_TANH_BACKWARD", 2, 0, 1, Z, Z, 0},
+	{"threshold_backward", "NK_OP_THRESHOLD_BACKWARD", 3, 0, 1, Z, 2, 0},
+	{"exp", "NK_OP_EXP", 1, 0, Z, Z, Z, 0}, {"exp2", "NK_OP_EXP2", 1, 0, Z, Z, Z, 0},
+	{"expm1", "NK_OP_EXPM1", 1, 0, Z, Z, Z, 0}, {"log", "NK_OP_LOG", 1, 0, Z, Z, Z, 0},
+	{"log2", "NK_OP_LOG2", 1, 0, Z, Z, Z, 0}, {"log10", "NK_OP_LOG10", 1, 0, Z, Z, Z, 0},
+	{"log1p", "NK_OP_LOG1P", 1, 0, Z, Z, Z, 0}, {"sqrt", "NK_OP_SQRT", 1, 0, Z, Z, Z, 0},
+	{"sin", "NK_OP_SIN", 1, 0, Z, Z, Z, 0}, {"cos", "NK_OP_COS", 1, 0, Z, Z, Z, 0},
+	{"tan", "NK_OP_TAN", 1, 0, Z, Z, Z, 0}, {"asin", "NK_OP_ASIN", 1, 0, Z, Z, Z, 0},
+	{"acos", "NK_OP_ACOS", 1, 0, Z, Z, Z, 0}, {"atan", "NK_OP_ATAN", 1, 0, Z, Z, Z, 0},
+	{"sinh", "NK_OP_SINH", 1, 0, Z, Z, Z, 0}, {"cosh", "NK_OP_COSH", 1, 0, Z, Z, Z, 0},
+	{"tanh", "NK_OP_TANH", 1, 0, Z, Z, Z, 0}, {"asinh", "NK_OP_ASINH", 1, 0, Z, Z, Z, 0},
+	{"acosh", "NK_OP_ACOSH", 1, 0, Z, Z, Z, 0}, {"atanh", "NK_OP_ATANH", 1, 0, Z, Z, Z, 0},
+	{"erf", "NK_OP_ERF", 1, 0, Z, Z, Z, 0}, {"erfc", "NK_OP_ERFC", 1, 0, Z, Z, Z, 0},
+	{"floor", "NK_OP_FLOOR", 1, 0, Z, Z, Z, 0}, {"ceil", "NK_OP_CEIL", 1, 0, Z, Z, Z, 0},
+	{"trunc", "NK_OP_TRUNC", 1, 0, Z, Z, Z, 0},
+};
 
-static int emit_op(kc_t *k, char *out, size_t n, const nc_node_t *m, char a[][NC_EXPR], int na)
+static const pw_formula_t *formula(const char *op)
+{
+	for (size_t i = 0; i < sizeof formulas / sizeof formulas[0]; i++)
+		if (!strcmp(formulas[i].name, op))
+			return &formulas[i];
+	return NULL;
+}
+
+static const char *arg(char a[][NC_EXPR], int i, const char *T, char *buf, size_t n)
+{
+	if (i >= 0)
+		return a[i];
+	fmt(buf, n, "(%s)%d", T, i == I ? 1 : 0);
+	return buf;
+}
+
+/* both operands of m are tensors of m's (reduced) compute dtype */
+static bool reduced_tensors(const kc_t *k, const nc_node_t *m)
+{
+	for (int i = 0; i < 2; i++)
+		if (i >= m->nin || m->ins[i].kind != 'v' || m->ins[i].v < 0 || k->g->v[m->ins[i].v].dtype != m->cdtype)
+			return false;
+	return true;
+}
+
+static int emit_float_op(kc_t *k, char *out, size_t n, const nc_node_t *m, char a[][NC_EXPR], int na)
+{
+	const pw_formula_t *f = formula(m->op);
+	if (!f)
+		return nc_fail(k->g, NC_ERR_INVALID, "node %d: unknown pointwise op '%s'", m->id, m->op);
+	if (na < f->nin)
+		return nc_fail(k->g, NC_ERR_INVALID, "node %d: %s needs %d operands", m->id, m->op, f->nin);
+	const char *T = ctype(m->cdtype);
+	char bx[16], by[16], bz[16], ba[16];
+	if (!strcmp(m->op, "div_trunc") && (m->cdtype == NC_BF16 || m->cdtype == NC_F16) && reduced_tensors(k, m)) {
+		/* as the eager kernel (pointwise.c round_q, aten's vectorized CPU loop): two bf16/f16 tensors
+		 * give trunc of the quotient rounded to the dtype */
+		fmt(out, n, "pwf_scalar(NK_OP_TRUNC, %s(pwf_scalar(NK_OP_DIV, %s, %s, 0, 0, 0, 0, 0)), 0, 0, 0, 0, 0, 0)",
+		    m->cdtype == NC_BF16 ? "nc_rbf" : "nc_rh", a[0], a[1]);
+		return 0;
+	}
+	fmt(out, n, "%s_scalar(%s, %s, %s, %s, %s, (%s)0, 0, %d)", is_double(m->cdtype) ? "pwd" : "pwf", f->nk,
+	    arg(a, f->x, T, bx, sizeof bx), arg(a, f->y, T, by, sizeof by), arg(a, f->z, T, bz, sizeof bz),
+	    arg(a, f->a, T, ba, sizeof ba), T, f->ia);
+	return 0;
+}
+
+/* Integer and bool compute types: C's operators with ATen's integer semantics (nc_program.h). */
+static int emit_int_op(kc_t *k, char *out, size_t n, const nc_node_t *m, char a[][NC_EXPR], int na)
 {
 	const char *op = m->op;
 	int cd = m->cdtype;
-	bool fl = nc_dtype_is_float(cd);
-	const char *T = ctype(cd), *f = fsuf(cd);
+	const char *T = ctype(cd);
 #define OP(name) (!strcmp(op, name))
 #define ARGS(c) if (na < (c)) return nc_fail(k->g, NC_ERR_INVALID, "node %d: %s needs %d operands", m->id, op, c)
-	if (OP("copy")) { ARGS(1); fmt(out, n, "%s", a[0]); }
-	else if (OP("full")) { ARGS(1); fmt(out, n, "%s", a[0]); }
-	else if (OP("add")) { ARGS(2); fmt(out, n, "(%s + %s)", a[0], a[1]); }
+	if (OP("add")) { ARGS(2); fmt(out, n, "(%s + %s)", a[0], a[1]); }
 	else if (OP("sub")) { ARGS(2); fmt(out, n, "(%s - %s)", a[0], a[1]); }
 	else if (OP("add_alpha")) { ARGS(3); fmt(out, n, "(%s + %s * %s)", a[0], a[2], a[1]); }
 	else if (OP("sub_alpha")) { ARGS(3); fmt(out, n, "(%s - %s * %s)", a[0], a[2], a[1]); }
 	else if (OP("rsub_alpha")) { ARGS(3); fmt(out, n, "(%s - %s * %s)", a[1], a[2], a[0]); }
 	else if (OP("mul")) { ARGS(2); fmt(out, n, "(%s * %s)", a[0], a[1]); }
-	else if (OP("div")) { ARGS(2); fmt(out, n, fl ? "(%s / %s)" : "nc_idiv_trunc(%s, %s)", a[0], a[1]); }
-	else if (OP("div_trunc")) { ARGS(2); if (fl) fmt(out, n, "trunc%s(%s / %s)", f, a[0], a[1]); else fmt(out, n, "nc_idiv_trunc(%s, %s)", a[0], a[1]); }
-	else if (OP("div_floor")) { ARGS(2); if (fl) fmt(out, n, "floor%s(%s / %s)", f, a[0], a[1]); else fmt(out, n, "nc_idiv_floor(%s, %s)", a[0], a[1]); }
-	else if (OP("remainder")) { ARGS(2); fmt(out, n, fl ? (is_double(cd) ? "nc_rem(%s, %s)" : "nc_remf(%s, %s)") : "nc_irem(%s, %s)", a[0], a[1]); }
-	else if (OP("fmod")) { ARGS(2); if (fl) fmt(out, n, "fmod%s(%s, %s)", f, a[0], a[1]); else fmt(out, n, "nc_ifmod(%s, %s)", a[0], a[1]); }
-	else if (OP("pow")) { ARGS(2); if (fl) fmt(out, n, "pow%s(%s, %s)", f, a[0], a[1]); else fmt(out, n, "nc_ipow(%s, %s)", a[0], a[1]); }
-	else if (OP("atan2")) { ARGS(2); fmt(out, n, "atan2%s(%s, %s)", f, a[0], a[1]); }
-	else if (OP("hypot")) { ARGS(2); fmt(out, n, "hypot%s(%s, %s)", f, a[0], a[1]); }
-	else if (OP("copysign")) { ARGS(2); fmt(out, n, "copysign%s(%s, %s)", f, a[0], a[1]); }
-	else if (OP("maximum")) { ARGS(2); fmt(out, n, fl ? "((%1$s > %2$s || %1$s != %1$s) ? %1$s : %2$s)" : "(%1$s > %2$s ? %1$s : %2$s)", a[0], a[1]); }
-	else if (OP("minimum")) { ARGS(2); fmt(out, n, fl ? "((%1$s < %2$s || %1$s != %1$s) ? %1$s : %2$s)" : "(%1$s < %2$s ? %1$s : %2$s)", a[0], a[1]); }
-	else if (OP("fmax")) { ARGS(2); fmt(out, n, fl ? "fmax%3$s(%1$s, %2$s)" : "(%1$s > %2$s ? %1$s : %2$s)", a[0], a[1], f); }
-	else if (OP("fmin")) { ARGS(2); fmt(out, n, fl ? "fmin%3$s(%1$s, %2$s)" : "(%1$s < %2$s ? %1$s : %2$s)", a[0], a[1], f); }
+	else if (OP("div") || OP("div_trunc")) { ARGS(2); fmt(out, n, "nc_idiv_trunc(%s, %s)", a[0], a[1]); }
+	else if (OP("div_floor")) { ARGS(2); fmt(out, n, "nc_idiv_floor(%s, %s)", a[0], a[1]); }
+	else if (OP("remainder")) { ARGS(2); fmt(out, n, "nc_irem(%s, %s)", a[0], a[1]); }
+	else if (OP("fmod")) { ARGS(2); fmt(out, n, "nc_ifmod(%s, %s)", a[0], a[1]); }
+	else if (OP("pow")) { ARGS(2); fmt(out, n, "nc_ipow(%s, %s)", a[0], a[1]); }
+	else if (OP("maximum") || OP("fmax")) { ARGS(2); fmt(out, n, "(%1$s > %2$s ? %1$s : %2$s)", a[0], a[1]); }
+	else if (OP("minimum") || OP("fmin")) { ARGS(2); fmt(out, n, "(%1$s < %2$s ? %1$s : %2$s)", a[0], a[1]); }
 	else if (OP("eq")) { ARGS(2); fmt(out, n, "(%s == %s)", a[0], a[1]); }
 	else if (OP("ne")) { ARGS(2); fmt(out, n, "(%s != %s)", a[0], a[1]); }
 	else if (OP("lt")) { ARGS(2); fmt(out, n, "(%s < %s)", a[0], a[1]); }
 	else if (OP("le")) { ARGS(2); fmt(out, n, "(%s <= %s)", a[0], a[1]); }
 	else if (OP("gt")) { ARGS(2); fmt(out, n, "(%s > %s)", a[0], a[1]); }
 	else if (OP("ge")) { ARGS(2); fmt(out, n, "(%s >= %s)", a[0], a[1]); }
-	else if (OP("logical_and")) { ARGS(2); fmt(out, n, "(%s & %s)", a[0], a[1]); }
-	else if (OP("logical_or")) { ARGS(2); fmt(out, n, "(%s | %s)", a[0], a[1]); }
-	else if (OP("logical_xor")) { ARGS(2); fmt(out, n, "(%s ^ %s)", a[0], a[1]); }
-	else if (OP("logical_not")) { ARGS(1); fmt(out, n, "(!%s)", a[0]); }
-	else if (OP("bitwise_and")) { ARGS(2); fmt(out, n, "(%s & %s)", a[0], a[1]); }
-	else if (OP("bitwise_or")) { ARGS(2); fmt(out, n, "(%s | %s)", a[0], a[1]); }
-	else if (OP("bitwise_xor")) { ARGS(2); fmt(out, n, "(%s ^ %s)", a[0], a[1]); }
-	else if (OP("bitwise_not")) { ARGS(1); fmt(out, n, cd == NC_BOOL ? "(!%s)" : "(~%s)", a[0]); }
 	else if (OP("addcmul")) { ARGS(4); fmt(out, n, "(%s + %s * %s * %s)", a[0], a[3], a[1], a[2]); }
-	else if (OP("addcdiv")) { ARGS(4); fmt(out, n, "(%s + %s * %s / %s)", a[0], a[3], a[1], a[2]); }
-	else if (OP("lerp")) { ARGS(3); fmt(out, n, "(%1$s + %3$s * (%2$s - %1$s))", a[0], a[1], a[2]); }
-	else if (OP("where")) { ARGS(3); fmt(out, n, "(%s ? %s : %s)", a[0], a[1], a[2]); }
 	else if (OP("clamp")) { ARGS(3); fmt(out, n, "({ %1$s t_ = %2$s < %3$s ? %3$s : %2$s; t_ > %4$s ? %4$s : t_; })", T, a[0], a[1], a[2]); }
 	else if (OP("clamp_min")) { ARGS(2); fmt(out, n, "(%1$s < %2$s ? %2$s : %1$s)", a[0], a[1]); }
 	else if (OP("clamp_max")) { ARGS(2); fmt(out, n, "(%1$s > %2$s ? %2$s : %1$s)", a[0], a[1]); }
 	else if (OP("neg")) { ARGS(1); fmt(out, n, "(-%s)", a[0]); }
-	else if (OP("abs")) { ARGS(1); fmt(out, n, fl ? "fabs%2$s(%1$s)" : "(%1$s < 0 ? -%1$s : %1$s)", a[0], f); }
+	else if (OP("abs")) { ARGS(1); fmt(out, n, "(%1$s < 0 ? -%1$s : %1$s)", a[0]); }
 	else if (OP("sign")) { ARGS(1); fmt(out, n, "(%1$s > 0 ? (%2$s)1 : (%1$s < 0 ? (%2$s)-1 : %1$s))", a[0], T); }
-	else if (OP("reciprocal")) { ARGS(1); fmt(out, n, "((%s)1 / %s)", T, a[0]); }
 	else if (OP("square")) { ARGS(1); fmt(out, n, "(%1$s * %1$s)", a[0]); }
-	else if (OP("rsqrt")) { ARGS(1); fmt(out, n, "((%s)1 / sqrt%s(%s))", T, f, a[0]); }
-	else if (OP("sigmoid")) { ARGS(1); fmt(out, n, "((%1$s)1 / ((%1$s)1 + exp%2$s(-%3$s)))", T, f, a[0]); }
-	else if (OP("silu")) { ARGS(1); fmt(out, n, "(%3$s / ((%1$s)1 + exp%2$s(-%3$s)))", T, f, a[0]); }
 	else if (OP("relu")) { ARGS(1); fmt(out, n, "(%1$s < 0 ? (%2$s)0 : %1$s)", a[0], T); }
-	else if (OP("gelu")) { ARGS(1); fmt(out, n, "((%1$s)0.5 * %3$s * ((%1$s)1 + erf%2$s(%3$s * (%1$s)0.70710678118654752440)))", T, f, a[0]); }
-	else if (OP("gelu_tanh")) { ARGS(1); fmt(out, n, "((%1$s)0.5 * %3$s * ((%1$s)1 + tanh%2$s((%1$s)0.79788456080286535588 * (%3$s + (%1$s)0.044715 * %3$s * %3$s * %3$s))))", T, f, a[0]); }
-	else if (OP("frac")) { ARGS(1); fmt(out, n, "(%1$s - trunc%2$s(%1$s))", a[0], f); }
-	else if (OP("round")) { ARGS(1); fmt(out, n, "nearbyint%s(%s)", f, a[0]); }
-	else if (OP("isnan")) { ARGS(1); fmt(out, n, fl ? "(%1$s != %1$s)" : "0", a[0]); }
-	else if (OP("isinf")) { ARGS(1); fmt(out, n, fl ? "(fabs%2$s(%1$s) == INFINITY)" : "0", a[0], f); }
-	else if (OP("isfinite")) { ARGS(1); fmt(out, n, fl ? "(fabs%2$s(%1$s) < INFINITY)" : "1", a[0], f); }
-	else if (OP("sigmoid_backward")) { ARGS(2); fmt(out, n, "(%1$s * ((%3$s)1 - %2$s) * %2$s)", a[0], a[1], T); }
-	else if (OP("tanh_backward")) { ARGS(2); fmt(out, n, "(%1$s * ((%3$s)1 - %2$s * %2$s))", a[0], a[1], T); }
+	else if (OP("floor") || OP("ceil") || OP("trunc") || OP("round")) { ARGS(1); fmt(out, n, "%s", a[0]); }
+	else if (OP("isnan") || OP("isinf")) { ARGS(1); fmt(out, n, "0"); }
+	else if (OP("isfinite")) { ARGS(1); fmt(out, n, "1"); }
 	else if (OP("threshold_backward")) { ARGS(3); fmt(out, n, "(%2$s <= %3$s ? (%4$s)0 : %1$s)", a[0], a[1], a[2], T); }
+	else return nc_fail(k->g, NC_ERR_INVALID, "node %d: pointwise op '%s' on %s", m->id, op, nc_dtype_name(cd));
+#undef OP
+#undef ARGS
+	return 0;
+}
+
+static int emit_op(kc_t *k, char *out, size_t n, const nc_node_t *m, char a[][NC_EXPR], int na)
+{
+	const char *op = m->op;
+	int cd = m->cdtype;
+	const char *T = ctype(cd);
+#define OP(name) (!strcmp(op, name))
+#define ARGS(c) if (na < (c)) return nc_fail(k->g, NC_ERR_INVALID, "node %d: %s needs %d operands", m->id, op, c)
+	/* not arithmetic: values, selection, logic, bits and the index */
+	if (OP("copy") || OP("full")) { ARGS(1); fmt(out, n, "%s", a[0]); }
+	else if (OP("where")) { ARGS(3); fmt(out, n, "(%s ? %s : %s)", a[0], a[1], a[2]); }
+	else if (OP("logical_and") || OP("bitwise_and")) { ARGS(2); fmt(out, n, "(%s & %s)", a[0], a[1]); }
+	else if (OP("logical_or") || OP("bitwise_or")) { ARGS(2); fmt(out, n, "(%s | %s)", a[0], a[1]); }
+	else if (OP("logical_xor") || OP("bitwise_xor")) { ARGS(2); fmt(out, n, "(%s ^ %s)", a[0], a[1]); }
+	else if (OP("logical_not")) { ARGS(1); fmt(out, n, "(!%s)", a[0]); }
+	else if (OP("bitwise_not")) { ARGS(1); fmt(out, n, cd == NC_BOOL ? "(!%s)" : "(~%s)", a[0]); }
 	else if (OP("arange")) { ARGS(2); fmt(out, n, "(%s + %s * (%s)(%s * L + j))", a[0], a[1], T, k->ridx); }
-	else {
-		static const char *const unary[] = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos",
-						    "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-						    "erf", "erfc", "floor", "ceil", "trunc", NULL};
-		for (int i = 0; unary[i]; i++)
-			if (OP(unary[i])) {
-				ARGS(1);
-				if (!fl && (OP("floor") || OP("ceil") || OP("trunc")))
-					fmt(out, n, "%s", a[0]);
-				else
-					fmt(out, n, "%s%s(%s)", unary[i], f, a[0]);
-				return 0;
-			}
-		return nc_fail(k->g, NC_ERR_INVALID, "node %d: unknown pointwise op '%s'", m->id, op);
-	}
+	else if (nc_dtype_is_float(cd))
+		return emit_float_op(k, out, n, m, a, na);
+	else
+		return emit_int_op(k, out, n, m, a, na);
 #undef OP
 #undef ARGS
 	return 0;

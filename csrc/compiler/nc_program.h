@@ -206,4 +206,23 @@ static inline int64_t nc_span(int rank, const int64_t *size, const int64_t *stri
 	return (last + 1) * esize;
 }
 
+/* The scalar formula of every pointwise op, shared with the eager kernels (after the libmvec
+ * declarations above, which its calls use): pwf_scalar (float: f32, bf16, f16) and pwd_scalar (f64),
+ * always inlined so that a call with a constant op folds to that op's formula. */
+#define PW_SCALAR_INLINE static inline __attribute__((always_inline, unused))
+#define PW_T float
+#define PW_M(fn) fn##f
+#define PW_NAME(x) pwf_##x
+#include "pointwise_scalar.inc"
+#undef PW_T
+#undef PW_M
+#undef PW_NAME
+#define PW_T double
+#define PW_M(fn) fn
+#define PW_NAME(x) pwd_##x
+#include "pointwise_scalar.inc"
+#undef PW_T
+#undef PW_M
+#undef PW_NAME
+
 #endif /* NC_PROGRAM_H */

@@ -6,7 +6,8 @@ an exact expectation:
 - graphs the compiler rejected: a reduction over a constant, a graph returning one value twice;
 - a graph the compiler cannot take runs op by op with one warning naming the reason, never raises;
 - generated float sums and means accumulate in double like the eager kernels (64M / 32M elements);
-- cache entries are checked against their key, their .so's hash and its ELF extent before dlopen.
+- cache entries are checked against their key, their .so's hash and its ELF extent before dlopen;
+- a clamp with a NaN bound (scalar or tensor) gives NaN, as CPU (the compiled clamp ignored it).
 """
 import json
 import os
@@ -318,3 +319,26 @@ def test_program_the_c_compiler_rejects_runs_op_by_op(tmp_path, monkeypatch):
     ours = [str(w.message) for w in ws if "op by op" in str(w.message)]
     assert len(ours) == 1 and "bad program" in ours[0], ours
 
+
+
+# ---- issue 16 leftover: a clamp with a NaN bound ---------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_clamp_with_nan_bounds_gives_nan_as_cpu(dtype):
+    # the compiled clamp compared `x < lo ? lo : x`, so a NaN bound was ignored; ATen's CPU clamp (and the
+    # eager kernel) gives NaN wherever a bound is NaN, for scalar and for tensor bounds
+    nan = float("nan")
+    x = torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0, nan, float("inf"), -float("inf")], dtype=dtype)
+    lo = torch.tensor([-1.0, nan, -1.0, nan, -1.0, -1.0, nan, 0.0], dtype=dtype)
+    hi = torch.tensor([1.0, 1.0, nan, nan, 1.0, 1.0, 1.0, nan], dtype=dtype)
+
+    def f(x, lo, hi):
+        return (torch.clamp(x, min=nan), torch.clamp(x, max=nan), torch.clamp(x, nan, 1.0),
+                torch.clamp(x, min=lo), torch.clamp(x, max=hi), torch.clamp(x, lo, hi), x.clamp_min(lo) * 2)
+
+    want = f(x, lo, hi)
+    before = len(_compiled_graphs())
+    got = torch.compile(f, backend="neuron")(*(t.to("neuron") for t in (x, lo, hi)))
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True, rtol=0, atol=0)
+    assert all(g["compiled"] for g in _compiled_graphs()[before:])

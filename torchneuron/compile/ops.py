@@ -222,6 +222,10 @@ LIBRARY = {
 # one kernel (their decompositions contain scatter/index_put, which would run eagerly).
 KEEP_UNDECOMPOSED = [
     "embedding_dense_backward", "nll_loss_forward", "nll_loss_backward", "native_layer_norm_backward",
+    # pointwise ops whose decompositions compute in another order than ATen's CPU kernels (addcdiv:
+    # x + v * (y / z) for x + v * y / z; sigmoid_backward: g * (y * (1 - y)) in f32 for g * (1 - y) * y,
+    # which overflows earlier): the compiler emits the eager kernels' own formula for them
+    "addcmul", "addcdiv", "sigmoid_backward", "tanh_backward",
 ]
 
 

@@ -444,9 +444,10 @@ def serialize(gm, example_inputs=None, inplace=True, scalars=True):
             if spec is not None:
                 op, operands, ck = spec
                 cd = _compute_dtype(S, node, operands, ck, m)
-                if cd in ("bf16", "f16") and op not in ("mul", "div", "full"):
+                if cd in ("bf16", "f16") and op not in ("mul", "div", "full", "addcmul", "addcdiv"):
                     # like ATen's CPU kernels: a scalar operand is cast to the reduced dtype, except
-                    # for mul/div (computed with the scalar at float precision) and alpha
+                    # for mul/div (computed with the scalar at float precision), alpha and the value
+                    # of addcmul/addcdiv (opmath scalars, as the eager kernels take them)
                     tdt = torch.bfloat16 if cd == "bf16" else torch.float16
                     operands = [float(torch.tensor(x, dtype=tdt)) if isinstance(x, (int, float))
                                 and not isinstance(x, bool) and not (op.endswith("_alpha") and i == 2) else x

@@ -39,7 +39,13 @@ import warnings
 
 log = logging.getLogger("torchneuron.compile")
 
-CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno"]
+# -ffp-contract=off: no fused multiply-adds the eager kernels do not use either (pointwise ops share
+# their formulas with them bit for bit, csrc/kernels/pointwise_scalar.inc)
+CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno", "-ffp-contract=off"]
+if os.environ.get("NEURON_COMPILE_SCALAR_LIBM", "0") not in ("", "0"):
+    # the scalar libm, as the eager scalar kernels call it, instead of libmvec's vector variants
+    # (a few ulp apart): compiled pointwise ops then equal eager NEURON_KERNELS=portable bit for bit
+    CFLAGS.append("-DNC_SCALAR_LIBM")
 LIBS = ["-lmvec", "-lm"]
 _lock = threading.Lock()
 _warned = set()
