@@ -503,3 +503,34 @@ int ncl_barrier(ncl_comm_t *c, ncl_call_t call)
 
 	return rc ? rc : run_rounds(&r, &a, 0, NULL, NULL);
 }
+
+int ncl_split_counts(const int64_t *splits, size_t nsplits, int64_t dim0, int64_t row, int nranks,
+		     const char *which, size_t *counts)
+{
+	int64_t sum = 0;
+
+	if (nranks < 1 || !counts || (nsplits && !splits))
+		return ncl_set_error(NCL_ERR_INVALID, "ncl all_to_all: null argument");
+	if (nsplits == 0) {
+		if (dim0 < 0 || dim0 % nranks)
+			return ncl_set_error(NCL_ERR_INVALID, "ncl all_to_all: %s dim 0 (%lld) is not divisible by the "
+					     "group size %d", which, (long long)dim0, nranks);
+		for (int p = 0; p < nranks; p++)
+			counts[p] = (size_t)(dim0 / nranks * row);
+		return NCL_OK;
+	}
+	if (nsplits != (size_t)nranks)
+		return ncl_set_error(NCL_ERR_INVALID, "ncl all_to_all: %s split sizes need %d entries, got %zu", which,
+				     nranks, nsplits);
+	for (int p = 0; p < nranks; p++) {
+		if (splits[p] < 0 || splits[p] > dim0)
+			return ncl_set_error(NCL_ERR_INVALID, "ncl all_to_all: %s split size %lld is out of range",
+					     which, (long long)splits[p]);
+		counts[p] = (size_t)(splits[p] * row);
+		sum += splits[p];
+	}
+	if (sum != dim0)
+		return ncl_set_error(NCL_ERR_INVALID, "ncl all_to_all: %s split sizes sum to %lld, dim 0 is %lld", which,
+				     (long long)sum, (long long)dim0);
+	return NCL_OK;
+}

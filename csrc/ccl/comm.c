@@ -202,8 +202,7 @@ static int comm_alloc(const char *name, int rank, int n, struct ncl_comm **out)
 		pthread_mutex_init(&c->p2p_send_lock[i], NULL);
 		pthread_mutex_init(&c->p2p_recv_lock[i], NULL);
 	}
-	pthread_mutex_init(&c->seq_lock, NULL);
-	pthread_cond_init(&c->seq_cv, NULL);
+	ncl_order_init(&c->order);
 	pthread_mutex_init(&c->broken_lock, NULL);
 	pthread_mutex_init(&c->life_lock, NULL);
 	pthread_cond_init(&c->life_cv, NULL);
@@ -587,8 +586,7 @@ void ncl_comm_destroy(ncl_comm_t *c)
 	life_stop(c);
 	if (c->linked)
 		shm_unlink(c->name);
-	pthread_mutex_destroy(&c->seq_lock);
-	pthread_cond_destroy(&c->seq_cv);
+	ncl_order_fini(&c->order);
 	pthread_mutex_destroy(&c->broken_lock);
 	pthread_mutex_destroy(&c->life_lock);
 	pthread_cond_destroy(&c->life_cv);
@@ -600,9 +598,7 @@ void ncl_comm_abort(ncl_comm_t *c)
 	if (!c)
 		return;
 	atomic_store(&c->aborted, 1);
-	pthread_mutex_lock(&c->seq_lock);
-	pthread_cond_broadcast(&c->seq_cv);
-	pthread_mutex_unlock(&c->seq_lock);
+	ncl_order_abort(&c->order);
 }
 
 int ncl_comm_rank(const ncl_comm_t *c)
@@ -623,17 +619,32 @@ int ncl_comm_peer_pid(const ncl_comm_t *c, int r)
 /* ---- sequence tickets --------------------------------------------------------------------------- */
 uint64_t ncl_comm_take_seq(ncl_comm_t *c)
 {
-	return atomic_fetch_add(&c->next_seq, 1) + 1;
+	return ncl_order_take(&c->order);
 }
 
 uint64_t ncl_comm_last_seq(const ncl_comm_t *c)
 {
-	return atomic_load(&((ncl_comm_t *)c)->next_seq);
+	return ncl_order_last(&c->order);
+}
+
+struct turn_ctx {
+	struct ncl_comm *c;
+	int kind;
+	uint64_t seq;
+};
+
+static int turn_check(void *p)
+{
+	struct turn_ctx *t = p;
+
+	return ncl_check_usable(t->c, t->kind, t->seq);
 }
 
 int ncl_coll_begin(struct ncl_comm *c, int kind, ncl_call_t *call, int64_t *deadline)
 {
-	int rc = NCL_OK;
+	char what[64];
+	struct turn_ctx t;
+	int rc;
 
 	if (!c)
 		return ncl_set_error(NCL_ERR_INVALID, "ncl %s: null communicator", ncl_kind_name(kind));
@@ -643,29 +654,9 @@ int ncl_coll_begin(struct ncl_comm *c, int kind, ncl_call_t *call, int64_t *dead
 	if (call->seq == 0)
 		call->seq = ncl_comm_take_seq(c);
 	*deadline = ncl_now_ms() + call->timeout_ms;
-	pthread_mutex_lock(&c->seq_lock);
-	while (atomic_load(&c->done_seq) + 1 != call->seq) {
-		struct timespec ts;
-		int64_t left = *deadline - ncl_now_ms();
-
-		rc = ncl_check_usable(c, kind, call->seq);
-		if (rc)
-			break;
-		if (left <= 0) {
-			rc = ncl_set_error(NCL_ERR_TIMEOUT, "ncl %s (seq %llu): timed out after %lld ms waiting for "
-					   "collective seq %llu of this process to run first", ncl_kind_name(kind),
-					   (unsigned long long)call->seq, (long long)call->timeout_ms,
-					   (unsigned long long)atomic_load(&c->done_seq) + 1);
-			break;
-		}
-		clock_gettime(CLOCK_REALTIME, &ts);
-		left = left > 5 ? 5 : left;
-		ts.tv_nsec += (long)(left * 1000000);
-		ts.tv_sec += ts.tv_nsec / 1000000000;
-		ts.tv_nsec %= 1000000000;
-		pthread_cond_timedwait(&c->seq_cv, &c->seq_lock, &ts);
-	}
-	pthread_mutex_unlock(&c->seq_lock);
+	t = (struct turn_ctx){ c, kind, call->seq };
+	snprintf(what, sizeof what, "ncl %s", ncl_kind_name(kind));
+	rc = ncl_order_turn(&c->order, call->seq, *deadline, turn_check, &t, what);
 	if (rc)
 		return ncl_fail(c, rc);
 	rc = ncl_check_usable(c, kind, call->seq);
@@ -682,9 +673,6 @@ int ncl_coll_end(struct ncl_comm *c, uint64_t seq, int status)
 {
 	if (status)
 		ncl_fail(c, status);
-	pthread_mutex_lock(&c->seq_lock);
-	atomic_store(&c->done_seq, seq);
-	pthread_cond_broadcast(&c->seq_cv);
-	pthread_mutex_unlock(&c->seq_lock);
+	ncl_order_done(&c->order, seq);
 	return status;
 }

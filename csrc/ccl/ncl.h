@@ -102,6 +102,31 @@ typedef struct {
 /* Test hook: the process id stored for rank r in the segment. */
 int ncl_comm_peer_pid(const ncl_comm_t *c, int r);
 
+/* Process-local ticket order without a communicator (the glue's Gloo transport): tickets from 1;
+ * ncl_order_wait returns once every lower ticket is done, NCL_ERR_TIMEOUT after timeout_ms, or
+ * NCL_ERR_ABORTED after ncl_order_abort; `what` starts the error message. */
+typedef struct ncl_order ncl_order_t;
+int ncl_order_create(ncl_order_t **out);
+void ncl_order_destroy(ncl_order_t *o); /* o may be NULL */
+uint64_t ncl_order_take(ncl_order_t *o);
+uint64_t ncl_order_last(const ncl_order_t *o);
+int ncl_order_wait(ncl_order_t *o, uint64_t seq, int64_t timeout_ms, const char *what);
+void ncl_order_done(ncl_order_t *o, uint64_t seq);
+void ncl_order_abort(ncl_order_t *o);
+
+/* A thread (started at the first submit) that runs jobs one at a time in submission order;
+ * ncl_worker_destroy runs the jobs still queued, then joins it.  w may be NULL for destroy. */
+typedef struct ncl_worker ncl_worker_t;
+int ncl_worker_create(ncl_worker_t **out);
+int ncl_worker_submit(ncl_worker_t *w, void (*fn)(void *), void *arg);
+void ncl_worker_destroy(ncl_worker_t *w);
+
+/* Elements per rank of an all_to_all buffer whose dim 0 has dim0 rows of row elements: splits[p] rows
+ * each (nsplits == nranks; they must sum to dim0), or with nsplits == 0 dim0 / nranks rows each (dim0
+ * must divide).  which names the buffer in the error. */
+int ncl_split_counts(const int64_t *splits, size_t nsplits, int64_t dim0, int64_t row, int nranks,
+		     const char *which, size_t *counts);
+
 /* ---- collectives ------------------------------------------------------------------------------ */
 /* recv may equal send (in place).  count is in elements. */
 int ncl_all_reduce(ncl_comm_t *c, const void *send, void *recv, size_t count, ncl_dtype_t dt,

@@ -72,6 +72,20 @@ enum ncl_kind {
 	NCL_K_COUNT
 };
 
+/* order.c: tickets, and which ran last */
+struct ncl_order {
+	atomic_uint_fast64_t next; /* last ticket taken */
+	atomic_uint_fast64_t done; /* highest ticket that ran (or failed) */
+	atomic_int aborted;
+	pthread_mutex_t lock;      /* cv */
+	pthread_cond_t cv;
+};
+void ncl_order_init(struct ncl_order *o);
+void ncl_order_fini(struct ncl_order *o);
+/* Waits until every ticket below seq is done, or check(ctx) fails, or abort, or the deadline (ms). */
+int ncl_order_turn(struct ncl_order *o, uint64_t seq, int64_t deadline, int (*check)(void *), void *ctx,
+		   const char *what);
+
 struct ncl_comm {
 	char name[NCL_NAME_MAX];
 	int rank, nranks;
@@ -91,11 +105,7 @@ struct ncl_comm {
 	pthread_mutex_t *p2p_send_lock, *p2p_recv_lock; /* per peer: one message at a time */
 	bool *dead;                 /* per peer: seen dead (we then hold its life mutex) */
 
-	/* sequence tickets: collectives run in ticket order within the process */
-	atomic_uint_fast64_t next_seq; /* last ticket taken */
-	atomic_uint_fast64_t done_seq; /* last ticket that ran (or failed) */
-	pthread_mutex_t seq_lock;      /* done_cv */
-	pthread_cond_t seq_cv;
+	struct ncl_order order;        /* collectives run in ticket order within the process */
 	pthread_mutex_t call_lock;     /* one collective at a time (the ticket holder) */
 
 	atomic_int aborted;

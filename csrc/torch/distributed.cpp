@@ -340,6 +340,8 @@ class NeuronBackend : public c10d::Backend {
 		: c10d::Backend(rank, size), timeout_(timeout), group_name_(std::move(group_name)), gloo_(std::move(gloo))
 	{
 		TORCH_CHECK(gloo_, "neuron backend: no gloo backend given");
+		if (ncl_order_create(&gloo_order_))
+			raise_dist(std::string("neuron backend: ") + ncl_last_error());
 		completer_ = std::thread([this] { completion_loop(); });
 	}
 
@@ -402,14 +404,16 @@ class NeuronBackend : public c10d::Backend {
 	void setSequenceNumberForGroup() override {} // every rank starts at 0
 	uint64_t getSequenceNumberForGroup() override
 	{
-		return comm_ ? ncl_comm_last_seq(comm_) : gloo_seq_.load();
+		return comm_ ? ncl_comm_last_seq(comm_) : ncl_order_last(gloo_order_);
 	}
 	void abort() override
 	{
 		if (comm_)
 			ncl_comm_abort(comm_);
-		if (gloo_)
+		if (gloo_) {
+			ncl_order_abort(gloo_order_);
 			gloo_->abort();
+		}
 	}
 	c10d::ErrorType getError() override
 	{
@@ -434,16 +438,13 @@ class NeuronBackend : public c10d::Backend {
 				completer_.join();
 			}
 		}
-		{
-			std::lock_guard<std::mutex> g(send_mu_);
-			send_stop_ = true;
-		}
-		send_cv_.notify_all();
-		if (sender_.joinable())
-			sender_.join();
+		ncl_worker_destroy(sender_); // runs the sends still queued (each bounded by its timeout)
+		sender_ = nullptr;
 		ncl_comm_destroy(comm_);
 		comm_ = nullptr;
 		gloo_.reset();
+		ncl_order_destroy(gloo_order_);
+		gloo_order_ = nullptr;
 	}
 
 	// ---- collectives ------------------------------------------------------------------------------
@@ -676,25 +677,10 @@ class NeuronBackend : public c10d::Backend {
 		TORCH_CHECK(output.scalar_type() == input.scalar_type(), "neuron backend: alltoall_base: dtypes differ");
 		auto counts = [&](const at::Tensor &t, const std::vector<int64_t> &splits, const char *which) {
 			std::vector<size_t> c((size_t)size_);
-			int64_t row = t.dim() ? t.numel() / std::max<int64_t>(t.size(0), 1) : 1;
-			if (splits.empty()) {
-				TORCH_CHECK(t.dim() >= 1 && t.size(0) % size_ == 0, "neuron backend: alltoall_base: ",
-					    which, " dim 0 (", t.dim() ? t.size(0) : 0, ") is not divisible by the group size ",
-					    size_);
-				for (auto &x : c)
-					x = (size_t)(t.numel() / size_);
-			} else {
-				TORCH_CHECK((int)splits.size() == size_, "neuron backend: alltoall_base: ", which,
-					    " split sizes need ", size_, " entries");
-				int64_t sum = 0;
-				for (int p = 0; p < size_; p++) {
-					TORCH_CHECK(splits[p] >= 0, "neuron backend: alltoall_base: negative split size");
-					c[p] = (size_t)(splits[p] * row);
-					sum += splits[p];
-				}
-				TORCH_CHECK(t.dim() >= 1 && sum == t.size(0), "neuron backend: alltoall_base: ", which,
-					    " split sizes sum to ", sum, ", dim 0 is ", t.dim() ? t.size(0) : 0);
-			}
+			int64_t dim0 = t.dim() ? t.size(0) : 0, row = t.dim() ? t.numel() / std::max<int64_t>(dim0, 1) : 1;
+			TORCH_CHECK(t.dim() >= 1 && ncl_split_counts(splits.data(), splits.size(), dim0, row, size_, which,
+								     c.data()) == 0,
+				    "neuron backend: alltoall_base: ", t.dim() ? ncl_last_error() : "a 0-dim tensor");
 			return c;
 		};
 		std::vector<size_t> sc = counts(input, inputSplits, "input"), rc = counts(output, outputSplits, "output");
@@ -850,16 +836,10 @@ class NeuronBackend : public c10d::Backend {
 	std::map<std::string, c10::weak_intrusive_ptr<c10d::Backend>> splits_;
 
 	c10::intrusive_ptr<c10d::Backend> gloo_;
-	std::atomic<uint64_t> gloo_seq_{0};
-	std::mutex turn_mu_;
-	std::condition_variable turn_cv_;
-	uint64_t gloo_done_ = 0; // the Gloo calls run in ticket order, as the ncl ones do
+	ncl_order_t *gloo_order_ = nullptr; // the Gloo calls run in ticket order, as the ncl ones do
 
-	std::mutex send_mu_;
-	std::condition_variable send_cv_;
-	std::deque<OpState *> sends_; // each kept alive by its Work, which the completion thread holds
-	bool send_stop_ = false;
-	std::thread sender_;
+	std::mutex send_mu_;            // sender_'s creation
+	ncl_worker_t *sender_ = nullptr; // runs the sends; each OpState kept alive by its Work
 
 	std::mutex mu_;
 	std::condition_variable cv_;
@@ -927,7 +907,7 @@ class NeuronBackend : public c10d::Backend {
 		std::vector<ncl_call_t> calls(n);
 		for (auto &c : calls) {
 			c.timeout_ms = std::max<int64_t>(effective(t).count(), 1);
-			c.seq = comm_ ? ncl_comm_take_seq(comm_) : ++gloo_seq_;
+			c.seq = comm_ ? ncl_comm_take_seq(comm_) : ncl_order_take(gloo_order_);
 		}
 		return calls;
 	}
@@ -1142,25 +1122,13 @@ class NeuronBackend : public c10d::Backend {
 		uint64_t seq = calls[0].seq;
 		int64_t tmo = calls[0].timeout_ms;
 		return enqueue(type, title, std::move(inputs), std::move(outputs), calls, [=, this] {
-			{
-				std::unique_lock<std::mutex> lk(turn_mu_);
-				if (!turn_cv_.wait_for(lk, ms(tmo), [&] { return gloo_done_ + 1 >= seq; }))
-					throw std::runtime_error("neuron backend (gloo transport), collective seq " +
-								 std::to_string(seq) + ": timed out waiting for the collective "
-								 "issued before it");
-			}
-			struct Done {
-				NeuronBackend *b;
+			if (ncl_order_wait(gloo_order_, seq, tmo, "neuron backend (gloo transport)"))
+				throw std::runtime_error(ncl_last_error());
+			struct Done { // the next collective's turn, however this one ends
+				ncl_order_t *o;
 				uint64_t seq;
-				~Done()
-				{
-					{
-						std::lock_guard<std::mutex> g(b->turn_mu_);
-						b->gloo_done_ = std::max(b->gloo_done_, seq);
-					}
-					b->turn_cv_.notify_all();
-				}
-			} done{this, seq};
+				~Done() { ncl_order_done(o, seq); }
+			} done{gloo_order_, seq};
 			issue();
 			return 0;
 		});
@@ -1181,32 +1149,24 @@ class NeuronBackend : public c10d::Backend {
 		return enqueue_on(dev, type, title, std::move(inputs), std::move(outputs), calls, std::move(run), deferred);
 	}
 
-	// The sender thread: runs the sends that launch records handed to it, in order.  A send then does not
-	// hold its queue while the peer is not yet receiving, so two ranks that both send before they receive
-	// (batch_isend_irecv) do not wait for each other.
-	void sender_loop()
-	{
-		std::unique_lock<std::mutex> lk(send_mu_);
-		for (;;) {
-			send_cv_.wait(lk, [this] { return send_stop_ || !sends_.empty(); });
-			if (sends_.empty())
-				return;
-			OpState *st = sends_.front();
-			sends_.pop_front();
-			lk.unlock();
-			run_op(st, false);
-			lk.lock();
-		}
-	}
+	// The sender thread (csrc/ccl's worker) runs the sends that launch records handed to it, in order.  A
+	// send then does not hold its queue while the peer is not yet receiving, so two ranks that both send
+	// before they receive (batch_isend_irecv) do not wait for each other.
 	void hand_off_send(OpState *st)
 	{
-		{
-			std::lock_guard<std::mutex> g(send_mu_);
-			if (!sender_.joinable())
-				sender_ = std::thread([this] { sender_loop(); });
-			sends_.push_back(st);
+		std::lock_guard<std::mutex> g(send_mu_);
+		if (!sender_)
+			ncl_worker_create(&sender_);
+		if (!sender_ || ncl_worker_submit(sender_, [](void *p) { run_op(static_cast<OpState *>(p), false); }, st)) {
+			std::string msg = ncl_last_error();
+			{
+				std::lock_guard<std::mutex> sg(st->mu);
+				st->ran = st->done = true;
+				st->status = NCL_ERR_HOST;
+				st->msg = "neuron backend: send: " + msg;
+			}
+			st->cv.notify_all();
 		}
-		send_cv_.notify_one();
 	}
 
 	// dev: a neuron device, whose current queue runs the collective; none: run it now on this thread.

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -446,8 +447,65 @@ static void test_bad_args(void)
 	}
 }
 
+/* The helpers the glue calls: all_to_all split counts, the ticket order, the ordered worker. */
+static void test_split_counts(void)
+{
+	size_t c[3];
+	int64_t uneven[3] = { 1, 0, 4 }, bad[3] = { 1, 1, 1 };
+
+	CHECK(ncl_split_counts(NULL, 0, 6, 5, 3, "input", c) == 0 && c[0] == 10 && c[1] == 10 && c[2] == 10);
+	CHECK(ncl_split_counts(uneven, 3, 5, 2, 3, "input", c) == 0 && c[0] == 2 && c[1] == 0 && c[2] == 8);
+	CHECK(ncl_split_counts(NULL, 0, 7, 1, 3, "output", c) == NCL_ERR_INVALID &&
+	      strstr(ncl_last_error(), "output dim 0 (7) is not divisible by the group size 3"));
+	CHECK(ncl_split_counts(bad, 3, 5, 1, 3, "input", c) == NCL_ERR_INVALID &&
+	      strstr(ncl_last_error(), "sum to 3, dim 0 is 5"));
+	CHECK(ncl_split_counts(bad, 2, 2, 1, 3, "input", c) == NCL_ERR_INVALID && strstr(ncl_last_error(), "need 3"));
+}
+
+static void test_order(void)
+{
+	ncl_order_t *o = NULL;
+	uint64_t a, b;
+
+	CHECK(ncl_order_create(&o) == 0);
+	a = ncl_order_take(o);
+	b = ncl_order_take(o);
+	CHECK(a == 1 && b == 2 && ncl_order_last(o) == 2);
+	CHECK(ncl_order_wait(o, a, 50, "t") == 0);
+	CHECK(ncl_order_wait(o, b, 20, "t") == NCL_ERR_TIMEOUT && strstr(ncl_last_error(), "t (seq 2): timed out"));
+	ncl_order_done(o, a);
+	CHECK(ncl_order_wait(o, b, 20, "t") == 0);
+	ncl_order_abort(o);
+	CHECK(ncl_order_wait(o, ncl_order_take(o) + 1, 1000, "t") == NCL_ERR_ABORTED);
+	ncl_order_destroy(o);
+}
+
+static int worker_log[8], worker_n;
+static void worker_job(void *p)
+{
+	worker_log[worker_n++] = (int)(intptr_t)p;
+}
+
+static void test_worker(void)
+{
+	ncl_worker_t *w = NULL;
+
+	CHECK(ncl_worker_create(&w) == 0);
+	for (intptr_t i = 0; i < 5; i++)
+		CHECK(ncl_worker_submit(w, worker_job, (void *)i) == 0);
+	ncl_worker_destroy(w); /* runs what is queued first */
+	CHECK(worker_n == 5);
+	for (int i = 0; i < 5; i++)
+		CHECK(worker_log[i] == i);
+	CHECK(ncl_worker_create(&w) == 0);
+	ncl_worker_destroy(w); /* never started */
+}
+
 int main(void)
 {
+	RUN(test_split_counts);
+	RUN(test_order);
+	RUN(test_worker);
 	RUN(test_reduce_core);
 	RUN(test_reduce_alias_and_rounding);
 	RUN(test_bad_args);
