@@ -28,7 +28,7 @@ CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC)) $(1)/obj/gen/nc_prelude.o
 
-.PHONY: all venv hf-deps build install clib ctest test test-sanitize test-tsan pytest demo bench clean conformance profile
+.PHONY: all venv hf-deps build install clib ctest test test-sanitize test-tsan pytest demo bench clean conformance profile models
 
 all: install
 
@@ -115,6 +115,12 @@ test: ctest test-sanitize install $(HF_STAMP)
 # PyTorch's OpInfo database on neuron vs CPU (tests/conformance): writes docs/conformance.md
 conformance: install
 	$(VPY) -m tests.conformance
+
+# The Hugging Face model sweep (tests/models): each architecture in its own process against the CPU (forward,
+# training step, generate, compiled forward, fallback ops) -> docs/models.md and README's "Works with" table.
+# CPU-heavy, so at low priority; ARGS="llama mixtral" runs only those (no report), ARGS=--resume continues.
+models: install $(HF_STAMP)
+	nice -n 10 $(VPY) -m tests.models $(ARGS)
 
 demo: install
 	$(VPY) examples/train_gpt.py --compare
