@@ -121,6 +121,7 @@ static int begin(struct ncl_comm *c, struct round *r, int kind, ncl_call_t *call
 	rc = ncl_coll_begin(c, kind, call, &r->deadline);
 	if (rc)
 		return rc;
+	ncl_rec_begin(c, kind, call->seq, count, dt);
 	r->d.seq = call->seq;
 	r->d.count = count;
 	r->d.kind = (uint16_t)kind;

@@ -23,7 +23,7 @@
 #define NCL_CHUNK_MIN 4096
 #define NCL_CHUNK_MAX ((size_t)1 << 30)
 
-static _Thread_local char last_error[768];
+static _Thread_local char last_error[2048];
 
 const char *ncl_last_error(void)
 {
@@ -520,6 +520,53 @@ static void copy_str(char *dst, size_t cap, const char *src)
 	dst[n] = 0;
 }
 
+/* Appends this rank's last collectives to the thread's error message (after the peers got it). */
+static void append_history(struct ncl_comm *c)
+{
+	size_t len = strlen(last_error), first = c->nrecs > NCL_RECS ? c->nrecs - NCL_RECS : 0;
+	int64_t now = ncl_now_ms();
+
+	if (!c->nrecs)
+		return;
+	len += (size_t)snprintf(last_error + len, sizeof last_error - len,
+				" [last collectives of rank %d, oldest first:", c->rank);
+	for (uint64_t i = first; i < c->nrecs && len < sizeof last_error; i++) {
+		const struct ncl_rec *r = &c->recs[i % NCL_RECS];
+		int64_t took = (r->done ? r->end_ms : now) - r->start_ms;
+		char state[64];
+
+		if (!r->done)
+			snprintf(state, sizeof state, "started, not completed after");
+		else if (r->status)
+			snprintf(state, sizeof state, "failed (%s) after", ncl_status_string(r->status));
+		else
+			snprintf(state, sizeof state, "completed in");
+		len += (size_t)snprintf(last_error + len, sizeof last_error - len, "%s seq %llu %s %llu x %s %s %lld ms",
+					i == first ? "" : ";", (unsigned long long)r->seq, ncl_kind_name(r->kind),
+					(unsigned long long)r->count, ncl_dtype_name((ncl_dtype_t)r->dtype), state,
+					(long long)took);
+	}
+	if (len < sizeof last_error)
+		snprintf(last_error + len, sizeof last_error - len, "]");
+}
+
+void ncl_rec_begin(struct ncl_comm *c, int kind, uint64_t seq, uint64_t count, int dtype)
+{
+	c->recs[c->nrecs++ % NCL_RECS] = (struct ncl_rec){ .seq = seq, .count = count, .start_ms = ncl_now_ms(),
+							   .kind = kind, .dtype = dtype };
+}
+
+static void rec_end(struct ncl_comm *c, uint64_t seq, int status)
+{
+	struct ncl_rec *r = c->nrecs ? &c->recs[(c->nrecs - 1) % NCL_RECS] : NULL;
+
+	if (r && r->seq == seq && !r->done) {
+		r->done = true;
+		r->status = status;
+		r->end_ms = ncl_now_ms();
+	}
+}
+
 int ncl_fail(struct ncl_comm *c, int status)
 {
 	struct ncl_rank_ctl *me = &c->ctl[c->rank];
@@ -534,6 +581,16 @@ int ncl_fail(struct ncl_comm *c, int status)
 		atomic_store(&me->failed, status);
 		ncl_ring(c);
 	}
+	return status;
+}
+
+/* ncl_fail on the thread running the collectives (the records are its own), plus the records in the
+ * message where they help: a timeout, a dead peer, a mismatch. */
+static int fail_with_history(struct ncl_comm *c, int status)
+{
+	ncl_fail(c, status);
+	if (status == NCL_ERR_TIMEOUT || status == NCL_ERR_PEER || status == NCL_ERR_MISMATCH)
+		append_history(c);
 	return status;
 }
 
@@ -658,7 +715,7 @@ int ncl_coll_begin(struct ncl_comm *c, int kind, ncl_call_t *call, int64_t *dead
 	snprintf(what, sizeof what, "ncl %s", ncl_kind_name(kind));
 	rc = ncl_order_turn(&c->order, call->seq, *deadline, turn_check, &t, what);
 	if (rc)
-		return ncl_fail(c, rc);
+		return fail_with_history(c, rc);
 	rc = ncl_check_usable(c, kind, call->seq);
 	if (rc) {
 		ncl_coll_end(c, call->seq, 0);
@@ -671,8 +728,9 @@ int ncl_coll_begin(struct ncl_comm *c, int kind, ncl_call_t *call, int64_t *dead
 
 int ncl_coll_end(struct ncl_comm *c, uint64_t seq, int status)
 {
+	rec_end(c, seq, status);
 	if (status)
-		ncl_fail(c, status);
+		fail_with_history(c, status);
 	ncl_order_done(&c->order, seq);
 	return status;
 }

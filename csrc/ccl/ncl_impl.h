@@ -86,6 +86,17 @@ void ncl_order_fini(struct ncl_order *o);
 int ncl_order_turn(struct ncl_order *o, uint64_t seq, int64_t deadline, int (*check)(void *), void *ctx,
 		   const char *what);
 
+/* A record of one collective of this rank (Flight Recorder style): the last NCL_RECS are kept, and a
+ * timeout, dead peer or mismatch lists them in the error. */
+#define NCL_RECS 8
+struct ncl_rec {
+	uint64_t seq, count;
+	int64_t start_ms, end_ms;
+	int kind, status;
+	int dtype;
+	bool done;
+};
+
 struct ncl_comm {
 	char name[NCL_NAME_MAX];
 	int rank, nranks;
@@ -106,6 +117,8 @@ struct ncl_comm {
 	bool *dead;                 /* per peer: seen dead (we then hold its life mutex) */
 
 	struct ncl_order order;        /* collectives run in ticket order within the process */
+	struct ncl_rec recs[NCL_RECS]; /* the last collectives (written by the one running at a time) */
+	uint64_t nrecs;
 	pthread_mutex_t call_lock;     /* one collective at a time (the ticket holder) */
 
 	atomic_int aborted;
@@ -137,6 +150,8 @@ int ncl_check_usable(struct ncl_comm *c, int kind, uint64_t seq);
  * caller holds call_lock and must call ncl_coll_end. */
 int ncl_coll_begin(struct ncl_comm *c, int kind, ncl_call_t *call, int64_t *deadline);
 int ncl_coll_end(struct ncl_comm *c, uint64_t seq, int status);
+/* Records the start of collective seq (after ncl_coll_begin); ncl_coll_end records how it ended. */
+void ncl_rec_begin(struct ncl_comm *c, int kind, uint64_t seq, uint64_t count, int dtype);
 static inline unsigned char *ncl_half(struct ncl_comm *c, int r, uint32_t round)
 {
 	return c->halves + ((size_t)r * 2 + (round & 1)) * (NCL_DESC_BYTES + c->chunk);

@@ -371,6 +371,10 @@ static void ranks_timeout(ncl_comm_t *c, int rank, int n)
 		CHECK(rc == NCL_ERR_TIMEOUT, "rc %d: %s", rc, ncl_last_error());
 		CHECK(strstr(ncl_last_error(), "rank 1") != NULL, "%s", ncl_last_error());
 		CHECK((int64_t)time(NULL) - t0 < 5);
+		/* the rank's last collectives: the ready barrier's predecessors if any, then this one */
+		CHECK(strstr(ncl_last_error(), "[last collectives of rank 0, oldest first:") &&
+		      strstr(ncl_last_error(), "barrier 0 x uint8 failed (") && strstr(ncl_last_error(), "]"),
+		      "%s", ncl_last_error());
 	} else {
 		/* arrives late: sees rank 0's failure instead of hanging */
 		usleep(600000);

@@ -359,6 +359,11 @@ def _suite_set_timeout(torch, dist, rank, world, dev, checks):
         if rank == 0:
             checks.append((f"set_timeout: rank 0 timed out naming rank 1 after {took:.2f} s: {msg[:200]}",
                            "timed out" in msg and "rank 1" in msg and took < 1.9))
+            # Flight Recorder style: the rank's last collectives, this one last
+            hist = msg[msg.find("[last collectives of rank 0"):]
+            checks.append((f"set_timeout: the error lists rank 0's last collectives: {hist[-300:]}",
+                           hist.startswith("[last collectives of rank 0, oldest first:")
+                           and "all_reduce 4 x float32 failed (timed out) " in hist and hist.count("; seq ") >= 2))
         else:
             checks.append((f"set_timeout: rank 1 sees rank 0's failure at once ({took:.2f} s): {msg[:200]}",
                            "rank 0 failed" in msg and took < 1.0))
