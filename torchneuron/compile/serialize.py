@@ -252,67 +252,69 @@ def _float_tok(x):
     return "f" + repr(x)
 
 
-def serialize(gm, example_inputs=None, inplace=True, scalars=True):
-    """Serialized form of an ATen-level GraphModule; raises Unsupported for what it cannot express.
-    inplace: input mutations (`copy_` into a graph input, with no users) are written by the kernel
-    that computes the new value (IR `mut`); False: they run as eager copy_ ops.
-    scalars: 0-d f32/f64 CPU tensors computed on the CPU from graph inputs before any device work
-    (AdamW's bias corrections of CPU `step`s) are pointwise operands passed at launch time (IR `d`
-    operands in symbol slots after the size symbols; their eager ops run first)."""
-    S = Serialized()
-    ex = S.ex
-    graph = gm.graph
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+class _Serializer:
+    """The state of one serialize() call: the IR lines so far, the value of every FX node, the CPU
+    values computable up front and the launch-time scalar slots.  Each FX node goes to the handler of
+    its kind (_NODE_HANDLERS), a call to the first lowering that takes it (_LOWERINGS), else eager."""
 
-    # 1. symbols, bound in order to the placeholders' sizes/strides/offsets and SymInt inputs
-    for i, p in enumerate(placeholders):
-        v = p.meta.get("val")
-        if isinstance(v, torch.SymInt):
-            e = sympy.sympify(v.node.expr)
-            if e.is_Symbol and e not in ex.index:
-                ex.add(e)
-                S.bindings.append((i, "int", 0))
-        elif _is_tensor(v):
-            for kind, seq in (("size", v.shape), ("stride", v.stride()), ("offset", [v.storage_offset()])):
-                for d, s in enumerate(seq):
-                    e = to_expr(s)
-                    if e.is_Symbol and e not in ex.index:
-                        ex.add(e)
-                        S.bindings.append((i, kind, d))
+    def __init__(self, gm, inplace, scalars):
+        self.gm, self.inplace, self.scalars_ok = gm, inplace, scalars
+        self.S = Serialized()
+        self.ex = self.S.ex
+        self.lines = []
+        self.nid = 0
+        self.input_ids = set()
+        self.cpu_pure = set()      # CPU values computable up front: inputs, then pure eager ops on them
+        self.barrier_seen = False
+        self.slots = {}
 
-    lines = []
-    nid = [0]
-    input_ids = set()
-    cpu_pure = set()        # CPU values computable up front: inputs, then pure eager ops on them
-    barrier_seen = [False]
-    slots = {}
+    def bind_symbols(self):
+        """Symbols, bound in order to the placeholders' sizes/strides/offsets and SymInt inputs."""
+        ex, S = self.ex, self.S
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        for i, p in enumerate(placeholders):
+            v = p.meta.get("val")
+            if isinstance(v, torch.SymInt):
+                e = sympy.sympify(v.node.expr)
+                if e.is_Symbol and e not in ex.index:
+                    ex.add(e)
+                    S.bindings.append((i, "int", 0))
+            elif _is_tensor(v):
+                for kind, seq in (("size", v.shape), ("stride", v.stride()), ("offset", [v.storage_offset()])):
+                    for d, sz in enumerate(seq):
+                        e = to_expr(sz)
+                        if e.is_Symbol and e not in ex.index:
+                            ex.add(e)
+                            S.bindings.append((i, kind, d))
 
-    def is_cpu_scalar(x):
+    # ---- helpers the lowerings call ----
+
+    def is_cpu_scalar(self, x):
         m = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-        vid = S.fx_value.get(x) if isinstance(x, torch.fx.Node) else None
-        return (scalars and _is_tensor(m) and m.device.type == "cpu" and m.dim() == 0
-                and m.dtype in (torch.float32, torch.float64) and isinstance(vid, int) and vid in cpu_pure)
+        vid = self.S.fx_value.get(x) if isinstance(x, torch.fx.Node) else None
+        return (self.scalars_ok and _is_tensor(m) and m.device.type == "cpu" and m.dim() == 0
+                and m.dtype in (torch.float32, torch.float64) and isinstance(vid, int) and vid in self.cpu_pure)
 
-    def new_value(val, root=None, off=0):
-        v = Value(S.new_id(), val, root, off)
-        S.values[v.id] = v
+    def new_value(self, val, root=None, off=0):
+        v = Value(self.S.new_id(), val, root, off)
+        self.S.values[v.id] = v
         return v
 
-    def operand(a):
+    def operand(self, a):
         if isinstance(a, torch.fx.Node):
             m = a.meta.get("val")
             if isinstance(m, torch.SymInt):
-                return "e" + ex.c(to_expr(m))
+                return "e" + self.ex.c(to_expr(m))
             if isinstance(m, (torch.SymFloat, torch.SymBool)):
                 raise Unsupported("symbolic float operand")
-            x = S.fx_value.get(a)
+            x = self.S.fx_value.get(a)
             if not isinstance(x, int):
                 raise Unsupported(f"operand {a} has no tensor value")
-            if is_cpu_scalar(a):
-                if x not in slots:
-                    slots[x] = len(slots)
-                    S.scalars.append(x)
-                return f"d{len(ex.syms) + slots[x]}"
+            if self.is_cpu_scalar(a):
+                if x not in self.slots:
+                    self.slots[x] = len(self.slots)
+                    self.S.scalars.append(x)
+                return f"d{len(self.ex.syms) + self.slots[x]}"
             return f"v{x}"
         if isinstance(a, bool):
             return f"i{int(a)}"
@@ -322,199 +324,271 @@ def serialize(gm, example_inputs=None, inplace=True, scalars=True):
             return _float_tok(a)
         raise Unsupported(f"operand {a!r}")
 
-    def emit(kind, op, outs, ins, attrs=(), fx=None):
-        n = NodeInfo(nid[0], kind, fx, outs, [int(t[1:]) for t in ins if t.startswith("v")])
-        nid[0] += 1
+    def emit(self, kind, op, outs, ins, attrs=(), fx=None):
+        S = self.S
+        n = NodeInfo(self.nid, kind, fx, outs, [int(t[1:]) for t in ins if t.startswith("v")])
+        self.nid += 1
         S.nodes[n.id] = n
         S.kinds[kind] = S.kinds.get(kind, 0) + 1
         o = ["-" if x is None else str(x) for x in outs]
-        lines.append(" ".join(["n", str(n.id), kind, op, str(len(o))] + o + [str(len(ins))] + list(ins)
-                              + [str(len(attrs))] + [str(a) for a in attrs]))
+        self.lines.append(" ".join(["n", str(n.id), kind, op, str(len(o))] + o + [str(len(ins))] + list(ins)
+                                   + [str(len(attrs))] + [str(a) for a in attrs]))
         return n
 
-    def eager(node, outs):
+    def eager(self, node, outs):
+        S = self.S
         ins = [f"v{S.fx_value[x]}" for x in _flat_nodes((node.args, node.kwargs))
                if isinstance(S.fx_value.get(x), int)]
         # mutating ops read (and write) their inputs: a barrier in the schedule
         barrier = ops.is_mutating(node.target)
-        n = emit("E", "barrier" if barrier else "op", outs, ins, fx=node)
-        barrier_seen[0] |= barrier
-        if (not barrier_seen[0] and all(int(t[1:]) in cpu_pure for t in ins)
+        n = self.emit("E", "barrier" if barrier else "op", outs, ins, fx=node)
+        self.barrier_seen |= barrier
+        if (not self.barrier_seen and all(int(t[1:]) in self.cpu_pure for t in ins)
                 and all(o is None or S.values[o].device.type == "cpu" for o in outs)):
-            cpu_pure.update(o for o in outs if o is not None)
+            self.cpu_pure.update(o for o in outs if o is not None)
             S.hoist.add(n.id)
         return n
 
-    def out_values(node):
+    def out_values(self, node):
         """Values for a node's outputs: one id, or a tuple of ids/None."""
         m = node.meta.get("val")
         if _is_tensor(m):
-            return new_value(m).id
+            return self.new_value(m).id
         if isinstance(m, (list, tuple)):
-            return tuple(new_value(x).id if _is_tensor(x) else None for x in m)
+            return tuple(self.new_value(x).id if _is_tensor(x) else None for x in m)
         return None
 
-    for node in graph.nodes:
-        m = node.meta.get("val")
-        if node.op == "placeholder":
-            if _is_tensor(m):
-                v = new_value(m)
-                S.fx_value[node] = v.id
-                S.inputs.append(("t", v.id))
-                input_ids.add(v.id)
-                if m.device.type == "cpu":
-                    cpu_pure.add(v.id)
-            elif isinstance(m, torch.SymInt):
-                S.inputs.append(("s", to_expr(m)))
-            else:
-                S.inputs.append(("o", None))
-            continue
-        if node.op == "get_attr":
-            t = getattr(gm, node.target)
-            if not _is_tensor(t):
-                raise Unsupported("non-tensor attribute")
-            v = new_value(t)
-            S.fx_value[node] = v.id
-            S.attrs.append((v.id, node.target))
-            continue
-        if node.op == "output":
-            continue
-        if node.op != "call_function":
+    # ---- one handler per FX node kind ----
+
+    def node(self, node):
+        handler = _NODE_HANDLERS.get(node.op)
+        if handler is None:
             raise Unsupported(f"{node.op} node")
+        handler(self, node)
+
+    def placeholder(self, node):
+        S, m = self.S, node.meta.get("val")
+        if _is_tensor(m):
+            v = self.new_value(m)
+            S.fx_value[node] = v.id
+            S.inputs.append(("t", v.id))
+            self.input_ids.add(v.id)
+            if m.device.type == "cpu":
+                self.cpu_pure.add(v.id)
+        elif isinstance(m, torch.SymInt):
+            S.inputs.append(("s", to_expr(m)))
+        else:
+            S.inputs.append(("o", None))
+
+    def get_attr(self, node):
+        t = getattr(self.gm, node.target)
+        if not _is_tensor(t):
+            raise Unsupported("non-tensor attribute")
+        v = self.new_value(t)
+        self.S.fx_value[node] = v.id
+        self.S.attrs.append((v.id, node.target))
+
+    def output(self, node):
+        pass  # finish() reads it
+
+    def call(self, node):
+        """A call_function node: the first of _CALL_HANDLERS that takes it."""
+        m = node.meta.get("val")
         if isinstance(m, (torch.SymInt, torch.SymFloat, torch.SymBool)) or (m is None and not node.users):
-            continue  # symbolic scalar computations: the runtime evaluates them from the symbols
-        if ops.is_getitem(node):
-            src, k = node.args
-            prod = S.fx_value.get(src)
-            if isinstance(prod, tuple):
-                S.fx_value[node] = prod[k]
-            elif prod == "multiview":
-                base = S.fx_value[src.args[0]]
-                S.fx_value[node] = view_value(S, emit, base, m).id
-            else:
-                raise Unsupported("getitem of a non-tuple")
-            continue
+            return  # symbolic scalar computations: the runtime evaluates them from the symbols
+        for handler in _CALL_HANDLERS:
+            if handler(self, node, m):
+                return
+
+    def getitem(self, node, m):
+        if not ops.is_getitem(node):
+            return False
+        S = self.S
+        src, k = node.args
+        prod = S.fx_value.get(src)
+        if isinstance(prod, tuple):
+            S.fx_value[node] = prod[k]
+        elif prod == "multiview":
+            base = S.fx_value[src.args[0]]
+            S.fx_value[node] = view_value(S, self.emit, base, m).id
+        else:
+            raise Unsupported("getitem of a non-tuple")
+        return True
+
+    def view(self, node, m):
+        """Views: metadata only."""
         if not isinstance(node.target, torch._ops.OpOverload):
             raise Unsupported(f"call of {node.target}")
         p = ops.packet(node.target)
+        if p in ops.MULTI_VIEWS and ops.is_view_op(node.target):
+            self.S.fx_value[node] = "multiview"
+            return True
+        if ops.is_view_op(node.target) and _is_tensor(m) and str(node.target) != "aten.view.dtype":
+            base = self.S.fx_value.get(node.args[0])
+            if not isinstance(base, int):
+                raise Unsupported("view of a non-tensor")
+            self.S.fx_value[node] = view_value(self.S, self.emit, base, m, reshape=p in ops.RESHAPE_VIEWS).id
+            return True
+        return False
+
+    def devices(self, node, m):
+        """(on_neuron, pw_ok): every tensor on neuron; pointwise and _foreach_ ops may also take CPU
+        scalars (passed at launch time)."""
         tensors_in = [x for x in _flat_nodes((node.args, node.kwargs)) if _is_tensor(x.meta.get("val"))]
         on_neuron = all(x.meta["val"].device.type == "neuron" for x in tensors_in) and (
             not _is_tensor(m) or m.device.type == "neuron")
-        # pointwise and _foreach_ ops may also take CPU scalars (passed at launch time)
         pw_ok = on_neuron or (any(x.meta["val"].device.type == "neuron" for x in tensors_in) and all(
-            x.meta["val"].device.type == "neuron" or is_cpu_scalar(x) for x in tensors_in) and (
+            x.meta["val"].device.type == "neuron" or self.is_cpu_scalar(x) for x in tensors_in) and (
             not _is_tensor(m) or m.device.type == "neuron"))
+        return on_neuron, pw_ok
 
-        # views: metadata only
-        if p in ops.MULTI_VIEWS and ops.is_view_op(node.target):
-            S.fx_value[node] = "multiview"
-            continue
-        if ops.is_view_op(node.target) and _is_tensor(m) and str(node.target) != "aten.view.dtype":
-            base = S.fx_value.get(node.args[0])
-            if not isinstance(base, int):
-                raise Unsupported("view of a non-tensor")
-            S.fx_value[node] = view_value(S, emit, base, m, reshape=p in ops.RESHAPE_VIEWS).id
-            continue
+    def input_mutation(self, node, m):
+        """copy_ into a graph input kept in the graph (keep_inference_input_mutations): the kernel that
+        computes the new value writes it into the input's buffer (IR `mut`)."""
+        if not (self.inplace and str(node.target) == "aten.copy_.default" and not node.users
+                and self.devices(node, m)[0]):
+            return False
+        S = self.S
+        dst = S.fx_value.get(node.args[0])
+        src = S.fx_value.get(node.args[1])
+        if not (isinstance(dst, int) and isinstance(src, int) and dst in self.input_ids):
+            return False
+        dv, sv = S.values[dst], S.values[src]
+        if not (dv.rank == sv.rank and all(_eq(a, b) for a, b in zip(dv.sizes, sv.sizes))
+                and (dv.rank == 0 or dv._lin(0) == 1) and dv.dtype in _DTYPES and sv.dtype in _DTYPES):
+            return False
+        nv = Value.make(S.new_id(), dv.dtype, dv.device, dv.sizes)
+        S.values[nv.id] = nv
+        self.emit("P", "copy", [nv.id], [f"v{src}"], [_DTYPES[dv.dtype]], fx=node)
+        S.mutations.append((nv.id, dst))
+        S.fx_value[node] = dst
+        return True
 
-        if inplace and str(node.target) == "aten.copy_.default" and not node.users and on_neuron:
-            dst = S.fx_value.get(node.args[0])
-            src = S.fx_value.get(node.args[1])
-            if isinstance(dst, int) and isinstance(src, int) and dst in input_ids:
-                dv, sv = S.values[dst], S.values[src]
-                if (dv.rank == sv.rank and all(_eq(a, b) for a, b in zip(dv.sizes, sv.sizes))
-                        and (dv.rank == 0 or dv._lin(0) == 1) and dv.dtype in _DTYPES and sv.dtype in _DTYPES):
-                    # an input mutation kept in the graph (keep_inference_input_mutations): the kernel
-                    # that computes the new value writes it into the input's buffer
-                    nv = Value.make(S.new_id(), dv.dtype, dv.device, dv.sizes)
-                    S.values[nv.id] = nv
-                    emit("P", "copy", [nv.id], [f"v{src}"], [_DTYPES[dv.dtype]], fx=node)
-                    S.mutations.append((nv.id, dst))
-                    S.fx_value[node] = dst
-                    continue
-
-        outs = out_values(node)
-        S.fx_value[node] = outs
+    def compute(self, node, m):
+        """Any other op: the first lowering that takes it (_LOWERINGS), else an eager step."""
+        on_neuron, pw_ok = self.devices(node, m)
+        outs = self.out_values(node)
+        self.S.fx_value[node] = outs
         out_list = list(outs) if isinstance(outs, tuple) else [outs]
+        for lower in _LOWERINGS:
+            if lower(self, node, m, outs, out_list, on_neuron, pw_ok) is not None:
+                return True
+        self.eager(node, out_list)
+        return True
 
-        kind = None
+    # ---- lowerings: (node, its value, outputs, output list, on neuron, pointwise ok) -> kind or None ----
+
+    def lower_foreach(self, node, m, outs, out_list, on_neuron, pw_ok):
         if pw_ok and isinstance(m, (list, tuple)):
-            kind = foreach(S, emit, operand, node, out_list)
-        if pw_ok and _is_tensor(m) and m.dtype in _DTYPES:
-            spec = ops.pointwise_spec(node)
-            if spec is not None:
-                op, operands, ck = spec
-                cd = _compute_dtype(S, node, operands, ck, m)
-                if cd in ("bf16", "f16") and op not in ("mul", "div", "full", "addcmul", "addcdiv"):
-                    # like ATen's CPU kernels: a scalar operand is cast to the reduced dtype, except
-                    # for mul/div (computed with the scalar at float precision), alpha and the value
-                    # of addcmul/addcdiv (opmath scalars, as the eager kernels take them)
-                    tdt = torch.bfloat16 if cd == "bf16" else torch.float16
-                    operands = [float(torch.tensor(x, dtype=tdt)) if isinstance(x, (int, float))
-                                and not isinstance(x, bool) and not (op.endswith("_alpha") and i == 2) else x
-                                for i, x in enumerate(operands)]
-                try:
-                    toks = [operand(a) for a in operands]
-                except Unsupported:
-                    toks = None
-                if toks is not None and all(_operand_dtype_ok(S, t) for t in toks) and (
-                        cd in ("f32", "f64") or not any(t.startswith("d") for t in toks)):
-                    if cd is not None:
-                        emit("P", op, [outs], toks, [cd], fx=node)
-                        kind = "P"
-            if kind is None and on_neuron:
-                spec = ops.reduction_spec(node)
-                x = node.args[0] if node.args else None
-                if spec is not None and not isinstance(S.fx_value.get(x), int):
-                    spec = None
-                if spec is not None:
-                    op, dims, keep = spec
-                    xv = S.values[S.fx_value[x]]
-                    k = xv.rank
-                    dims = list(range(k)) if dims is None else sorted({d % k if k else 0 for d in dims})
-                    acc = _DTYPES[m.dtype]
-                    if not _block(xv, dims):
-                        spec = None
-                if spec is not None:
-                    emit("R", op, [outs], [f"v{xv.id}"], [acc, int(keep), len(dims)] + dims, fx=node)
-                    kind = "R"
-        if kind is None and on_neuron:
-            kind = decompose(S, emit, node, out_list)
-        if kind is None and on_neuron and str(node.target) in ops.LIBRARY:
-            kind = library(S, emit, operand, node, out_list)
-        if kind is None:
-            eager(node, out_list)
+            return foreach(self.S, self.emit, self.operand, node, out_list)
+        return None
 
-    out_node = next(n for n in graph.nodes if n.op == "output")
-    res = out_node.args[0]
-    out_ids = []
-    for r in (res if isinstance(res, (list, tuple)) else [res]):
-        if isinstance(r, torch.fx.Node):
-            m = r.meta.get("val")
-            x = S.fx_value.get(r)
-            if isinstance(x, int):
-                S.outputs.append(("t", x))
-                out_ids.append(x)
-            elif isinstance(m, torch.SymInt):
-                S.outputs.append(("s", to_expr(m)))
+    def lower_pointwise(self, node, m, outs, out_list, on_neuron, pw_ok):
+        if not (pw_ok and _is_tensor(m) and m.dtype in _DTYPES):
+            return None
+        spec = ops.pointwise_spec(node)
+        if spec is None:
+            return None
+        op, operands, ck = spec
+        cd = _compute_dtype(self.S, node, operands, ck, m)
+        if cd in ("bf16", "f16") and op not in ("mul", "div", "full", "addcmul", "addcdiv"):
+            # like ATen's CPU kernels: a scalar operand is cast to the reduced dtype, except
+            # for mul/div (computed with the scalar at float precision), alpha and the value
+            # of addcmul/addcdiv (opmath scalars, as the eager kernels take them)
+            tdt = torch.bfloat16 if cd == "bf16" else torch.float16
+            operands = [float(torch.tensor(x, dtype=tdt)) if isinstance(x, (int, float))
+                        and not isinstance(x, bool) and not (op.endswith("_alpha") and i == 2) else x
+                        for i, x in enumerate(operands)]
+        try:
+            toks = [self.operand(a) for a in operands]
+        except Unsupported:
+            return None
+        if cd is None or not all(_operand_dtype_ok(self.S, t) for t in toks) or not (
+                cd in ("f32", "f64") or not any(t.startswith("d") for t in toks)):
+            return None
+        self.emit("P", op, [outs], toks, [cd], fx=node)
+        return "P"
+
+    def lower_reduction(self, node, m, outs, out_list, on_neuron, pw_ok):
+        if not (on_neuron and _is_tensor(m) and m.dtype in _DTYPES):
+            return None
+        spec = ops.reduction_spec(node)
+        x = node.args[0] if node.args else None
+        if spec is None or not isinstance(self.S.fx_value.get(x), int):
+            return None
+        op, dims, keep = spec
+        xv = self.S.values[self.S.fx_value[x]]
+        k = xv.rank
+        dims = list(range(k)) if dims is None else sorted({d % k if k else 0 for d in dims})
+        if not _block(xv, dims):
+            return None
+        self.emit("R", op, [outs], [f"v{xv.id}"], [_DTYPES[m.dtype], int(keep), len(dims)] + dims, fx=node)
+        return "R"
+
+    def lower_decomposition(self, node, m, outs, out_list, on_neuron, pw_ok):
+        return decompose(self.S, self.emit, node, out_list) if on_neuron else None
+
+    def lower_library(self, node, m, outs, out_list, on_neuron, pw_ok):
+        if on_neuron and str(node.target) in ops.LIBRARY:
+            return library(self.S, self.emit, self.operand, node, out_list)
+        return None
+
+    def finish(self):
+        """The graph's outputs and the IR text."""
+        S, ex = self.S, self.ex
+        out_node = next(n for n in self.gm.graph.nodes if n.op == "output")
+        res = out_node.args[0]
+        out_ids = []
+        for r in (res if isinstance(res, (list, tuple)) else [res]):
+            if isinstance(r, torch.fx.Node):
+                m = r.meta.get("val")
+                x = S.fx_value.get(r)
+                if isinstance(x, int):
+                    S.outputs.append(("t", x))
+                    out_ids.append(x)
+                elif isinstance(m, torch.SymInt):
+                    S.outputs.append(("s", to_expr(m)))
+                else:
+                    raise Unsupported(f"graph output {r}")
             else:
-                raise Unsupported(f"graph output {r}")
-        else:
-            S.outputs.append(("c", r))
+                S.outputs.append(("c", r))
+        for v in S.values.values():
+            for e in v.sizes + v.strides + [v.off]:
+                for sym in e.free_symbols:
+                    if sym not in ex.index:
+                        raise Unsupported(f"size symbol {sym} is not an input size")
+        head = ["ncir 1", f"syms {len(ex.syms) + len(S.scalars)}"]
+        if os.environ.get("NEURON_COMPILE_PROFILE", "0") not in ("", "0"):
+            head.append("profile 1")
+        head += [S.values[i].line(ex) for i in sorted(S.values)]
+        ins = [str(x[1]) for x in S.inputs if x[0] == "t"] + [str(a[0]) for a in S.attrs]
+        head.append(" ".join(["in", str(len(ins))] + ins))
+        muts = ([" ".join(["mut", str(len(S.mutations))] + [f"{v} {d}" for v, d in S.mutations])]
+                if S.mutations else [])
+        S.ir = "\n".join(head + self.lines + muts
+                         + [" ".join(["out", str(len(out_ids))] + [str(i) for i in out_ids]), "end", ""])
+        return S
 
-    for v in S.values.values():
-        for e in v.sizes + v.strides + [v.off]:
-            for s in e.free_symbols:
-                if s not in ex.index:
-                    raise Unsupported(f"size symbol {s} is not an input size")
-    head = ["ncir 1", f"syms {len(ex.syms) + len(S.scalars)}"]
-    if os.environ.get("NEURON_COMPILE_PROFILE", "0") not in ("", "0"):
-        head.append("profile 1")
-    head += [S.values[i].line(ex) for i in sorted(S.values)]
-    ins = [str(x[1]) for x in S.inputs if x[0] == "t"] + [str(a[0]) for a in S.attrs]
-    head.append(" ".join(["in", str(len(ins))] + ins))
-    muts = [" ".join(["mut", str(len(S.mutations))] + [f"{v} {d}" for v, d in S.mutations])] if S.mutations else []
-    S.ir = "\n".join(head + lines + muts + [" ".join(["out", str(len(out_ids))] + [str(i) for i in out_ids]), "end", ""])
-    return S
+
+_NODE_HANDLERS = {"placeholder": _Serializer.placeholder, "get_attr": _Serializer.get_attr,
+                  "output": _Serializer.output, "call_function": _Serializer.call}
+_CALL_HANDLERS = (_Serializer.getitem, _Serializer.view, _Serializer.input_mutation, _Serializer.compute)
+_LOWERINGS = (_Serializer.lower_foreach, _Serializer.lower_pointwise, _Serializer.lower_reduction,
+              _Serializer.lower_decomposition, _Serializer.lower_library)
+
+
+def serialize(gm, example_inputs=None, inplace=True, scalars=True):
+    """Serialized form of an ATen-level GraphModule; raises Unsupported for what it cannot express.
+    inplace: input mutations (`copy_` into a graph input, with no users) are written by the kernel
+    that computes the new value (IR `mut`); False: they run as eager copy_ ops.
+    scalars: 0-d f32/f64 CPU tensors computed on the CPU from graph inputs before any device work
+    (AdamW's bias corrections of CPU `step`s) are pointwise operands passed at launch time (IR `d`
+    operands in symbol slots after the size symbols; their eager ops run first)."""
+    z = _Serializer(gm, inplace, scalars)
+    z.bind_symbols()
+    for node in gm.graph.nodes:
+        z.node(node)
+    return z.finish()
 
 
 def foreach(S, emit, operand, node, outs):
@@ -818,205 +892,270 @@ def _bias_fits(n_bias, n):
         return False
 
 
-def library(S, emit, operand, node, outs):
-    """Emit an L node for a kernel-library op (addmm: an mm with its 1-D bias as a third operand, else
-    an mm + add pair); None if the op's arguments are outside what the library does (the caller makes it
-    eager)."""
-    name = ops.LIBRARY[str(node.target)]
-    a, kw = node.args, node.kwargs
+_FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
-    def vid(x):
+
+class _LibOperands:
+    """Operand helpers of one library op: value tokens, layout and dtype checks."""
+
+    def __init__(self, S, outs):
+        self.S = S
+        self.out_toks = [None if o is None else f"v{o}" for o in outs]
+
+    def vid(self, x):
         if x is None:
             return "-"
-        r = S.fx_value.get(x)
+        r = self.S.fx_value.get(x)
         if not isinstance(r, int):
             raise Unsupported("library operand")
         return f"v{r}"
 
-    floats = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
-
-    def contig(*toks):
+    def contig(self, *toks):
         """every operand/output absent or contiguous (the row-major layout the kernel contract asks)"""
         for t in toks:
             if t in ("-", None):
                 continue
-            v = S.values[int(t[1:])] if isinstance(t, str) else S.values[t]
+            v = self.S.values[int(t[1:])] if isinstance(t, str) else self.S.values[t]
             if v.rank and v._lin(0) != 1:
                 return False
         return True
 
-    def same_float(*toks):
-        dts = {S.values[int(t[1:])].dtype for t in toks if t not in ("-", None)}
-        return len(dts) == 1 and dts.pop() in floats
+    def same_float(self, *toks):
+        dts = {self.S.values[int(t[1:])].dtype for t in toks if t not in ("-", None)}
+        return len(dts) == 1 and dts.pop() in _FLOATS
 
-    out_toks = [None if o is None else f"v{o}" for o in outs]
-    try:
-        if name in ("layernorm", "layernorm_bwd", "embedding", "embedding_bwd", "nll", "nll_bwd"):
-            ins_all = [vid(x) for x in _flat_nodes(a) if isinstance(S.fx_value.get(x), int)]
-            if not contig(*ins_all, *out_toks):
+
+# ---- library ops: one handler each, (name, S, emit, node, outs, args, kwargs, operand helpers) -> the
+# kind emitted ("L", or "P"/"V" for the ops done without a library call), or None: the op runs eagerly
+
+def _lib_cat(name, S, emit, node, outs, a, kw, h):
+    tensors = a[0]
+    dim = a[1] if len(a) > 1 else kw.get("dim", 0)
+    k = S.values[outs[0]].rank
+    ins = [h.vid(t) for t in tensors]
+    if k == 0 or any(S.values[int(t[1:])].rank != k for t in ins):
+        return None
+    emit("L", "cat", outs, ins, [dim % k], fx=node)
+    return "L"
+
+
+def _lib_mm(name, S, emit, node, outs, a, kw, h):
+    if not h.same_float(h.vid(a[0]), h.vid(a[1]), h.out_toks[0]):
+        return None
+    emit("L", name, outs, [h.vid(a[0]), h.vid(a[1])], fx=node)
+    return "L"
+
+
+def _lib_addmm(name, S, emit, node, outs, a, kw, h):
+    beta = kw.get("beta", 1)
+    alpha = kw.get("alpha", 1)
+    if beta != 1 or alpha != 1 or not h.same_float(h.vid(a[1]), h.vid(a[2]), h.out_toks[0]):
+        return None
+    m = node.meta["val"]
+    bias = S.values[S.fx_value[a[0]]] if isinstance(S.fx_value.get(a[0]), int) else None
+    bv = a[0].meta.get("val") if isinstance(a[0], torch.fx.Node) else None
+    if (bias is not None and bias.rank == 1 and bias.dtype == m.dtype and bv is not None
+            and _bias_fits(bv.shape[0], m.shape[1])):
+        # the bias row (N elements, or one broadcast) goes into the GEMM, which starts C from it
+        # (nk_gemm_args_t.bias): no pass over C for the add, as eager addmm
+        emit("L", "mm", outs, [h.vid(a[1]), h.vid(a[2]), h.vid(a[0])], fx=node)
+        return "L"
+    tmp = Value(S.new_id(), m)
+    S.values[tmp.id] = tmp
+    emit("L", "mm", [tmp.id], [h.vid(a[1]), h.vid(a[2])], fx=node)
+    emit("P", "add", outs, [f"v{tmp.id}", h.vid(a[0])], [_DTYPES[m.dtype]], fx=node)
+    return "L"
+
+
+def _lib_softmax(name, S, emit, node, outs, a, kw, h):
+    x = S.values[S.fx_value[a[0]]]
+    if x.dtype not in _FLOATS or not h.contig(h.vid(a[0]), h.out_toks[0]):
+        return None
+    dim = a[1] % max(1, x.rank)
+    if a[2]:
+        return None  # half_to_float
+    emit("L", name, outs, [h.vid(a[0])], [dim], fx=node)
+    return "L"
+
+
+def _lib_layernorm(name, S, emit, node, outs, a, kw, h):
+    x, shape, w, b, eps = a
+    xd = S.values[S.fx_value[x]].dtype
+    if xd not in _FLOATS or (outs[0] is not None and S.values[outs[0]].dtype != xd):
+        return None
+    # the kernel writes mean/rstd in the input dtype (as eager on the CPU); the meta function
+    # says f32 for bf16/f16 inputs: write temporaries and cast (exactly) to the traced dtype
+    louts, casts = list(outs), []
+    for i in (1, 2):
+        o = outs[i] if i < len(outs) else None
+        if o is not None and S.values[o].dtype != xd:
+            ov = S.values[o]
+            if ov.dtype not in _FLOATS or not h.contig(f"v{o}"):
                 return None
-        if name == "cat":
-            tensors = a[0]
-            dim = a[1] if len(a) > 1 else kw.get("dim", 0)
-            k = S.values[outs[0]].rank
-            ins = [vid(t) for t in tensors]
-            if k == 0 or any(S.values[int(t[1:])].rank != k for t in ins):
-                return None
-            emit("L", "cat", outs, ins, [dim % k], fx=node)
-        elif name in ("mm", "bmm"):
-            if not same_float(vid(a[0]), vid(a[1]), out_toks[0]):
-                return None
-            emit("L", name, outs, [vid(a[0]), vid(a[1])], fx=node)
-        elif name == "addmm":
-            beta = kw.get("beta", 1)
-            alpha = kw.get("alpha", 1)
-            if beta != 1 or alpha != 1 or not same_float(vid(a[1]), vid(a[2]), out_toks[0]):
-                return None
-            m = node.meta["val"]
-            bias = S.values[S.fx_value[a[0]]] if isinstance(S.fx_value.get(a[0]), int) else None
-            bv = a[0].meta.get("val") if isinstance(a[0], torch.fx.Node) else None
-            if (bias is not None and bias.rank == 1 and bias.dtype == m.dtype and bv is not None
-                    and _bias_fits(bv.shape[0], m.shape[1])):
-                # the bias row (N elements, or one broadcast) goes into the GEMM, which starts C from it
-                # (nk_gemm_args_t.bias): no pass over C for the add, as eager addmm
-                emit("L", "mm", outs, [vid(a[1]), vid(a[2]), vid(a[0])], fx=node)
-                return "L"
-            tmp = Value(S.new_id(), m)
+            tmp = Value.make(S.new_id(), xd, ov.device, ov.sizes)
             S.values[tmp.id] = tmp
-            emit("L", "mm", [tmp.id], [vid(a[1]), vid(a[2])], fx=node)
-            emit("P", "add", outs, [f"v{tmp.id}", vid(a[0])], [_DTYPES[m.dtype]], fx=node)
-        elif name in ("softmax", "log_softmax"):
-            x = S.values[S.fx_value[a[0]]]
-            if x.dtype not in floats or not contig(vid(a[0]), out_toks[0]):
-                return None
-            dim = a[1] % max(1, x.rank)
-            if a[2]:
-                return None  # half_to_float
-            emit("L", name, outs, [vid(a[0])], [dim], fx=node)
-        elif name == "layernorm":
-            x, shape, w, b, eps = a
-            xd = S.values[S.fx_value[x]].dtype
-            if xd not in floats or (outs[0] is not None and S.values[outs[0]].dtype != xd):
-                return None
-            # the kernel writes mean/rstd in the input dtype (as eager on the CPU); the meta function
-            # says f32 for bf16/f16 inputs: write temporaries and cast (exactly) to the traced dtype
-            louts, casts = list(outs), []
-            for i in (1, 2):
-                o = outs[i] if i < len(outs) else None
-                if o is not None and S.values[o].dtype != xd:
-                    ov = S.values[o]
-                    if ov.dtype not in floats or not contig(f"v{o}"):
-                        return None
-                    tmp = Value.make(S.new_id(), xd, ov.device, ov.sizes)
-                    S.values[tmp.id] = tmp
-                    louts[i] = tmp.id
-                    casts.append((o, tmp.id))
-            emit("L", name, louts, [vid(x), vid(w), vid(b)], [len(shape), _float_tok(eps)[1:]], fx=node)
-            for o, t in casts:
-                emit("P", "copy", [o], [f"v{t}"], [_DTYPES[S.values[o].dtype]], fx=node)
-        elif name == "layernorm_bwd":
-            dy, x, shape, mean, rstd, w, b, mask = a
-            xd = S.values[S.fx_value[x]].dtype
-            if xd not in floats or S.values[S.fx_value[dy]].dtype != xd:
-                return None
-            stats = []
-            for t in (mean, rstd):  # f32 statistics of a bf16/f16 layer norm: cast to the input dtype
-                tv = S.values[S.fx_value[t]]
-                if tv.dtype == xd:
-                    stats.append(vid(t))
-                    continue
-                if tv.dtype not in floats:
-                    return None
-                tmp = Value.make(S.new_id(), xd, tv.device, tv.sizes)
-                S.values[tmp.id] = tmp
-                emit("P", "copy", [tmp.id], [vid(t)], [_DTYPES[xd]], fx=node)
-                stats.append(f"v{tmp.id}")
-            emit("L", name, outs, [vid(dy), vid(x), stats[0], stats[1], vid(w), vid(b)],
-                 [len(shape)] + [int(bool(t)) for t in mask], fx=node)
-        elif name == "embedding":
-            w, idx = a[0], a[1]
-            if S.values[S.fx_value[idx]].dtype not in (torch.int64, torch.int32):
-                return None
-            wv, n = S.values[S.fx_value[w]], _arange_rows(idx)
-            if (n is not None and outs[0] is not None and wv.rank == 2 and wv.sizes[0].is_Integer
-                    and n <= int(wv.sizes[0]) and not any(u.op == "output" for u in node.users)):
-                # embedding(w, arange(n)) (a position embedding) is rows 0..n-1 of w: the output becomes
-                # that view of w (no kernel; its readers, e.g. the add of the token embedding, read w)
-                sl = Value.make(outs[0], wv.dtype, wv.device, [n, wv.sizes[1]], strides=wv.strides, root=wv.root)
-                sl.off = wv.off
-                S.values[outs[0]] = sl
-                emit("V", "view", [sl.id], [vid(w)], [0])
-                return "V"
-            emit("L", name, outs, [vid(w), vid(idx)], fx=node)
-        elif name == "embedding_bwd":
-            grad, idx, nw, pad, scale = a
-            if scale or isinstance(nw, torch.fx.Node) or S.values[S.fx_value[idx]].dtype not in (torch.int64, torch.int32):
-                return None
-            emit("L", name, outs, [vid(grad), vid(idx)], [int(nw), int(pad)], fx=node)
-        elif name == "nll":
-            x, t, w, red, ign = a
-            if S.values[S.fx_value[t]].dtype != torch.int64 or S.values[S.fx_value[x]].dtype not in floats:
-                return None
-            emit("L", name, outs, [vid(x), vid(t), vid(w)], [int(red), int(ign)], fx=node)
-        elif name == "nll_bwd":
-            g, x, t, w, red, ign, tw = a
-            if S.values[S.fx_value[t]].dtype != torch.int64 or S.values[S.fx_value[x]].dtype not in floats:
-                return None
-            xv, tv0 = S.values[S.fx_value[x]], S.values[S.fx_value[t]]
-            if (w is None and int(red) in (1, 2) and xv.rank == 2 and xv.dtype in (torch.float32, torch.float64)
-                    and xv.sizes[1].is_Integer and not 0 <= int(ign) < int(xv.sizes[1]) and outs[0] is not None
-                    and S.values[outs[0]].dtype == xv.dtype and S.values[S.fx_value[g]].rank == 0):
-                # pointwise: grad_in[r, c] = (c == target[r]) ? -grad / total_weight (mean) : 0.  An
-                # ignore_index outside [0, C) never matches a column.  It fuses into its consumer (the
-                # log_softmax backward row kernel) instead of a library call writing [N, C].
-                dt, C = _DTYPES[xv.dtype], int(xv.sizes[1])
-                shape = xv.sizes
-                fl = _synth(S, tv0, shape)
-                emit("P", "arange", [fl.id], ["i0", "i1"], ["i64"], fx=node)
-                col = _synth(S, tv0, shape)
-                emit("P", "remainder", [col.id], [f"v{fl.id}", f"i{C}"], ["i64"], fx=node)
-                tcol = Value.make(S.new_id(), tv0.dtype, tv0.device, [xv.sizes[0], 1], root=tv0.root)
-                tcol.off = tv0.off
-                tcol.strides = [tv0.strides[0], sympy.Integer(1)]
-                S.values[tcol.id] = tcol
-                emit("V", "view", [tcol.id], [vid(t)], [1])
-                hit = Value.make(S.new_id(), torch.bool, xv.device, shape)
-                S.values[hit.id] = hit
-                emit("P", "eq", [hit.id], [f"v{col.id}", f"v{tcol.id}"], ["i64"], fx=node)
-                val = _synth(S, xv, shape)
-                if int(red) == 1:
-                    emit("P", "div", [val.id], [vid(g), vid(tw)], [dt], fx=node)
-                else:
-                    emit("P", "mul", [val.id], [vid(g), "f1.0"], [dt], fx=node)
-                neg = _synth(S, xv, shape)
-                emit("P", "neg", [neg.id], [f"v{val.id}"], [dt], fx=node)
-                emit("P", "where", [outs[0]], [f"v{hit.id}", f"v{neg.id}", "f0.0"], [dt], fx=node)
-                return "P"
-            emit("L", name, outs, [vid(g), vid(x), vid(t), vid(w), vid(tw)], [int(red), int(ign)], fx=node)
-        elif name == "attention":
-            q, k, v = a[0], a[1], a[2]
-            bias = a[3] if len(a) > 3 else kw.get("attn_bias")
-            p = a[4] if len(a) > 4 else kw.get("dropout_p", 0.0)
-            causal = a[5] if len(a) > 5 else kw.get("is_causal", False)
-            dbg = a[6] if len(a) > 6 else kw.get("return_debug_mask", False)
-            scale = a[7] if len(a) > 7 else kw.get("scale")
-            if p != 0.0 or dbg or not same_float(vid(q), vid(k), vid(v)) or not contig(out_toks[1]):
-                return None
-            if bias is not None and S.values[int(vid(bias)[1:])].dtype not in (torch.bool, S.values[int(vid(q)[1:])].dtype):
-                return None
-            emit("L", name, outs, [vid(q), vid(k), vid(v), vid(bias)],
-                 [int(bool(causal)), "-" if scale is None else _float_tok(scale)[1:]], fx=node)
-        elif name == "attention_bwd":
-            (dout, q, k, v, bias, mask_req, out, lse, _cq, _ck, _mq, _mk, p, causal, _seed, _off) = a[:16]
-            scale = a[16] if len(a) > 16 else kw.get("scale")
-            if p != 0.0 or (mask_req[3] and bias is not None) or not same_float(vid(q), vid(k), vid(v)) or not contig(vid(lse)):
-                return None
-            if bias is not None and S.values[int(vid(bias)[1:])].dtype not in (torch.bool, S.values[int(vid(q)[1:])].dtype):
-                return None
-            emit("L", name, outs, [vid(dout), vid(q), vid(k), vid(v), vid(bias), vid(out), vid(lse)],
-                 [int(bool(causal)), "-" if scale is None else _float_tok(scale)[1:]], fx=node)
-        else:
+            louts[i] = tmp.id
+            casts.append((o, tmp.id))
+    emit("L", name, louts, [h.vid(x), h.vid(w), h.vid(b)], [len(shape), _float_tok(eps)[1:]], fx=node)
+    for o, t in casts:
+        emit("P", "copy", [o], [f"v{t}"], [_DTYPES[S.values[o].dtype]], fx=node)
+    return "L"
+
+
+def _lib_layernorm_bwd(name, S, emit, node, outs, a, kw, h):
+    dy, x, shape, mean, rstd, w, b, mask = a
+    xd = S.values[S.fx_value[x]].dtype
+    if xd not in _FLOATS or S.values[S.fx_value[dy]].dtype != xd:
+        return None
+    stats = []
+    for t in (mean, rstd):  # f32 statistics of a bf16/f16 layer norm: cast to the input dtype
+        tv = S.values[S.fx_value[t]]
+        if tv.dtype == xd:
+            stats.append(h.vid(t))
+            continue
+        if tv.dtype not in _FLOATS:
             return None
+        tmp = Value.make(S.new_id(), xd, tv.device, tv.sizes)
+        S.values[tmp.id] = tmp
+        emit("P", "copy", [tmp.id], [h.vid(t)], [_DTYPES[xd]], fx=node)
+        stats.append(f"v{tmp.id}")
+    emit("L", name, outs, [h.vid(dy), h.vid(x), stats[0], stats[1], h.vid(w), h.vid(b)],
+         [len(shape)] + [int(bool(t)) for t in mask], fx=node)
+    return "L"
+
+
+def _lib_embedding(name, S, emit, node, outs, a, kw, h):
+    w, idx = a[0], a[1]
+    if S.values[S.fx_value[idx]].dtype not in (torch.int64, torch.int32):
+        return None
+    wv, n = S.values[S.fx_value[w]], _arange_rows(idx)
+    if (n is not None and outs[0] is not None and wv.rank == 2 and wv.sizes[0].is_Integer
+            and n <= int(wv.sizes[0]) and not any(u.op == "output" for u in node.users)):
+        # embedding(w, arange(n)) (a position embedding) is rows 0..n-1 of w: the output becomes
+        # that view of w (no kernel; its readers, e.g. the add of the token embedding, read w)
+        sl = Value.make(outs[0], wv.dtype, wv.device, [n, wv.sizes[1]], strides=wv.strides, root=wv.root)
+        sl.off = wv.off
+        S.values[outs[0]] = sl
+        emit("V", "view", [sl.id], [h.vid(w)], [0])
+        return "V"
+    emit("L", name, outs, [h.vid(w), h.vid(idx)], fx=node)
+    return "L"
+
+
+def _lib_embedding_bwd(name, S, emit, node, outs, a, kw, h):
+    grad, idx, nw, pad, scale = a
+    if scale or isinstance(nw, torch.fx.Node) or S.values[S.fx_value[idx]].dtype not in (torch.int64, torch.int32):
+        return None
+    emit("L", name, outs, [h.vid(grad), h.vid(idx)], [int(nw), int(pad)], fx=node)
+    return "L"
+
+
+def _lib_nll(name, S, emit, node, outs, a, kw, h):
+    x, t, w, red, ign = a
+    if S.values[S.fx_value[t]].dtype != torch.int64 or S.values[S.fx_value[x]].dtype not in _FLOATS:
+        return None
+    emit("L", name, outs, [h.vid(x), h.vid(t), h.vid(w)], [int(red), int(ign)], fx=node)
+    return "L"
+
+
+def _lib_nll_bwd(name, S, emit, node, outs, a, kw, h):
+    g, x, t, w, red, ign, tw = a
+    if S.values[S.fx_value[t]].dtype != torch.int64 or S.values[S.fx_value[x]].dtype not in _FLOATS:
+        return None
+    xv, tv0 = S.values[S.fx_value[x]], S.values[S.fx_value[t]]
+    if (w is None and int(red) in (1, 2) and xv.rank == 2 and xv.dtype in (torch.float32, torch.float64)
+            and xv.sizes[1].is_Integer and not 0 <= int(ign) < int(xv.sizes[1]) and outs[0] is not None
+            and S.values[outs[0]].dtype == xv.dtype and S.values[S.fx_value[g]].rank == 0):
+        # pointwise: grad_in[r, c] = (c == target[r]) ? -grad / total_weight (mean) : 0.  An
+        # ignore_index outside [0, C) never matches a column.  It fuses into its consumer (the
+        # log_softmax backward row kernel) instead of a library call writing [N, C].
+        dt, C = _DTYPES[xv.dtype], int(xv.sizes[1])
+        shape = xv.sizes
+        fl = _synth(S, tv0, shape)
+        emit("P", "arange", [fl.id], ["i0", "i1"], ["i64"], fx=node)
+        col = _synth(S, tv0, shape)
+        emit("P", "remainder", [col.id], [f"v{fl.id}", f"i{C}"], ["i64"], fx=node)
+        tcol = Value.make(S.new_id(), tv0.dtype, tv0.device, [xv.sizes[0], 1], root=tv0.root)
+        tcol.off = tv0.off
+        tcol.strides = [tv0.strides[0], sympy.Integer(1)]
+        S.values[tcol.id] = tcol
+        emit("V", "view", [tcol.id], [h.vid(t)], [1])
+        hit = Value.make(S.new_id(), torch.bool, xv.device, shape)
+        S.values[hit.id] = hit
+        emit("P", "eq", [hit.id], [f"v{col.id}", f"v{tcol.id}"], ["i64"], fx=node)
+        val = _synth(S, xv, shape)
+        if int(red) == 1:
+            emit("P", "div", [val.id], [h.vid(g), h.vid(tw)], [dt], fx=node)
+        else:
+            emit("P", "mul", [val.id], [h.vid(g), "f1.0"], [dt], fx=node)
+        neg = _synth(S, xv, shape)
+        emit("P", "neg", [neg.id], [f"v{val.id}"], [dt], fx=node)
+        emit("P", "where", [outs[0]], [f"v{hit.id}", f"v{neg.id}", "f0.0"], [dt], fx=node)
+        return "P"
+    emit("L", name, outs, [h.vid(g), h.vid(x), h.vid(t), h.vid(w), h.vid(tw)], [int(red), int(ign)], fx=node)
+    return "L"
+
+
+def _lib_attention(name, S, emit, node, outs, a, kw, h):
+    q, k, v = a[0], a[1], a[2]
+    bias = a[3] if len(a) > 3 else kw.get("attn_bias")
+    p = a[4] if len(a) > 4 else kw.get("dropout_p", 0.0)
+    causal = a[5] if len(a) > 5 else kw.get("is_causal", False)
+    dbg = a[6] if len(a) > 6 else kw.get("return_debug_mask", False)
+    scale = a[7] if len(a) > 7 else kw.get("scale")
+    if p != 0.0 or dbg or not h.same_float(h.vid(q), h.vid(k), h.vid(v)) or not h.contig(h.out_toks[1]):
+        return None
+    if bias is not None and S.values[int(h.vid(bias)[1:])].dtype not in (torch.bool, S.values[int(h.vid(q)[1:])].dtype):
+        return None
+    emit("L", name, outs, [h.vid(q), h.vid(k), h.vid(v), h.vid(bias)],
+         [int(bool(causal)), "-" if scale is None else _float_tok(scale)[1:]], fx=node)
+    return "L"
+
+
+def _lib_attention_bwd(name, S, emit, node, outs, a, kw, h):
+    (dout, q, k, v, bias, mask_req, out, lse, _cq, _ck, _mq, _mk, p, causal, _seed, _off) = a[:16]
+    scale = a[16] if len(a) > 16 else kw.get("scale")
+    if p != 0.0 or (mask_req[3] and bias is not None) or not h.same_float(h.vid(q), h.vid(k), h.vid(v)) or not h.contig(h.vid(lse)):
+        return None
+    if bias is not None and S.values[int(h.vid(bias)[1:])].dtype not in (torch.bool, S.values[int(h.vid(q)[1:])].dtype):
+        return None
+    emit("L", name, outs, [h.vid(dout), h.vid(q), h.vid(k), h.vid(v), h.vid(bias), h.vid(out), h.vid(lse)],
+         [int(bool(causal)), "-" if scale is None else _float_tok(scale)[1:]], fx=node)
+    return "L"
+
+
+_LIB_HANDLERS = {
+    "cat": _lib_cat,
+    "mm": _lib_mm,
+    "bmm": _lib_mm,
+    "addmm": _lib_addmm,
+    "softmax": _lib_softmax,
+    "log_softmax": _lib_softmax,
+    "layernorm": _lib_layernorm,
+    "layernorm_bwd": _lib_layernorm_bwd,
+    "embedding": _lib_embedding,
+    "embedding_bwd": _lib_embedding_bwd,
+    "nll": _lib_nll,
+    "nll_bwd": _lib_nll_bwd,
+    "attention": _lib_attention,
+    "attention_bwd": _lib_attention_bwd,
+}
+_LIB_CONTIGUOUS = ("layernorm", "layernorm_bwd", "embedding", "embedding_bwd", "nll", "nll_bwd")
+
+
+def library(S, emit, operand, node, outs):
+    """Emit the node of a kernel-library op through its handler (_LIB_HANDLERS); None if the op's
+    arguments are outside what the library does (the caller makes it eager)."""
+    name = ops.LIBRARY[str(node.target)]
+    handler = _LIB_HANDLERS.get(name)
+    if handler is None:
+        return None
+    h = _LibOperands(S, outs)
+    try:
+        if name in _LIB_CONTIGUOUS:
+            ins_all = [h.vid(x) for x in _flat_nodes(node.args) if isinstance(S.fx_value.get(x), int)]
+            if not h.contig(*ins_all, *h.out_toks):
+                return None
+        return handler(name, S, emit, node, outs, node.args, node.kwargs, h)
     except (Unsupported, KeyError, ValueError, TypeError, IndexError):
         return None
-    return "L"
