@@ -52,7 +52,7 @@ def cpu_run():
 def test_cuda_script_runs_unchanged_on_neuron_and_matches_cpu(run_py, cpu_run):
     res, r = _run(run_py, {"TORCHNEURON_CUDA": "1"})
     assert res["device"] == "neuron" and res["is_available"] is True, r.report
-    assert res["pinned"] and res["name"].startswith("NeuronCore") and res["peak_bytes"] > 0
+    assert res["pinned"] and res["name"].startswith("NeuronCore") and res["peak_bytes"] > 0  # batches pinned
     assert res["elapsed_ms"] >= 0
     assert res["losses"] == pytest.approx(cpu_run["losses"], rel=1e-4, abs=1e-5)
     assert res["eval"] == pytest.approx(cpu_run["eval"], rel=1e-4)
