@@ -159,6 +159,8 @@ int ncl_barrier(ncl_comm_t *c, ncl_call_t call);
 int ncl_send(ncl_comm_t *c, const void *buf, size_t count, ncl_dtype_t dt, int peer, int tag,
 	     int64_t timeout_ms);
 int ncl_recv(ncl_comm_t *c, void *buf, size_t count, ncl_dtype_t dt, int peer, int tag, int64_t timeout_ms);
+/* recv from whichever rank first has a message with this tag waiting; *src receives that rank. */
+int ncl_recv_any(ncl_comm_t *c, void *buf, size_t count, ncl_dtype_t dt, int tag, int64_t timeout_ms, int *src);
 
 #ifdef __cplusplus
 }

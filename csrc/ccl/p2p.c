@@ -5,6 +5,7 @@
  * same peer (and concurrent receives from the same peer) take turns.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "ncl_impl.h"
 
@@ -103,4 +104,52 @@ int ncl_recv(ncl_comm_t *c, void *buf, size_t count, ncl_dtype_t dt, int peer, i
 	int rc = p2p_check(c, NCL_K_RECV, buf, count, dt, peer, timeout_ms);
 
 	return rc ? rc : p2p_move(c, NCL_K_RECV, buf, count, dt, peer, tag, timeout_ms);
+}
+
+/* Whether peer has published the first chunk of a message with this tag that this rank has not read. */
+static bool pending_from(struct ncl_comm *c, int peer, int tag)
+{
+	struct ncl_p2p_ctl *ch = &c->p2p[(size_t)peer * c->nranks + c->rank];
+	uint32_t k;
+	bool yes;
+
+	pthread_mutex_lock(&c->p2p_recv_lock[peer]);
+	k = c->p2p_recv_n[peer] + 1;
+	yes = (int32_t)(atomic_load(&ch->sent) - k) >= 0;
+	if (yes) {
+		const struct ncl_desc *d = (const struct ncl_desc *)ncl_p2p_half(c, peer, c->rank, k);
+
+		yes = d->round == 0 && d->root == tag;
+	}
+	pthread_mutex_unlock(&c->p2p_recv_lock[peer]);
+	return yes;
+}
+
+int ncl_recv_any(ncl_comm_t *c, void *buf, size_t count, ncl_dtype_t dt, int tag, int64_t timeout_ms, int *src)
+{
+	int64_t deadline;
+	int rc;
+
+	if (!c || !src)
+		return ncl_set_error(NCL_ERR_INVALID, "ncl recv (any source): null argument");
+	if (c->nranks < 2)
+		return ncl_set_error(NCL_ERR_INVALID, "ncl recv (any source): no other rank in the group");
+	rc = p2p_check(c, NCL_K_RECV, buf, count, dt, c->rank == 0 ? 1 : 0, timeout_ms);
+	if (rc)
+		return rc;
+	deadline = ncl_now_ms() + timeout_ms;
+	for (;;) { /* poll every peer's channel, 0.2 ms apart */
+		for (int p = 0; p < c->nranks; p++)
+			if (p != c->rank && pending_from(c, p, tag)) {
+				*src = p;
+				return p2p_move(c, NCL_K_RECV, buf, count, dt, p, tag, deadline - ncl_now_ms() > 0 ?
+						deadline - ncl_now_ms() : 1);
+			}
+		if ((rc = ncl_check_usable(c, NCL_K_RECV, 0)))
+			return rc;
+		if (ncl_now_ms() >= deadline)
+			return ncl_fail(c, ncl_set_error(NCL_ERR_TIMEOUT, "ncl recv (any source): timed out after %lld "
+							 "ms: no rank sent a message with tag %d", (long long)timeout_ms, tag));
+		usleep(200);
+	}
 }

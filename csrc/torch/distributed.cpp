@@ -231,6 +231,12 @@ class NeuronWork : public c10d::Work {
 	{
 		return seq_;
 	}
+	std::shared_ptr<std::atomic<int>> source_; // recv from any source: the rank it came from
+	int sourceRank() const override
+	{
+		TORCH_CHECK(source_, "neuron backend: sourceRank() is only defined for a recv from any source");
+		return source_->load();
+	}
 	void synchronize() override
 	{
 		wait(kNoTimeout);
@@ -821,9 +827,31 @@ class NeuronBackend : public c10d::Backend {
 		});
 	}
 
-	c10::intrusive_ptr<c10d::Work> recvAnysource(Tensors &, int) override
+	// recv from whichever rank sends first with this tag; Work::sourceRank() tells which, once waited.
+	c10::intrusive_ptr<c10d::Work> recvAnysource(Tensors &tensors, int tag) override
 	{
-		TORCH_CHECK(false, "neuron backend: recv from any source is not supported; name the source rank");
+		check_single(tensors, "recv");
+		at::Tensor t = tensors[0];
+		ncl_dtype_t dt = ncl_dtype_of(t.scalar_type(), "recv");
+		int64_t tmo = timeout_.count();
+		auto src = std::make_shared<std::atomic<int>>(-1);
+		c10::intrusive_ptr<c10d::Work> w;
+		if (gloo_)
+			w = enqueue(OpType::RECVANYSOURCE, "nccl:recv", {t}, {t}, {}, [=, this] {
+				Tensors a = cpu_aliases(Tensors{t});
+				auto gw = gloo_->recvAnysource(a, tag);
+				wait_gloo(gw);
+				src->store(gw->sourceRank());
+				return 0;
+			});
+		else
+			w = enqueue(OpType::RECVANYSOURCE, "nccl:recv", {t}, {t}, {}, [=, this] {
+				int from = -1, rc = ncl_recv_any(comm_, t.data_ptr(), (size_t)t.numel(), dt, tag, tmo, &from);
+				src->store(from);
+				return rc;
+			});
+		static_cast<NeuronWork *>(w.get())->source_ = src;
+		return w;
 	}
 
       private:

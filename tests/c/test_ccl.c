@@ -403,7 +403,32 @@ static void ranks_killed(ncl_comm_t *c, int rank, int n)
 
 static void test_collectives_2(void) { run_ranks(2, ranks_all_reduce); run_ranks(2, ranks_copies); }
 static void test_collectives_3(void) { run_ranks(3, ranks_all_reduce); run_ranks(3, ranks_copies); }
-static void test_p2p(void) { run_ranks(2, ranks_p2p); }
+/* recv from any source: ranks 1 and 2 send to rank 0, which takes them in whatever order they come. */
+static void ranks_recv_any(ncl_comm_t *c, int rank, int n)
+{
+	int32_t v[4] = { 0 };
+
+	if (rank > 0) {
+		for (int i = 0; i < 4; i++)
+			v[i] = rank * 10 + i;
+		CHECK(ncl_send(c, v, 4, NCL_I32, 0, 5, TMO) == 0, "%s", ncl_last_error());
+		return;
+	}
+	int seen = 0, src = -1;
+
+	for (int m = 0; m < 2; m++) {
+		CHECK(ncl_recv_any(c, v, 4, NCL_I32, 5, TMO, &src) == 0, "%s", ncl_last_error());
+		CHECK(src == 1 || src == 2, "src %d", src);
+		CHECK(v[0] == src * 10 && v[3] == src * 10 + 3);
+		seen |= 1 << src;
+	}
+	CHECK(seen == 6);
+	/* nothing else comes with tag 6: a timeout naming the tag */
+	CHECK(ncl_recv_any(c, v, 4, NCL_I32, 6, 100, &src) == NCL_ERR_TIMEOUT && strstr(ncl_last_error(), "tag 6"),
+	      "%s", ncl_last_error());
+}
+
+static void test_p2p(void) { run_ranks(2, ranks_p2p); run_ranks(3, ranks_recv_any); }
 static void test_mismatch(void) { run_ranks(2, ranks_mismatch); }
 static void test_timeout(void) { run_ranks(2, ranks_timeout); }
 

@@ -159,6 +159,14 @@ def _suite_collectives(torch, dist, rank, world, dev, checks, gloo=False):
             dist.recv(got, src=0, tag=3)
             checks.append((f"send/recv {dtype}", torch.equal(got.cpu(), m)))
             dist.send((torch.arange(7).to(dtype) * 2).to(dev), dst=0, tag=4)
+        # recv from any source: dist.recv without src returns the sender's rank
+        if rank == 1:
+            dist.send(torch.full((6,), 5, dtype=dtype, device=dev), dst=0, tag=9)
+        else:
+            anyt = torch.empty(6, dtype=dtype, device=dev)
+            got_src = dist.recv(anyt, tag=9)
+            checks.append((f"recv any source {dtype} (from {got_src})",
+                           got_src == 1 and torch.equal(anyt.cpu(), torch.full((6,), 5, dtype=dtype))))
         reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((4,), rank, dtype=dtype, device=dev), 1 - rank),
                                        dist.P2POp(dist.irecv, got4 := torch.empty(4, dtype=dtype, device=dev), 1 - rank)])
         for q in reqs:
