@@ -2,20 +2,22 @@
 // dtypes, .item(), fill, random ops, and the boxed CPU fallback for every op without a native kernel.
 #include "neuron.h"
 #include "out.h"
+#include "pointwise.h"
+#include "ops_util.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
-#include <ATen/ops/from_blob.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/TensorIterator.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
-#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -28,8 +30,6 @@
 #include <set>
 
 namespace neuron {
-
-std::pair<uint64_t, uint64_t> philox_args(const std::optional<at::Generator> &gen, c10::DeviceIndex idx, int64_t n);
 
 // ---- the argument contract (out.h) -----------------------------------------------------------
 
@@ -238,26 +238,6 @@ static at::Tensor &set_empty(at::Tensor &self)
 	return at::native::set_cpu_(self);
 }
 
-// ---- iteration metadata --------------------------------------------------------------------------
-
-static void iter_to_nk(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *op)
-{
-	TORCH_CHECK(iter.ndim() <= NK_MAX_DIMS, op, ": tensors with more than ", NK_MAX_DIMS,
-		    " non-collapsible dims are not supported on neuron");
-	it.ndim = (int)iter.ndim();
-	it.nops = iter.ntensors();
-	auto shape = iter.shape();
-	for (int d = 0; d < it.ndim; d++)
-		it.shape[d] = shape[d];
-	for (int i = 0; i < it.nops; i++) {
-		it.data[i] = (char *)iter.data_ptr(i);
-		it.dtype[i] = (int8_t)nk_dtype(iter.dtype(i), op);
-		auto s = iter.strides(i);
-		for (int d = 0; d < it.ndim; d++)
-			it.strides[i][d] = s[d];
-	}
-}
-
 // ---- copies --------------------------------------------------------------------------------------
 
 // dst = src for any pair of devices among {cpu, neuron:i}, any dtypes and strides.  Device memory
@@ -349,117 +329,6 @@ static at::Tensor &zero_(at::Tensor &self)
 	return fill_scalar(self, 0);
 }
 
-static at::Tensor &random_kernel(at::Tensor &self, int kind, double a, double b, int64_t ia, int64_t ib,
-				 const std::optional<at::Generator> &gen, const char *name)
-{
-	if (self.numel() == 0)
-		return self;
-	DeviceScope g(self.device().index());
-	auto iter = at::TensorIteratorConfig().add_output(self).resize_outputs(false).check_all_same_dtype(false).build();
-	nk_random_args_t r{};
-	iter_to_nk(iter, r.it, name);
-	r.kind = kind;
-	r.a = a, r.b = b, r.ia = ia, r.ib = ib;
-	auto so = philox_args(gen, self.device().index(), self.numel());
-	r.seed = so.first, r.offset = so.second;
-	launch(current_queue(self.device().index()), nk_random_run, r, name);
-	return self;
-}
-
-static at::Tensor &uniform_(at::Tensor &self, double from, double to, std::optional<at::Generator> gen)
-{
-	NEURON_TRACK("aten::uniform_");
-	TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
-	return random_kernel(self, NK_RNG_UNIFORM, from, to, 0, 0, gen, "aten::uniform_");
-}
-
-static at::Tensor &normal_(at::Tensor &self, double mean, double std, std::optional<at::Generator> gen)
-{
-	NEURON_TRACK("aten::normal_");
-	TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
-	// refused at the call, as the CPU does (the kernel would fail later, on the queue)
-	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"normal_kernel_cpu\" not implemented for '",
-				    c10::toString(self.scalar_type()), "'");
-	return random_kernel(self, NK_RNG_NORMAL, mean, std, 0, 0, gen, "aten::normal_");
-}
-
-static at::Tensor &bernoulli_float(at::Tensor &self, double p, std::optional<at::Generator> gen)
-{
-	NEURON_TRACK("aten::bernoulli_.float");
-	TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
-	return random_kernel(self, NK_RNG_BERNOULLI, p, 0, 0, 0, gen, "aten::bernoulli_");
-}
-
-static at::Tensor &random_from_to(at::Tensor &self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen)
-{
-	NEURON_TRACK("aten::random_.from");
-	int64_t hi;
-	switch (self.scalar_type()) {
-	case at::kBool: hi = 2; break;
-	case at::kByte: hi = 256; break;
-	case at::kChar: hi = 128; break;
-	case at::kShort: hi = 32768; break;
-	case at::kInt: hi = (int64_t)1 << 31; break;
-	case at::kLong: hi = std::numeric_limits<int64_t>::max(); break;
-	case at::kHalf: hi = (int64_t)1 << 11; break;
-	case at::kBFloat16: hi = (int64_t)1 << 8; break;
-	case at::kFloat: hi = (int64_t)1 << 24; break;
-	default: hi = (int64_t)1 << 53; break;
-	}
-	if (to.has_value())
-		hi = *to;
-	TORCH_CHECK(from < hi, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", hi);
-	return random_kernel(self, NK_RNG_RANDINT, 0, 0, from, hi, gen, "aten::random_");
-}
-
-static at::Tensor &random_to(at::Tensor &self, int64_t to, std::optional<at::Generator> gen)
-{
-	return random_from_to(self, 0, to, gen);
-}
-
-static at::Tensor &random_(at::Tensor &self, std::optional<at::Generator> gen)
-{
-	return random_from_to(self, 0, std::nullopt, gen);
-}
-
-static std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor &x, double p, std::optional<bool> train)
-{
-	NEURON_TRACK("aten::native_dropout");
-	TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
-	c10::DeviceGuard g(x.device());
-	if (!train.value_or(true) || p == 0)
-		return {x.clone(), at::empty_like(x, x.options().dtype(at::kBool)).fill_(true)};
-	at::Tensor xc = x.contiguous();
-	at::Tensor out = at::empty_like(xc), mask = at::empty_like(xc, xc.options().dtype(at::kBool));
-	if (x.numel() == 0)
-		return {out, mask};
-	nk_dropout_args_t a{};
-	a.dtype = nk_dtype(x.scalar_type(), "aten::native_dropout");
-	a.n = x.numel();
-	a.p = p;
-	auto so = philox_args(std::nullopt, x.device().index(), a.n);
-	a.seed = so.first, a.offset = so.second;
-	a.x = xc.const_data_ptr(), a.out = out.data_ptr(), a.mask = mask.data_ptr();
-	launch(current_queue(x.device().index()), nk_dropout_run, a, "aten::native_dropout");
-	return {out, mask};
-}
-
-static at::Tensor &bernoulli_tensor(at::Tensor &self, const at::Tensor &p, std::optional<at::Generator> gen)
-{
-	NEURON_TRACK("aten::bernoulli_.Tensor");
-	// aten's CPU kernel checks every probability (NaN fails too): one read-back, as binary_cross_entropy's
-	if (p.numel()) {
-		at::Tensor pd = p.to(self.device());
-		bool ok = pd.ge(0).logical_and(pd.le(1)).all().item<bool>();
-		TORCH_CHECK(ok, "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error message be improved?  "
-				"If so, please report an enhancement request to PyTorch.)");
-	}
-	at::Tensor u = at::empty_like(self, self.options().dtype(p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
-	random_kernel(u, NK_RNG_UNIFORM, 0, 1, 0, 0, gen, "aten::bernoulli_");
-	self.copy_(u.lt(p.to(self.device())));
-	return self;
-}
-
 static void record_stream(at::Tensor &self, c10::Stream s)
 {
 	NEURON_TRACK("aten::record_stream");
@@ -473,32 +342,6 @@ static void record_stream(at::Tensor &self, c10::Stream s)
 static bool compatible_shallow_copy_type(const at::Tensor &, const at::Tensor &)
 {
 	return true;
-}
-
-// Compaction: the output size depends on the data, so the queue is drained and the selected
-// elements are gathered on the calling thread (device memory is host-addressable).
-static at::Tensor masked_select(const at::Tensor &self, const at::Tensor &mask)
-{
-	NEURON_TRACK("aten::masked_select");
-	TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
-	TORCH_CHECK(self.device() == mask.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-		    self.device(), " and ", mask.device(), "!");
-	c10::DeviceGuard g(self.device());
-	auto shape = at::infer_size(self.sizes(), mask.sizes());
-	at::Tensor x = self.expand(shape).contiguous(), m = mask.expand(shape).contiguous();
-	sync_device(self.device().index(), "aten::masked_select");
-	const bool *mp = m.const_data_ptr<bool>();
-	int64_t n = x.numel(), k = 0;
-	for (int64_t i = 0; i < n; i++)
-		k += mp[i];
-	at::Tensor out = at::empty({k}, self.options());
-	size_t es = x.itemsize();
-	const char *src = (const char *)x.const_data_ptr();
-	char *dst = (char *)out.data_ptr();
-	for (int64_t i = 0, j = 0; i < n; i++)
-		if (mp[i])
-			std::memcpy(dst + es * j++, src + es * i, es);
-	return out;
 }
 
 // ---- CPU fallback ----------------------------------------------------------------------------------
@@ -654,15 +497,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("fill_.Scalar", fill_scalar);
 	m.impl("fill_.Tensor", fill_tensor);
 	m.impl("zero_", zero_);
-	m.impl("uniform_", uniform_);
-	m.impl("normal_", normal_);
-	m.impl("bernoulli_.float", bernoulli_float);
-	m.impl("random_.from", random_from_to);
-	m.impl("random_.to", random_to);
-	m.impl("random_", random_);
-	m.impl("native_dropout", native_dropout);
-	m.impl("bernoulli_.Tensor", bernoulli_tensor);
 	m.impl("record_stream", record_stream);
 	m.impl("_has_compatible_shallow_copy_type", compatible_shallow_copy_type);
-	m.impl("masked_select", masked_select);
 }

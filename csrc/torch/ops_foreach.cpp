@@ -9,10 +9,8 @@
 // else (integers, mixed dtypes, strides, CPU tensors, partial overlap) goes to aten's per-tensor
 // loop, which raises the same errors the single ops do.
 #include "neuron.h"
+#include "ops_util.h"
 #include "nk_foreach.h"
-
-#include <errno.h>
-#include <time.h>
 
 #include <ATen/Dispatch_v2.h>
 #include <ATen/MemoryOverlap.h>
@@ -68,25 +66,7 @@ struct FeOp {
 	bool a_is_double = false;       // a from toDouble() (lerp weight) instead of the alpha rules
 };
 
-static bool plain_contiguous(const at::Tensor &t)
-{
-	if (!t.is_contiguous())
-		return false;
-	int64_t expect = 1;
-	auto sz = t.sizes();
-	auto st = t.strides();
-	for (int64_t d = (int64_t)sz.size() - 1; d >= 0; d--) {
-		if (st[d] != expect)
-			return false;
-		expect *= sz[d];
-	}
-	return true;
-}
 
-static bool opmath_scalar_op(int op)
-{
-	return op == NK_OP_MUL || op == NK_OP_DIV;
-}
 
 static uint64_t scalar_bits(at::ScalarType t, const c10::Scalar &s)
 {
@@ -548,56 +528,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("_foreach_lerp.Scalar", lerp_s);
 	m.impl("_foreach_lerp_.Scalar", lerp_s_);
 	m.impl("_foreach_norm.Scalar", norm_f);
-}
-
-// ---- queue-level fusion control (tests, benchmarks) -----------------------------------------------
-// torch.ops.neuron._fuse_control(enable, tile, dead) -> [enabled, tile elements, fused runs, fused records,
-// dead buffers on, dead ranges kept in tile buffers]; arguments < 0 leave the setting as it is.
-static std::vector<int64_t> fuse_control(int64_t enable, int64_t tile, int64_t dead)
-{
-	if (enable >= 0)
-		nrt_fuse_enable(enable != 0);
-	if (tile >= 0)
-		nrt_fuse_set_tile(tile);
-	if (dead >= 0)
-		nrt_fuse_set_dead_buffers(dead != 0);
-	nrt_fuse_stats_t st;
-	nrt_fuse_get_stats(&st);
-	return {nrt_fuse_enabled() ? 1 : 0, nrt_fuse_tile(), (int64_t)st.runs, (int64_t)st.records,
-		nrt_fuse_dead_buffers() ? 1 : 0, (int64_t)st.dead};
-}
-
-// torch.ops.neuron._queue_sleep(us): a record on the current queue of the current device that sleeps
-// `us` microseconds without using a core.  Tests that need later records queued behind a busy queue
-// use it: a busy kernel (matmuls) occupies both cores of a 2-core machine, so the host thread that
-// is queueing the records competed with it, and a short one was sometimes over before they were queued.
-static int sleep_kernel(void *p)
-{
-	int64_t us = *(const int64_t *)p;
-	struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-	return 0;
-}
-
-static void queue_sleep(int64_t us)
-{
-	TORCH_CHECK(us >= 0 && us <= 10000000, "neuron._queue_sleep: microseconds must be in [0, 1e7], got ", us);
-	lazy_init();
-	launch(current_queue(current_device()), sleep_kernel, us, "neuron::queue_sleep");
-}
-
-// torch.ops.neuron._inline_launches(): how many records ran inline on the launching thread (small kernels
-// on an idle queue, nrt_queue_launch_cost) since the process started.
-static int64_t inline_launches()
-{
-	return (int64_t)nrt_inline_launches();
-}
-
-TORCH_LIBRARY_FRAGMENT(neuron, m)
-{
-	m.def("_fuse_control(int enable=-1, int tile=-1, int dead=-1) -> int[]", &fuse_control);
-	m.def("_queue_sleep(int us) -> ()", &queue_sleep);
-	m.def("_inline_launches() -> int", &inline_launches);
 }

@@ -1,20 +1,19 @@
-// ops_nn.cpp - matrix multiplication, concatenation and the neural-network ops of the training path:
-// embedding, softmax/log_softmax, layer_norm, nll_loss, scaled_dot_product_attention, dropout backward.
-// Shapes and dtypes are checked here; the C kernels get contiguous buffers or explicit strides.
+// ops_nn.cpp - the neural-network ops of the training path: cat, embedding, softmax/log_softmax,
+// scaled_dot_product_attention, dropout backward.  Shapes and dtypes are checked here; the C
+// kernels get contiguous buffers or explicit strides.
 #include "neuron.h"
 #include "out.h"
-
-#include <algorithm>
-
-#include <ATen/core/grad_mode.h>
+#include "pointwise.h"
+#include "ops_util.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/TensorOperators.h>
-#include <ATen/native/TypeProperties.h>
 #include <ATen/WrapDimUtils.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TypeProperties.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <ATen/ops/empty.h>
@@ -22,232 +21,9 @@
 #include <ATen/ops/scalar_tensor.h>
 #include <torch/library.h>
 
+#include <algorithm>
+
 namespace neuron {
-
-static bool gemm_dtype(at::ScalarType t)
-{
-	return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf || at::isIntegralType(t, false);
-}
-
-static void check_same_device(const char *op, std::initializer_list<const at::Tensor *> ts)
-{
-	const at::Tensor *first = nullptr;
-	for (auto *t : ts) {
-		if (!t->defined())
-			continue;
-		if (!first) {
-			first = t;
-			continue;
-		}
-		TORCH_CHECK(t->device() == first->device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-			    first->device(), " and ", t->device(), "! (when checking arguments for ", op, ")");
-	}
-}
-
-// Tiny GEMMs run inline on an idle queue (launch_cost).  Cost: multiply-adds * element size / 16, or the
-// bytes of A, B and C where those are more (a GEMV: M == 1 x 4096 x 4096 is 4 MiB of arithmetic by the
-// first measure but streams 64 MiB of weights, milliseconds the host thread would otherwise wait for).
-static size_t gemm_cost(const nk_gemm_args_t &g, size_t es)
-{
-	size_t b = (size_t)g.batch, m = (size_t)g.M, n = (size_t)g.N, k = (size_t)std::max<int64_t>(g.K, 1);
-	size_t flops = b * m * n * k * es / 16, bytes = b * (m * k + k * n + m * n) * es;
-
-	return std::max(flops, bytes);
-}
-
-// C[b] = alpha * A[b] @ B[b] + beta * C[b] on 3-d views (batch, rows, cols); strides as given.
-static void gemm3(const char *name, const at::Tensor &A, const at::Tensor &B, const at::Tensor &C, double alpha, double beta)
-{
-	nk_gemm_args_t g{};
-	g.dtype = nk_dtype(C.scalar_type(), name);
-	g.batch = C.size(0), g.M = C.size(1), g.N = C.size(2), g.K = A.size(2);
-	g.alpha = alpha, g.beta = beta;
-	g.A = A.const_data_ptr(), g.bs_a = A.stride(0), g.rs_a = A.stride(1), g.cs_a = A.stride(2);
-	g.B = B.const_data_ptr(), g.bs_b = B.stride(0), g.rs_b = B.stride(1), g.cs_b = B.stride(2);
-	g.C = C.data_ptr(), g.bs_c = C.stride(0), g.rs_c = C.stride(1), g.cs_c = C.stride(2);
-	if (g.batch == 0 || g.M == 0 || g.N == 0)
-		return;
-	launch_cost(current_queue(C.device().index()), at::isIntegralType(C.scalar_type(), false) ? nk_igemm_run : nk_gemm_run, g,
-		    name, gemm_cost(g, C.element_size()));
-}
-
-// gemm3 for 2-d operands without building the 3-d views (three dispatcher round trips per mm).
-static void gemm2(const char *name, const at::Tensor &A, const at::Tensor &B, const at::Tensor &C, double alpha, double beta,
-		  const at::Tensor *bias = nullptr)
-{
-	nk_gemm_args_t g{};
-	if (bias) { // [gemm bias] C's old value read from the (expanded) bias inside the GEMM kernel
-		g.bias = bias->const_data_ptr(), g.rs_bias = bias->stride(0), g.cs_bias = bias->stride(1), g.bs_bias = 0;
-	}
-	g.dtype = nk_dtype(C.scalar_type(), name);
-	g.batch = 1, g.M = C.size(0), g.N = C.size(1), g.K = A.size(1);
-	g.alpha = alpha, g.beta = beta;
-	g.A = A.const_data_ptr(), g.bs_a = 0, g.rs_a = A.stride(0), g.cs_a = A.stride(1);
-	g.B = B.const_data_ptr(), g.bs_b = 0, g.rs_b = B.stride(0), g.cs_b = B.stride(1);
-	g.C = C.data_ptr(), g.bs_c = 0, g.rs_c = C.stride(0), g.cs_c = C.stride(1);
-	if (g.M == 0 || g.N == 0)
-		return;
-	launch_cost(current_queue(C.device().index()), at::isIntegralType(C.scalar_type(), false) ? nk_igemm_run : nk_gemm_run, g,
-		    name, gemm_cost(g, C.element_size()));
-}
-
-static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, int64_t dims)
-{
-	check_same_device(op, {&a, &b});
-	TORCH_CHECK(a.dim() == dims && b.dim() == dims, op, ": expected ", dims, "-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
-	TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(), " != ", b.scalar_type());
-	TORCH_CHECK(gemm_dtype(a.scalar_type()), op, ": dtype ", a.scalar_type(), " is not supported on neuron (float32, float64, bfloat16, float16 and the integer dtypes are)");
-	TORCH_CHECK(a.size(dims - 1) == b.size(dims - 2), op, ": mat1 and mat2 shapes cannot be multiplied (", a.size(dims - 2), "x",
-		    a.size(dims - 1), " and ", b.size(dims - 2), "x", b.size(dims - 1), ")");
-}
-
-// beta as a Scalar of out's kind: an integral out must not be multiplied by a double Scalar (mul_ would
-// refuse the cast), as aten's integral addmm takes beta as an integer.
-static c10::Scalar scalar_like(const at::Tensor &out, double v)
-{
-	if (c10::isIntegralType(out.scalar_type(), /*includeBool=*/true))
-		return c10::Scalar((int64_t)v);
-	return c10::Scalar(v);
-}
-
-// out = beta*bias + alpha*(a @ b) for 2-d a, b; bias broadcast to out (may be undefined).
-static at::Tensor &mm_into(const char *name, const at::Tensor &a, const at::Tensor &b, at::Tensor &out, const at::Tensor &bias, double beta, double alpha)
-{
-	DeviceScope g(a.device().index());
-	resize_out(out, {a.size(0), b.size(1)}, a.options());
-	bool use_bias = bias.defined() && beta != 0;
-	// [gemm bias] a floating bias of out's dtype that does not share out's memory goes to the GEMM kernel
-	// itself (one launch, and the small-M driver copies it into each tile just before using it)
-	if (use_bias && a.size(1) != 0 && at::isFloatingType(out.scalar_type()) && bias.scalar_type() == out.scalar_type() &&
-	    bias.device() == out.device() && !bias.storage().is_alias_of(out.storage())) {
-		at::Tensor e = bias.expand({a.size(0), b.size(1)});
-		gemm2(name, a, b, out, alpha, beta, &e);
-		return out;
-	}
-	if (use_bias)
-		out.copy_(bias.expand({a.size(0), b.size(1)}));
-	if (a.size(1) == 0) { // K == 0: out = beta*bias
-		if (!use_bias)
-			out.zero_();
-		else if (beta != 1)
-			out.mul_(scalar_like(out, beta));
-		return out;
-	}
-	gemm2(name, a, b, out, alpha, use_bias ? beta : 0);
-	return out;
-}
-
-static at::Tensor mm(const at::Tensor &a, const at::Tensor &b)
-{
-	NEURON_TRACK("aten::mm");
-	check_mm("mm", a, b, 2);
-	at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
-	return mm_into("aten::mm", a, b, out, {}, 0, 1);
-}
-static at::Tensor &mm_out(const at::Tensor &a, const at::Tensor &b, at::Tensor &out)
-{
-	NEURON_TRACK("aten::mm.out");
-	check_mm("mm", a, b, 2);
-	return mm_into("aten::mm.out", a, b, out, {}, 0, 1);
-}
-static at::Tensor addmm(const at::Tensor &bias, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha)
-{
-	NEURON_TRACK("aten::addmm");
-	check_mm("addmm", a, b, 2);
-	check_same_device("addmm", {&bias, &a});
-	at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
-	return mm_into("aten::addmm", a, b, out, bias.to(a.scalar_type()), beta.toDouble(), alpha.toDouble());
-}
-static at::Tensor &addmm_out(const at::Tensor &bias, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha, at::Tensor &out)
-{
-	NEURON_TRACK("aten::addmm.out");
-	check_mm("addmm", a, b, 2);
-	if (out.is_same(bias)) { // addmm_: C = beta*C + alpha*AB in place
-		TORCH_CHECK(out.sizes() == at::IntArrayRef({a.size(0), b.size(1)}), "addmm_: self has the wrong shape");
-		if (beta.toDouble() == 0)
-			out.zero_();
-		c10::DeviceGuard g(a.device());
-		gemm3("aten::addmm_", a.unsqueeze(0), b.unsqueeze(0), out.unsqueeze(0), alpha.toDouble(), beta.toDouble() == 0 ? 0 : beta.toDouble());
-		return out;
-	}
-	return mm_into("aten::addmm.out", a, b, out, bias, beta.toDouble(), alpha.toDouble());
-}
-static at::Tensor &addmm_(at::Tensor &self, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha)
-{
-	return addmm_out(self, a, b, beta, alpha, self);
-}
-
-static at::Tensor &bmm_into(const char *name, const at::Tensor &a, const at::Tensor &b, at::Tensor &out, const at::Tensor &bias, double beta, double alpha)
-{
-	c10::DeviceGuard g(a.device());
-	TORCH_CHECK(a.size(0) == b.size(0), name, ": batch1 and batch2 must have same number of batches, got ", a.size(0), " and ", b.size(0));
-	std::vector<int64_t> shape{a.size(0), a.size(1), b.size(2)};
-	bool use_bias = bias.defined() && beta != 0;
-	if (!out.is_same(bias)) {
-		resize_out(out, shape, a.options());
-		if (use_bias)
-			out.copy_(bias.expand(shape));
-	}
-	if (a.size(2) == 0) {
-		if (!use_bias)
-			out.zero_();
-		else if (beta != 1)
-			out.mul_(scalar_like(out, beta));
-		return out;
-	}
-	gemm3(name, a, b, out, alpha, use_bias ? beta : 0);
-	return out;
-}
-static at::Tensor bmm(const at::Tensor &a, const at::Tensor &b)
-{
-	NEURON_TRACK("aten::bmm");
-	check_mm("bmm", a, b, 3);
-	at::Tensor out = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
-	return bmm_into("aten::bmm", a, b, out, {}, 0, 1);
-}
-static at::Tensor &bmm_out(const at::Tensor &a, const at::Tensor &b, at::Tensor &out)
-{
-	NEURON_TRACK("aten::bmm.out");
-	check_mm("bmm", a, b, 3);
-	return bmm_into("aten::bmm.out", a, b, out, {}, 0, 1);
-}
-static at::Tensor baddbmm(const at::Tensor &bias, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha)
-{
-	NEURON_TRACK("aten::baddbmm");
-	check_mm("baddbmm", a, b, 3);
-	at::Tensor out = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
-	return bmm_into("aten::baddbmm", a, b, out, bias.to(a.scalar_type()), beta.toDouble(), alpha.toDouble());
-}
-static at::Tensor &baddbmm_(at::Tensor &self, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha)
-{
-	NEURON_TRACK("aten::baddbmm_");
-	check_mm("baddbmm_", a, b, 3);
-	if (beta.toDouble() == 0)
-		self.zero_();
-	return bmm_into("aten::baddbmm_", a, b, self, self, beta.toDouble() == 0 ? 1 : beta.toDouble(), alpha.toDouble());
-}
-static at::Tensor dot(const at::Tensor &a, const at::Tensor &b)
-{
-	NEURON_TRACK("aten::dot");
-	TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
-	TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(), "] and src [", b.numel(), "] to have the same number of elements, but got ", a.numel(), " and ", b.numel(), " elements respectively");
-	check_mm("dot", a.unsqueeze(0), b.unsqueeze(1), 2);
-	at::Tensor out = at::empty({1, 1}, a.options());
-	mm_into("aten::dot", a.unsqueeze(0), b.unsqueeze(1), out, {}, 0, 1);
-	return out.view(at::IntArrayRef{});
-}
-static at::Tensor addmv_f(const at::Tensor &bias, const at::Tensor &m, const at::Tensor &v, const c10::Scalar &beta, const c10::Scalar &alpha)
-{
-	NEURON_TRACK("aten::addmv");
-	check_mm("addmv", m, v.unsqueeze(1), 2);
-	at::Tensor out = at::empty({m.size(0), 1}, m.options());
-	mm_into("aten::addmv", m, v.unsqueeze(1), out, bias.defined() ? bias.to(m.scalar_type()).reshape({-1, 1}) : bias, beta.toDouble(), alpha.toDouble());
-	return out.view({m.size(0)});
-}
-static at::Tensor &addmv_out(const at::Tensor &bias, const at::Tensor &m, const at::Tensor &v, const c10::Scalar &beta, const c10::Scalar &alpha, at::Tensor &out)
-{
-	return into(out, addmv_f(bias, m, v, beta, alpha));
-}
 
 // ---- cat -------------------------------------------------------------------------------------------
 
@@ -314,7 +90,7 @@ static at::Tensor embedding(const at::Tensor &w, const at::Tensor &idx, int64_t 
 	NEURON_TRACK("aten::embedding");
 	TORCH_CHECK(w.dim() == 2, "'weight' must be 2-D");
 	TORCH_CHECK(idx.scalar_type() == at::kLong || idx.scalar_type() == at::kInt, "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got ", idx.scalar_type(), " instead (while checking arguments for embedding)");
-	check_same_device("embedding", {&w, &idx});
+	check_all_same_device("embedding", {&w, &idx});
 	c10::DeviceGuard g(w.device());
 	at::Tensor wc = w.contiguous(), ic = idx.contiguous();
 	auto shape = idx.sizes().vec();
@@ -401,151 +177,7 @@ static at::Tensor softmax_bwd_impl(const char *name, const at::Tensor &dy, const
 static at::Tensor softmax_bwd(const at::Tensor &dy, const at::Tensor &y, int64_t dim, at::ScalarType t) { NEURON_TRACK("aten::_softmax_backward_data"); return softmax_bwd_impl("aten::_softmax_backward_data", dy, y, dim, false, t); }
 static at::Tensor log_softmax_bwd(const at::Tensor &dy, const at::Tensor &y, int64_t dim, at::ScalarType t) { NEURON_TRACK("aten::_log_softmax_backward_data"); return softmax_bwd_impl("aten::_log_softmax_backward_data", dy, y, dim, true, t); }
 
-// ---- layer norm ------------------------------------------------------------------------------------
-
-// t contiguous in dtype; no dispatcher call when it already is (Tensor::to is one even as a no-op)
-static at::Tensor contiguous_as(const at::Tensor &t, at::ScalarType dtype)
-{
-	at::Tensor c = t.contiguous();
-	return c.scalar_type() == dtype ? c : c.to(dtype);
-}
-
-static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x, at::IntArrayRef ns, const std::optional<at::Tensor> &w, const std::optional<at::Tensor> &b, double eps)
-{
-	NEURON_TRACK("aten::native_layer_norm");
-	int64_t k = (int64_t)ns.size();
-	TORCH_CHECK(k >= 1 && x.dim() >= k && x.sizes().slice(x.dim() - k).equals(ns), "Given normalized_shape=", ns,
-		    ", expected input with shape [*, ", ns, "], but got input of size", x.sizes());
-	bool hw = w.has_value() && w->defined(), hb = b.has_value() && b->defined();
-	if (hw)
-		TORCH_CHECK(w->sizes().equals(ns), "Expected weight to be of same shape as normalized_shape, but got weight of shape ", w->sizes(), " and normalized_shape = ", ns);
-	if (hb)
-		TORCH_CHECK(b->sizes().equals(ns), "Expected bias to be of same shape as normalized_shape, but got bias of shape ", b->sizes(), " and normalized_shape = ", ns);
-	c10::DeviceGuard g(x.device());
-	at::Tensor xc = x.contiguous();
-	at::Tensor wc = hw ? contiguous_as(*w, x.scalar_type()) : at::Tensor(), bc = hb ? contiguous_as(*b, x.scalar_type()) : at::Tensor();
-	int64_t N = c10::multiply_integers(ns), M = N ? xc.numel() / N : 0;
-	auto stat_shape = x.sizes().vec();
-	for (int64_t i = x.dim() - k; i < x.dim(); i++)
-		stat_shape[i] = 1;
-	at::Tensor y = at::empty_like(xc), mean = at::empty(stat_shape, x.options()), rstd = at::empty(stat_shape, x.options());
-	nk_layernorm_args_t a{};
-	a.dtype = nk_dtype(x.scalar_type(), "aten::native_layer_norm");
-	a.rows = M, a.cols = N, a.eps = eps;
-	a.x = xc.const_data_ptr(), a.w = hw ? wc.const_data_ptr() : nullptr, a.b = hb ? bc.const_data_ptr() : nullptr;
-	a.y = y.data_ptr(), a.mean = mean.data_ptr(), a.rstd = rstd.data_ptr();
-	if (M > 0)
-		launch(current_queue(x.device().index()), nk_layernorm_run, a, "aten::native_layer_norm");
-	return {y, mean, rstd};
-}
-
-static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd(const at::Tensor &dy, const at::Tensor &x, at::IntArrayRef ns, const at::Tensor &mean, const at::Tensor &rstd,
-								     const std::optional<at::Tensor> &w, const std::optional<at::Tensor> &b, std::array<bool, 3> mask)
-{
-	NEURON_TRACK("aten::native_layer_norm_backward");
-	c10::DeviceGuard g(x.device());
-	bool hw = w.has_value() && w->defined(), hb = b.has_value() && b->defined();
-	at::Tensor xc = x.contiguous(), dyc = contiguous_as(dy, x.scalar_type());
-	at::Tensor wc = hw ? contiguous_as(*w, x.scalar_type()) : at::Tensor();
-	int64_t N = c10::multiply_integers(ns), M = N ? xc.numel() / N : 0;
-	at::Tensor dx, dw, db;
-	if (mask[0])
-		dx = at::empty_like(xc);
-	if (mask[1] && hw)
-		dw = at::empty(ns, x.options());
-	if (mask[2] && hb)
-		db = at::empty(ns, x.options());
-	if (M == 0) {
-		if (dw.defined())
-			dw.zero_();
-		if (db.defined())
-			db.zero_();
-	} else {
-		nk_layernorm_bwd_args_t a{};
-		a.dtype = nk_dtype(x.scalar_type(), "aten::native_layer_norm_backward");
-		a.rows = M, a.cols = N;
-		a.dy = dyc.const_data_ptr(), a.x = xc.const_data_ptr();
-		a.mean = mean.contiguous().const_data_ptr(), a.rstd = rstd.contiguous().const_data_ptr();
-		a.w = hw ? wc.const_data_ptr() : nullptr;
-		a.dx = dx.defined() ? dx.data_ptr() : nullptr;
-		a.dw = dw.defined() ? dw.data_ptr() : nullptr;
-		a.db = db.defined() ? db.data_ptr() : nullptr;
-		launch(current_queue(x.device().index()), nk_layernorm_bwd_run, a, "aten::native_layer_norm_backward");
-	}
-	if (dw.defined() && w->scalar_type() != dw.scalar_type())
-		dw = dw.to(w->scalar_type());
-	if (db.defined() && b->scalar_type() != db.scalar_type())
-		db = db.to(b->scalar_type());
-	return {dx, dw, db};
-}
-
-// ---- nll_loss --------------------------------------------------------------------------------------
-
-// aten's nll_loss_forward meta, then its CPU kernel's dtype checks (target Long or Byte; a weight of
-// the input's dtype), with their messages
-static void check_nll(const at::Tensor &self, const at::Tensor &target, const at::Tensor &weight)
-{
-	TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "input tensor should be 1D or 2D");
-	TORCH_CHECK(target.dim() <= 1, "0D or 1D target tensor expected, multi-target not supported");
-	bool no_batch_dim = self.dim() == 1 && target.dim() == 0;
-	TORCH_CHECK(no_batch_dim || (self.size(0) == target.size(0)), "size mismatch (got input: ", self.sizes(), ", target: ", target.sizes(), ")");
-	int64_t C = self.size(-1);
-	TORCH_CHECK(!weight.defined() || (weight.dim() == 1 && weight.numel() == C), "weight tensor should be defined either for all ", C,
-		    " classes or no classes but got weight tensor of shape: ", weight.sizes());
-	check_same_device("nll_loss", {&self, &target, &weight});
-	TORCH_CHECK(target.scalar_type() == at::kLong || target.scalar_type() == at::kByte,
-		    "expected target dtype to be Long or Byte, but got ", target.scalar_type());
-	TORCH_CHECK(!weight.defined() || weight.scalar_type() == self.scalar_type(), "expected scalar type ", self.scalar_type(),
-		    " but found ", weight.scalar_type());
-	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()) && !at::isFloat8Type(self.scalar_type()),
-				    "\"nll_loss\" not implemented for '", c10::toString(self.scalar_type()), "'");
-}
-
-static std::tuple<at::Tensor, at::Tensor> nll_fwd(const at::Tensor &self, const at::Tensor &target, const std::optional<at::Tensor> &weight_opt, int64_t reduction, int64_t ignore_index)
-{
-	NEURON_TRACK("aten::nll_loss_forward");
-	at::Tensor weight = weight_opt.has_value() ? *weight_opt : at::Tensor();
-	check_nll(self, target, weight);
-	c10::DeviceGuard g(self.device());
-	at::Tensor x = self.dim() == 1 ? self.unsqueeze(0) : self;
-	x = x.contiguous();
-	at::Tensor t = target.to(at::kLong).contiguous(), wc = weight.defined() ? weight.contiguous() : weight;
-	int64_t N = x.size(0), C = x.size(1);
-	at::Tensor out = reduction == NK_REDUCTION_NONE && self.dim() == 2 ? at::empty({N}, self.options()) : at::empty({}, self.options());
-	at::Tensor tw = at::empty({}, self.options());
-	nk_nll_args_t a{};
-	a.dtype = nk_dtype(self.scalar_type(), "aten::nll_loss_forward");
-	a.N = N, a.C = C, a.ignore_index = ignore_index, a.reduction = (int)reduction;
-	a.logp = x.const_data_ptr(), a.target = t.const_data_ptr(), a.weight = wc.defined() ? wc.const_data_ptr() : nullptr;
-	a.out = out.data_ptr(), a.total_weight = tw.data_ptr();
-	launch(current_queue(self.device().index()), nk_nll_run, a, "aten::nll_loss_forward");
-	return {out, tw};
-}
-
-static at::Tensor nll_bwd(const at::Tensor &grad, const at::Tensor &self, const at::Tensor &target, const std::optional<at::Tensor> &weight_opt, int64_t reduction, int64_t ignore_index, const at::Tensor &total_weight)
-{
-	NEURON_TRACK("aten::nll_loss_backward");
-	at::Tensor weight = weight_opt.has_value() ? *weight_opt : at::Tensor();
-	check_nll(self, target, weight);
-	c10::DeviceGuard g(self.device());
-	int64_t N = self.dim() == 2 ? self.size(0) : 1, C = self.size(-1);
-	at::Tensor gi = at::empty(self.sizes(), self.options());
-	at::Tensor gc = grad.contiguous().to(self.scalar_type()), t = target.to(at::kLong).contiguous();
-	at::Tensor wc = weight.defined() ? weight.contiguous() : weight;
-	nk_nll_bwd_args_t a{};
-	a.dtype = nk_dtype(self.scalar_type(), "aten::nll_loss_backward");
-	a.N = N, a.C = C, a.ignore_index = ignore_index, a.reduction = (int)reduction;
-	a.grad_out = gc.const_data_ptr(), a.target = t.const_data_ptr(), a.weight = wc.defined() ? wc.const_data_ptr() : nullptr;
-	a.total_weight = total_weight.contiguous().const_data_ptr();
-	a.grad_in = gi.data_ptr();
-	if (gi.numel())
-		launch(current_queue(self.device().index()), nk_nll_bwd_run, a, "aten::nll_loss_backward");
-	return gi;
-}
-
 // ---- scaled_dot_product_attention: the "overrideable" fused path -----------------------------------
-
-std::pair<uint64_t, uint64_t> philox_args(const std::optional<at::Generator> &gen, c10::DeviceIndex idx, int64_t n);
 
 /* Sizes are compared as SymInts: under dynamic shapes (FakeTensors with symbolic sizes) a concrete
  * size() would specialize the sequence length and recompile the graph for every length. */
@@ -686,34 +318,6 @@ static at::Tensor dropout_bwd(const at::Tensor &grad, const at::Tensor &mask, do
 	return grad * mask.to(grad.scalar_type()) * scale;
 }
 
-// ---- mse_loss: composed of native elementwise and reduction kernels ----------------------------------
-
-static at::Tensor mse_loss_f(const at::Tensor &self, const at::Tensor &target, int64_t reduction)
-{
-	NEURON_TRACK("aten::mse_loss");
-	at::Tensor d = self - target;
-	at::Tensor sq = d * d;
-	if (reduction == NK_REDUCTION_MEAN)
-		return sq.mean();
-	if (reduction == NK_REDUCTION_SUM)
-		return sq.sum();
-	return sq;
-}
-static at::Tensor &mse_loss_out(const at::Tensor &self, const at::Tensor &target, int64_t reduction, at::Tensor &out)
-{
-	return into(out, mse_loss_f(self, target, reduction), OutRule::Cast);
-}
-static at::Tensor mse_loss_bwd(const at::Tensor &grad, const at::Tensor &self, const at::Tensor &target, int64_t reduction)
-{
-	NEURON_TRACK("aten::mse_loss_backward");
-	double norm = reduction == NK_REDUCTION_MEAN ? 2.0 / (double)std::max<int64_t>(self.numel(), 1) : 2.0;
-	return (self - target) * grad * norm;
-}
-static at::Tensor &mse_loss_bwd_out(const at::Tensor &grad, const at::Tensor &self, const at::Tensor &target, int64_t reduction, at::Tensor &gi)
-{
-	return into(gi, mse_loss_bwd(grad, self, target, reduction), OutRule::Cast);
-}
-
 } // namespace neuron
 
 namespace at::native {
@@ -724,18 +328,6 @@ using namespace neuron;
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
-	NEURON_IMPL(m, "mm", mm);
-	NEURON_IMPL(m, "mm.out", mm_out);
-	NEURON_IMPL(m, "addmm", addmm);
-	NEURON_IMPL(m, "addmm.out", addmm_out);
-	NEURON_IMPL(m, "addmm_", addmm_);
-	NEURON_IMPL(m, "bmm", bmm);
-	NEURON_IMPL(m, "bmm.out", bmm_out);
-	NEURON_IMPL(m, "baddbmm", baddbmm);
-	NEURON_IMPL(m, "baddbmm_", baddbmm_);
-	NEURON_IMPL(m, "dot", dot);
-	NEURON_IMPL(m, "addmv", addmv_f);
-	NEURON_IMPL(m, "addmv.out", addmv_out);
 	NEURON_IMPL(m, "cat", cat);
 	NEURON_IMPL(m, "cat.out", cat_out);
 	NEURON_IMPL(m, "embedding", embedding);
@@ -744,15 +336,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "_log_softmax", log_softmax);
 	NEURON_IMPL(m, "_softmax_backward_data", softmax_bwd);
 	NEURON_IMPL(m, "_log_softmax_backward_data", log_softmax_bwd);
-	NEURON_IMPL(m, "native_layer_norm", layer_norm);
-	NEURON_IMPL(m, "native_layer_norm_backward", layer_norm_bwd);
-	NEURON_IMPL(m, "nll_loss_forward", nll_fwd);
-	NEURON_IMPL(m, "nll_loss_backward", nll_bwd);
 	NEURON_IMPL(m, "_scaled_dot_product_fused_attention_overrideable", sdpa_fwd);
 	NEURON_IMPL(m, "_scaled_dot_product_fused_attention_overrideable_backward", sdpa_bwd);
 	NEURON_IMPL(m, "native_dropout_backward", dropout_bwd);
-	NEURON_IMPL(m, "mse_loss", mse_loss_f);
-	NEURON_IMPL(m, "mse_loss.out", mse_loss_out);
-	NEURON_IMPL(m, "mse_loss_backward", mse_loss_bwd);
-	NEURON_IMPL(m, "mse_loss_backward.grad_input", mse_loss_bwd_out);
 }

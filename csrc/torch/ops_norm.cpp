@@ -1,59 +1,32 @@
-// ops_norm.cpp - batch norm (all of aten's entry points), group norm, fused rms norm, the small
-// activations that had no kernel (glu, hardshrink, softshrink, prelu, rrelu, logit backward), the margin
-// losses (kl_div's xlogy is registered in ops_misc.cpp), and the grad scaler's two kernels.  Shapes and dtypes are checked here; the C
-// kernels (norm.c, act.c, loss2.c) get contiguous buffers or an nk_iter_t.
+// ops_norm.cpp - normalizations: layer norm, batch norm (all of aten's entry points), group norm and
+// fused rms norm, forward and backward (layernorm.c, norm.c).  Shapes and dtypes are checked here;
+// the C kernels get contiguous buffers.
 #include "neuron.h"
 #include "out.h"
 #include "pointwise.h"
+#include "ops_util.h"
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/WrapDimUtils.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/native/DispatchStub.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/leaky_relu.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include <algorithm>
+
 namespace neuron {
-
-std::pair<uint64_t, uint64_t> philox_args(const std::optional<at::Generator> &gen, c10::DeviceIndex idx, int64_t n);
-
-static at::Tensor opt(const std::optional<at::Tensor> &t)
-{
-	return t.has_value() && t->defined() ? *t : at::Tensor();
-}
-
-static const void *cptr(const at::Tensor &t)
-{
-	return t.defined() ? t.const_data_ptr() : nullptr;
-}
-
-static void *mptr(const at::Tensor &t)
-{
-	return t.defined() ? t.data_ptr() : nullptr;
-}
-
-static nrt_queue_t *queue_for(const at::Tensor &t)
-{
-	return current_queue(t.device().index());
-}
-
-static void check_float(const char *op, const at::Tensor &t, const char *what)
-{
-	TORCH_CHECK(at::isFloatingType(t.scalar_type()) && !at::isFloat8Type(t.scalar_type()), op, ": expected a floating point ", what,
-		    " (float32, float64, bfloat16 or float16), got ", t.scalar_type());
-}
-
-static void check_device(const char *op, const at::Tensor &ref, std::initializer_list<const at::Tensor *> ts)
-{
-	for (auto *t : ts)
-		TORCH_CHECK(!t->defined() || t->device() == ref.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-			    ref.device(), " and ", t->device(), "! (when checking arguments for ", op, ")");
-}
 
 // The dtype of the per-channel parameters and statistics: aten's CPU "mixed type" rule - bf16/f16
 // input with any f32 parameter keeps every parameter in f32; otherwise the input's dtype.
@@ -184,11 +157,6 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> native_bn(const at::Tensor
 {
 	NEURON_TRACK("aten::native_batch_norm");
 	return bn_forward("native_batch_norm", x, opt(w), opt(b), opt(rm), opt(rv), training, momentum, eps);
-}
-
-static void copy_out(at::Tensor &out, const at::Tensor &r)
-{
-	into(out, r);
 }
 
 static std::tuple<at::Tensor &, at::Tensor &, at::Tensor &> native_bn_out(const at::Tensor &x, const std::optional<at::Tensor> &w, const std::optional<at::Tensor> &b,
@@ -472,378 +440,82 @@ static std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor &dy, con
 	return {dx, dw};
 }
 
-// ---- small activations (act.c) ---------------------------------------------------------------------
+// ---- layer norm ------------------------------------------------------------------------------------
 
-// out = op(inputs) on an nk_iter_t: every input is cast to the result dtype (the promoted float dtype);
-// `out` may be undefined (allocated) or a view (written through its strides).
-static at::Tensor act(const char *name, int op, std::initializer_list<at::Tensor> inputs, at::Tensor out, double a = 0, int64_t ia = 0)
+// t contiguous in dtype; no dispatcher call when it already is (Tensor::to is one even as a no-op)
+static at::Tensor contiguous_as(const at::Tensor &t, at::ScalarType dtype)
 {
-	at::native::ResultTypeState st{};
-	for (const auto &x : inputs)
-		st = at::native::update_result_type_state(x, st);
-	at::ScalarType dt = at::native::result_type(st);
-	const at::Tensor &first = *inputs.begin();
-	TORCH_CHECK(at::isFloatingType(dt) && !at::isFloat8Type(dt), name, ": expected floating point inputs (float32, float64, bfloat16, float16), got ", dt);
-	for (const auto &x : inputs)
-		TORCH_CHECK(x.device() == first.device(), "Expected all tensors to be on the same device, but found at least two devices, ", first.device(),
-			    " and ", x.device(), "! (when checking arguments for ", name, ")");
-	c10::DeviceGuard g(first.device());
-	at::Tensor res = out.defined() && out.scalar_type() == dt ? out : at::Tensor();
-	at::TensorIteratorConfig cfg;
-	cfg.add_output(res).check_all_same_dtype(false).declare_static_dtype_and_device(dt, first.device());
-	std::vector<at::Tensor> cast;
-	for (const auto &x : inputs)
-		cast.push_back(x.scalar_type() == dt ? x : x.to(dt));
-	for (auto &x : cast)
-		cfg.add_const_input(x);
-	auto iter = cfg.build();
-	if (iter.numel() > 0) {
-		nk_act_args_t A{};
-		nk_iter_t &it = A.it;
-		iter_to_nk(iter, it, name);
-		A.op = op, A.a = a, A.ia = ia;
-		launch(queue_for(first), nk_act_run, A, name);
+	at::Tensor c = t.contiguous();
+	return c.scalar_type() == dtype ? c : c.to(dtype);
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor &x, at::IntArrayRef ns, const std::optional<at::Tensor> &w, const std::optional<at::Tensor> &b, double eps)
+{
+	NEURON_TRACK("aten::native_layer_norm");
+	int64_t k = (int64_t)ns.size();
+	TORCH_CHECK(k >= 1 && x.dim() >= k && x.sizes().slice(x.dim() - k).equals(ns), "Given normalized_shape=", ns,
+		    ", expected input with shape [*, ", ns, "], but got input of size", x.sizes());
+	bool hw = w.has_value() && w->defined(), hb = b.has_value() && b->defined();
+	if (hw)
+		TORCH_CHECK(w->sizes().equals(ns), "Expected weight to be of same shape as normalized_shape, but got weight of shape ", w->sizes(), " and normalized_shape = ", ns);
+	if (hb)
+		TORCH_CHECK(b->sizes().equals(ns), "Expected bias to be of same shape as normalized_shape, but got bias of shape ", b->sizes(), " and normalized_shape = ", ns);
+	c10::DeviceGuard g(x.device());
+	at::Tensor xc = x.contiguous();
+	at::Tensor wc = hw ? contiguous_as(*w, x.scalar_type()) : at::Tensor(), bc = hb ? contiguous_as(*b, x.scalar_type()) : at::Tensor();
+	int64_t N = c10::multiply_integers(ns), M = N ? xc.numel() / N : 0;
+	auto stat_shape = x.sizes().vec();
+	for (int64_t i = x.dim() - k; i < x.dim(); i++)
+		stat_shape[i] = 1;
+	at::Tensor y = at::empty_like(xc), mean = at::empty(stat_shape, x.options()), rstd = at::empty(stat_shape, x.options());
+	nk_layernorm_args_t a{};
+	a.dtype = nk_dtype(x.scalar_type(), "aten::native_layer_norm");
+	a.rows = M, a.cols = N, a.eps = eps;
+	a.x = xc.const_data_ptr(), a.w = hw ? wc.const_data_ptr() : nullptr, a.b = hb ? bc.const_data_ptr() : nullptr;
+	a.y = y.data_ptr(), a.mean = mean.data_ptr(), a.rstd = rstd.data_ptr();
+	if (M > 0)
+		launch(current_queue(x.device().index()), nk_layernorm_run, a, "aten::native_layer_norm");
+	return {y, mean, rstd};
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd(const at::Tensor &dy, const at::Tensor &x, at::IntArrayRef ns, const at::Tensor &mean, const at::Tensor &rstd,
+								     const std::optional<at::Tensor> &w, const std::optional<at::Tensor> &b, std::array<bool, 3> mask)
+{
+	NEURON_TRACK("aten::native_layer_norm_backward");
+	c10::DeviceGuard g(x.device());
+	bool hw = w.has_value() && w->defined(), hb = b.has_value() && b->defined();
+	at::Tensor xc = x.contiguous(), dyc = contiguous_as(dy, x.scalar_type());
+	at::Tensor wc = hw ? contiguous_as(*w, x.scalar_type()) : at::Tensor();
+	int64_t N = c10::multiply_integers(ns), M = N ? xc.numel() / N : 0;
+	at::Tensor dx, dw, db;
+	if (mask[0])
+		dx = at::empty_like(xc);
+	if (mask[1] && hw)
+		dw = at::empty(ns, x.options());
+	if (mask[2] && hb)
+		db = at::empty(ns, x.options());
+	if (M == 0) {
+		if (dw.defined())
+			dw.zero_();
+		if (db.defined())
+			db.zero_();
+	} else {
+		nk_layernorm_bwd_args_t a{};
+		a.dtype = nk_dtype(x.scalar_type(), "aten::native_layer_norm_backward");
+		a.rows = M, a.cols = N;
+		a.dy = dyc.const_data_ptr(), a.x = xc.const_data_ptr();
+		a.mean = mean.contiguous().const_data_ptr(), a.rstd = rstd.contiguous().const_data_ptr();
+		a.w = hw ? wc.const_data_ptr() : nullptr;
+		a.dx = dx.defined() ? dx.data_ptr() : nullptr;
+		a.dw = dw.defined() ? dw.data_ptr() : nullptr;
+		a.db = db.defined() ? db.data_ptr() : nullptr;
+		launch(current_queue(x.device().index()), nk_layernorm_bwd_run, a, "aten::native_layer_norm_backward");
 	}
-	res = iter.output(0);
-	if (out.defined() && !out.is_same(res))
-		return into(out, res, OutRule::Cast);
-	return res;
-}
-
-#define ACT1(fname, aname, OP)                                                                                                         \
-	static at::Tensor fname(const at::Tensor &x, const c10::Scalar &l) { NEURON_TRACK("aten::" aname); return act("aten::" aname, OP, {x}, {}, l.toDouble()); } \
-	static at::Tensor &fname##_o(const at::Tensor &x, const c10::Scalar &l, at::Tensor &o) { NEURON_TRACK("aten::" aname ".out"); act("aten::" aname, OP, {x}, o, l.toDouble()); return o; }
-#define ACT_BWD(fname, aname, OP)                                                                                                          \
-	static at::Tensor fname(const at::Tensor &g, const at::Tensor &x, const c10::Scalar &l) { NEURON_TRACK("aten::" aname); return act("aten::" aname, OP, {g, x}, {}, l.toDouble()); } \
-	static at::Tensor &fname##_o(const at::Tensor &g, const at::Tensor &x, const c10::Scalar &l, at::Tensor &o) { NEURON_TRACK("aten::" aname ".grad_input"); act("aten::" aname, OP, {g, x}, o, l.toDouble()); return o; }
-ACT1(hardshrink_f, "hardshrink", NK_ACT_HARDSHRINK)
-ACT1(softshrink_f, "softshrink", NK_ACT_SOFTSHRINK)
-ACT_BWD(hardshrink_bw, "hardshrink_backward", NK_ACT_HARDSHRINK_BWD)
-ACT_BWD(softshrink_bw, "softshrink_backward", NK_ACT_SOFTSHRINK_BWD)
-
-static void check_lambd(const char *op, const c10::Scalar &l)
-{
-	TORCH_CHECK(l.toDouble() >= 0, op, ": lambda must be greater or equal to 0, but found to be ", l.toDouble(), ".");
-}
-static at::Tensor softshrink_c(const at::Tensor &x, const c10::Scalar &l) { check_lambd("softshrink", l); return softshrink_f(x, l); }
-static at::Tensor &softshrink_co(const at::Tensor &x, const c10::Scalar &l, at::Tensor &o) { check_lambd("softshrink", l); return softshrink_f_o(x, l, o); }
-
-static at::Tensor logit_bw(const at::Tensor &g, const at::Tensor &x, std::optional<double> eps)
-{
-	NEURON_TRACK("aten::logit_backward");
-	return act("aten::logit_backward", NK_ACT_LOGIT_BWD, {g, x}, {}, eps.value_or(-1.0), eps.has_value() && *eps >= 0 ? 1 : 0);
-}
-static at::Tensor &logit_bw_o(const at::Tensor &g, const at::Tensor &x, std::optional<double> eps, at::Tensor &o)
-{
-	NEURON_TRACK("aten::logit_backward.grad_input");
-	act("aten::logit_backward", NK_ACT_LOGIT_BWD, {g, x}, o, eps.value_or(-1.0), eps.has_value() && *eps >= 0 ? 1 : 0);
-	return o;
-}
-
-static int64_t glu_dim(const at::Tensor &x, int64_t dim)
-{
-	TORCH_CHECK(x.dim() > 0, "glu does not support scalars because halving size must be even");
-	int64_t d = at::maybe_wrap_dim(dim, x.dim());
-	TORCH_CHECK(x.size(d) % 2 == 0, "Halving dimension must be even, but dimension ", d, " is size ", x.size(d));
-	return d;
-}
-static at::Tensor glu_f(const at::Tensor &x, int64_t dim)
-{
-	NEURON_TRACK("aten::glu");
-	int64_t d = glu_dim(x, dim), h = x.size(d) / 2;
-	return act("aten::glu", NK_ACT_GLU, {x.narrow(d, 0, h), x.narrow(d, h, h)}, {});
-}
-static at::Tensor &glu_o(const at::Tensor &x, int64_t dim, at::Tensor &o)
-{
-	NEURON_TRACK("aten::glu.out");
-	int64_t d = glu_dim(x, dim), h = x.size(d) / 2;
-	act("aten::glu", NK_ACT_GLU, {x.narrow(d, 0, h), x.narrow(d, h, h)}, o);
-	return o;
-}
-static at::Tensor &glu_bw_o(const at::Tensor &g, const at::Tensor &x, int64_t dim, at::Tensor &gi)
-{
-	NEURON_TRACK("aten::glu_backward.grad_input");
-	int64_t d = glu_dim(x, dim), h = x.size(d) / 2;
-	at::Tensor a = x.narrow(d, 0, h), b = x.narrow(d, h, h);
-	TORCH_CHECK(g.sizes() == a.sizes(), "glu_backward: grad_output of size ", g.sizes(), " does not match half of the input ", x.sizes());
-	resize_out(gi, x.sizes(), x.options());
-	at::Tensor ga = gi.narrow(d, 0, h), gb = gi.narrow(d, h, h);
-	act("aten::glu_backward", NK_ACT_GLU_BWD_A, {g, a, b}, ga);
-	act("aten::glu_backward", NK_ACT_GLU_BWD_B, {g, a, b}, gb);
-	return gi;
-}
-static at::Tensor glu_bw(const at::Tensor &g, const at::Tensor &x, int64_t dim)
-{
-	NEURON_TRACK("aten::glu_backward");
-	at::Tensor gi = at::empty_like(x, at::MemoryFormat::Contiguous);
-	return glu_bw_o(g, x, dim, gi);
-}
-
-static at::Tensor prelu_f(const at::Tensor &x, const at::Tensor &w)
-{
-	NEURON_TRACK("aten::_prelu_kernel");
-	return act("aten::_prelu_kernel", NK_ACT_PRELU, {x, w}, {});
-}
-static std::tuple<at::Tensor, at::Tensor> prelu_bw(const at::Tensor &g, const at::Tensor &x, const at::Tensor &w)
-{
-	NEURON_TRACK("aten::_prelu_kernel_backward");
-	at::Tensor gx = act("aten::_prelu_kernel_backward", NK_ACT_PRELU_BWD_X, {g, x, w}, {});
-	at::Tensor gw = act("aten::_prelu_kernel_backward", NK_ACT_PRELU_BWD_W, {g, x}, {});
-	return {gx, gw};
-}
-
-// rrelu: training draws the slope of each non-positive element from the device Philox generator (act.c);
-// evaluation is leaky_relu with the mean slope, as aten.
-static at::Tensor rrelu_into(const at::Tensor &x, at::Tensor &noise, const c10::Scalar &lower, const c10::Scalar &upper, bool training,
-			     const std::optional<at::Generator> &gen, const char *name)
-{
-	double lo = lower.toDouble(), hi = upper.toDouble();
-	TORCH_CHECK(hi >= lo, "Lower bound should be less than or equal to the upper bound");
-	check_float(name, x, "input");
-	if (!training)
-		return at::leaky_relu(x, (lo + hi) / 2);
-	TORCH_CHECK(noise.sizes() == x.sizes(), name, ": noise of size ", noise.sizes(), " must have the shape of the input ", x.sizes());
-	check_device(name, x, {&noise});
-	c10::DeviceGuard g(x.device());
-	at::Tensor xc = x.contiguous(), y = at::empty_like(xc);
-	bool direct = noise.is_contiguous() && noise.scalar_type() == x.scalar_type();
-	at::Tensor nz = direct ? noise : at::empty_like(xc);
-	if (xc.numel()) {
-		nk_rrelu_args_t a{};
-		auto so = philox_args(gen, x.device().index(), xc.numel());
-		a.dtype = nk_dtype(x.scalar_type(), name);
-		a.n = xc.numel(), a.lower = lo, a.upper = hi, a.seed = so.first, a.offset = so.second;
-		a.x = xc.const_data_ptr(), a.noise = nz.data_ptr(), a.y = y.data_ptr();
-		launch(queue_for(x), nk_rrelu_run, a, name);
-	}
-	if (!direct)
-		noise.copy_(nz);
-	return y;
-}
-static at::Tensor rrelu_f(const at::Tensor &x, at::Tensor &noise, const c10::Scalar &lo, const c10::Scalar &hi, bool training, std::optional<at::Generator> gen)
-{
-	NEURON_TRACK("aten::rrelu_with_noise");
-	return rrelu_into(x, noise, lo, hi, training, gen, "rrelu_with_noise");
-}
-static at::Tensor &rrelu_o(const at::Tensor &x, at::Tensor &noise, const c10::Scalar &lo, const c10::Scalar &hi, bool training, std::optional<at::Generator> gen,
-			   at::Tensor &out)
-{
-	NEURON_TRACK("aten::rrelu_with_noise.out");
-	copy_out(out, rrelu_into(x, noise, lo, hi, training, gen, "rrelu_with_noise"));
-	return out;
-}
-static at::Tensor &rrelu_i(at::Tensor &x, at::Tensor &noise, const c10::Scalar &lo, const c10::Scalar &hi, bool training, std::optional<at::Generator> gen)
-{
-	NEURON_TRACK("aten::rrelu_with_noise_");
-	return into_self(x, rrelu_into(x, noise, lo, hi, training, gen, "rrelu_with_noise_"));
-}
-
-
-// ---- margin losses (loss2.c) -----------------------------------------------------------------------
-
-static void margin_input(const char *op, const at::Tensor &x, const at::Tensor &target, int64_t &N, int64_t &C)
-{
-	check_float(op, x, "input");
-	TORCH_CHECK(x.dim() <= 2 && (x.numel() > 0 || x.dim() == 2), op, ": Expected non-empty vector or matrix with optional 0-dim batch size, but got: ", x.sizes());
-	TORCH_CHECK(target.scalar_type() == at::kLong, op, ": expected target of dtype Long, got ", target.scalar_type());
-	N = x.dim() < 2 ? 1 : x.size(0);
-	C = x.dim() == 0 ? 1 : x.size(-1);
-	check_device(op, x, {&target});
-}
-
-// aten's multi_margin_loss CPU checks in its order and with its messages: p, the shapes
-// (multi_margin_loss_shape_check), then (for a non-empty input) the dtypes its kernel dispatches on:
-// a floating input (f16/bf16 too, as on CUDA), a Long target and a weight of the input's dtype.
-static void mm_check(const char *op, const at::Tensor &x, const at::Tensor &target, const c10::Scalar &p, const at::Tensor &w,
-		     int64_t &N, int64_t &C)
-{
-	TORCH_CHECK(p.toLong() == 1 || p.toLong() == 2, "only p == 1 and p == 2 supported");
-	int64_t nd = x.dim();
-	TORCH_CHECK((nd == 2 && x.size(1) != 0) || (nd == 1 && x.size(0) != 0) || nd == 0,
-		    "Expected non-empty vector or matrix with optional 0-dim batch size, but got: ", x.sizes());
-	N = nd <= 1 ? 1 : x.size(0);
-	C = nd == 0 ? 1 : x.size(-1);
-	TORCH_CHECK(target.dim() <= 1 && target.numel() == N,
-		    "multi_margin_loss: target tensor should be 1-D with size equal to the number of input samples (batch size). "
-		    "Expected target size [", N, "], but got ", target.sizes(), ". Input has shape ", x.sizes(), ".");
-	TORCH_CHECK(!w.defined() || (w.dim() <= 1 && w.numel() == C), "inconsistent weight size, expected ", C, " but got ", w.sizes());
-	check_device(op, x, {&target, &w});
-	if (x.numel() == 0)
-		return;
-	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(x.scalar_type()) && !at::isFloat8Type(x.scalar_type()), "\"", op,
-				    "\" not implemented for '", c10::toString(x.scalar_type()), "'");
-	TORCH_CHECK(target.scalar_type() == at::kLong, "expected scalar type Long but found ", target.scalar_type());
-	TORCH_CHECK(!w.defined() || w.scalar_type() == x.scalar_type(), "expected scalar type ", x.scalar_type(), " but found ", w.scalar_type());
-}
-
-static at::Tensor mm_loss(const at::Tensor &x, const at::Tensor &target, const c10::Scalar &p, const c10::Scalar &margin, const std::optional<at::Tensor> &w_opt,
-			  int64_t reduction)
-{
-	NEURON_TRACK("aten::multi_margin_loss");
-	const char *op = "multi_margin_loss";
-	int64_t N, C;
-	at::Tensor w = opt(w_opt);
-	mm_check(op, x, target, p, w, N, C);
-	c10::DeviceGuard g(x.device());
-	at::Tensor out = reduction == NK_REDUCTION_NONE && target.dim() > 0 ? at::empty({N}, x.options()) : at::empty({}, x.options());
-	if (x.numel() == 0)
-		return out;
-	at::Tensor xc = x.contiguous(), tc = target.contiguous(), wc = w.defined() ? w.contiguous() : w;
-	nk_multi_margin_args_t a{};
-	a.dtype = nk_dtype(x.scalar_type(), op);
-	a.N = N, a.C = C, a.p = p.toLong(), a.margin = margin.toDouble(), a.reduction = (int)reduction;
-	a.x = xc.const_data_ptr(), a.target = tc.const_data_ptr(), a.w = cptr(wc), a.out = out.data_ptr();
-	launch(queue_for(x), nk_multi_margin_run, a, op);
-	return out;
-}
-static at::Tensor &mm_loss_o(const at::Tensor &x, const at::Tensor &t, const c10::Scalar &p, const c10::Scalar &m, const std::optional<at::Tensor> &w, int64_t r,
-			     at::Tensor &out)
-{
-	copy_out(out, mm_loss(x, t, p, m, w, r));
-	return out;
-}
-static at::Tensor mm_loss_bw(const at::Tensor &go, const at::Tensor &x, const at::Tensor &target, const c10::Scalar &p, const c10::Scalar &margin,
-			     const std::optional<at::Tensor> &w_opt, int64_t reduction)
-{
-	NEURON_TRACK("aten::multi_margin_loss_backward");
-	const char *op = "multi_margin_loss_backward";
-	int64_t N, C;
-	at::Tensor w = opt(w_opt);
-	mm_check(op, x, target, p, w, N, C);
-	TORCH_CHECK(reduction != NK_REDUCTION_NONE || go.numel() == N || go.dim() == 0, op, ": grad_output of size ", go.sizes(), " for ", N, " rows");
-	check_device(op, x, {&go});
-	c10::DeviceGuard g(x.device());
-	if (x.numel() == 0)
-		return at::empty(x.sizes(), x.options());
-	at::Tensor xc = x.contiguous(), tc = target.contiguous(), wc = w.defined() ? w.contiguous() : w;
-	at::Tensor gc = go.contiguous().to(x.scalar_type()), gi = at::empty(x.sizes(), x.options());
-	nk_multi_margin_args_t a{};
-	a.dtype = nk_dtype(x.scalar_type(), op);
-	a.N = N, a.C = C, a.p = p.toLong(), a.margin = margin.toDouble(), a.reduction = (int)reduction;
-	if (reduction == NK_REDUCTION_NONE && go.dim() == 0)
-		gc = gc.expand({N}).contiguous();
-	a.x = xc.const_data_ptr(), a.target = tc.const_data_ptr(), a.w = cptr(wc), a.grad_out = gc.const_data_ptr(), a.grad_in = gi.data_ptr();
-	if (gi.numel())
-		launch(queue_for(x), nk_multi_margin_bwd_run, a, op);
-	return gi;
-}
-static at::Tensor &mm_loss_bw_o(const at::Tensor &go, const at::Tensor &x, const at::Tensor &t, const c10::Scalar &p, const c10::Scalar &m,
-				const std::optional<at::Tensor> &w, int64_t r, at::Tensor &gi)
-{
-	copy_out(gi, mm_loss_bw(go, x, t, p, m, w, r));
-	return gi;
-}
-
-static void ml_check(const char *op, const at::Tensor &x, const at::Tensor &target, int64_t &N, int64_t &C)
-{
-	margin_input(op, x, target, N, C);
-	bool ok = x.dim() <= 1 ? (target.dim() <= 1 && target.numel() == C) : (target.dim() == 2 && target.size(0) == N && target.size(1) == C);
-	TORCH_CHECK(ok, op, ": inconsistent target size: ", target.sizes(), " for input of size: ", x.sizes());
-}
-static std::tuple<at::Tensor, at::Tensor> ml_loss(const at::Tensor &x, const at::Tensor &target, int64_t reduction)
-{
-	NEURON_TRACK("aten::multilabel_margin_loss_forward");
-	const char *op = "multilabel_margin_loss_forward";
-	int64_t N, C;
-	ml_check(op, x, target, N, C);
-	c10::DeviceGuard g(x.device());
-	at::Tensor xc = x.contiguous(), tc = target.contiguous();
-	at::Tensor out = reduction == NK_REDUCTION_NONE && target.dim() > 1 ? at::empty({N}, x.options()) : at::empty({}, x.options());
-	at::Tensor ist = at::empty(target.sizes(), x.options());
-	nk_multilabel_margin_args_t a{};
-	a.dtype = nk_dtype(x.scalar_type(), op);
-	a.N = N, a.C = C, a.reduction = (int)reduction;
-	a.x = xc.const_data_ptr(), a.target = tc.const_data_ptr(), a.out = out.data_ptr(), a.is_target = ist.data_ptr();
-	launch(queue_for(x), nk_multilabel_margin_run, a, op);
-	return {out, ist};
-}
-static std::tuple<at::Tensor &, at::Tensor &> ml_loss_o(const at::Tensor &x, const at::Tensor &t, int64_t r, at::Tensor &out, at::Tensor &ist)
-{
-	auto res = ml_loss(x, t, r);
-	copy_out(out, std::get<0>(res));
-	copy_out(ist, std::get<1>(res));
-	return {out, ist};
-}
-static at::Tensor ml_loss_bw(const at::Tensor &go, const at::Tensor &x, const at::Tensor &target, int64_t reduction, const at::Tensor &is_target)
-{
-	NEURON_TRACK("aten::multilabel_margin_loss_backward");
-	const char *op = "multilabel_margin_loss_backward";
-	int64_t N, C;
-	ml_check(op, x, target, N, C);
-	TORCH_CHECK(is_target.sizes() == target.sizes(), op, ": is_target of size ", is_target.sizes(), " does not match target ", target.sizes());
-	check_device(op, x, {&go, &is_target});
-	c10::DeviceGuard g(x.device());
-	at::Tensor xc = x.contiguous(), tc = target.contiguous(), ic = is_target.contiguous().to(x.scalar_type());
-	at::Tensor gc = go.contiguous().to(x.scalar_type()), gi = at::empty(x.sizes(), x.options());
-	if (reduction == NK_REDUCTION_NONE && gc.numel() == 1 && N != 1)
-		gc = gc.reshape({1}).expand({N}).contiguous();
-	TORCH_CHECK(reduction != NK_REDUCTION_NONE || gc.numel() == N, op, ": grad_output of size ", go.sizes(), " for ", N, " rows");
-	nk_multilabel_margin_args_t a{};
-	a.dtype = nk_dtype(x.scalar_type(), op);
-	a.N = N, a.C = C, a.reduction = (int)reduction;
-	a.x = xc.const_data_ptr(), a.target = tc.const_data_ptr(), a.grad_out = gc.const_data_ptr();
-	a.is_target = const_cast<void *>(ic.const_data_ptr()), a.grad_in = gi.data_ptr();
-	if (gi.numel())
-		launch(queue_for(x), nk_multilabel_margin_bwd_run, a, op);
-	return gi;
-}
-static at::Tensor &ml_loss_bw_o(const at::Tensor &go, const at::Tensor &x, const at::Tensor &t, int64_t r, const at::Tensor &ist, at::Tensor &gi)
-{
-	copy_out(gi, ml_loss_bw(go, x, t, r, ist));
-	return gi;
-}
-
-// ---- AMP grad scaler -------------------------------------------------------------------------------
-
-static void check_amp_scalar(const char *op, const at::Tensor &t, const char *what, at::ScalarType dt)
-{
-	TORCH_CHECK(t.device().type() == kDev, op, ": ", what, " must be a neuron tensor, got ", t.device());
-	TORCH_CHECK(t.numel() == 1, op, ": ", what, " must be a 1-element tensor, got ", t.sizes());
-	TORCH_CHECK(t.scalar_type() == dt, op, ": ", what, " must be a ", dt, " tensor, got ", t.scalar_type());
-}
-
-static void amp_unscale(at::TensorList self, at::Tensor &found_inf, const at::Tensor &inv_scale)
-{
-	NEURON_TRACK("aten::_amp_foreach_non_finite_check_and_unscale_");
-	const char *op = "_amp_foreach_non_finite_check_and_unscale_";
-	check_amp_scalar(op, found_inf, "found_inf", at::kFloat);
-	check_amp_scalar(op, inv_scale, "inv_scale", at::kFloat);
-	TORCH_CHECK(found_inf.is_contiguous() && inv_scale.is_contiguous(), op, ": found_inf and inv_scale must be contiguous");
-	for (const at::Tensor &t : self) {
-		TORCH_CHECK(t.device() == found_inf.device(), op, ": all tensors must be on ", found_inf.device(), ", got one on ", t.device());
-		check_float(op, t, "gradient");
-	}
-	c10::DeviceGuard g(found_inf.device());
-	for (const at::Tensor &t : self) {
-		if (t.numel() == 0)
-			continue;
-		bool direct = t.is_contiguous();
-		at::Tensor tc = direct ? t : t.contiguous();
-		nk_amp_unscale_args_t a{};
-		a.dtype = nk_dtype(t.scalar_type(), op);
-		a.n = tc.numel(), a.x = tc.data_ptr();
-		a.inv_scale = inv_scale.const_data_ptr<float>(), a.found_inf = found_inf.data_ptr<float>();
-		launch(queue_for(found_inf), nk_amp_unscale_run, a, op);
-		if (!direct)
-			const_cast<at::Tensor &>(t).copy_(tc);
-	}
-}
-
-static at::Tensor &amp_update(at::Tensor &scale, at::Tensor &tracker, const at::Tensor &found_inf, double growth, double backoff, int64_t interval)
-{
-	NEURON_TRACK("aten::_amp_update_scale_");
-	const char *op = "_amp_update_scale_";
-	check_amp_scalar(op, scale, "current_scale", at::kFloat);
-	check_amp_scalar(op, tracker, "growth_tracker", at::kInt);
-	check_amp_scalar(op, found_inf, "found_inf", at::kFloat);
-	TORCH_CHECK(scale.device() == tracker.device() && scale.device() == found_inf.device(), op, ": tensors must be on one device");
-	TORCH_CHECK(scale.is_contiguous() && tracker.is_contiguous(), op, ": current_scale and growth_tracker must be contiguous");
-	c10::DeviceGuard g(scale.device());
-	nk_amp_update_args_t a{};
-	a.scale = scale.data_ptr<float>(), a.growth_tracker = tracker.data_ptr<int32_t>(), a.found_inf = found_inf.const_data_ptr<float>();
-	a.growth = growth, a.backoff = backoff, a.interval = interval;
-	launch(queue_for(scale), nk_amp_update_run, a, op);
-	return scale;
+	if (dw.defined() && w->scalar_type() != dw.scalar_type())
+		dw = dw.to(w->scalar_type());
+	if (db.defined() && b->scalar_type() != db.scalar_type())
+		db = db.to(b->scalar_type());
+	return {dx, dw, db};
 }
 
 } // namespace neuron
@@ -852,6 +524,8 @@ using namespace neuron;
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
+	NEURON_IMPL(m, "native_layer_norm", layer_norm);
+	NEURON_IMPL(m, "native_layer_norm_backward", layer_norm_bwd);
 	NEURON_IMPL(m, "native_batch_norm", native_bn);
 	NEURON_IMPL(m, "native_batch_norm.out", native_bn_out);
 	NEURON_IMPL(m, "_native_batch_norm_legit", bn_legit);
@@ -868,33 +542,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "native_group_norm_backward", group_norm_bwd);
 	NEURON_IMPL(m, "_fused_rms_norm", rms_norm_f);
 	NEURON_IMPL(m, "_fused_rms_norm_backward", rms_norm_bwd);
-	NEURON_IMPL(m, "hardshrink", hardshrink_f);
-	NEURON_IMPL(m, "hardshrink.out", hardshrink_f_o);
-	NEURON_IMPL(m, "hardshrink_backward", hardshrink_bw);
-	NEURON_IMPL(m, "hardshrink_backward.grad_input", hardshrink_bw_o);
-	NEURON_IMPL(m, "softshrink", softshrink_c);
-	NEURON_IMPL(m, "softshrink.out", softshrink_co);
-	NEURON_IMPL(m, "softshrink_backward", softshrink_bw);
-	NEURON_IMPL(m, "softshrink_backward.grad_input", softshrink_bw_o);
-	NEURON_IMPL(m, "logit_backward", logit_bw);
-	NEURON_IMPL(m, "logit_backward.grad_input", logit_bw_o);
-	NEURON_IMPL(m, "glu", glu_f);
-	NEURON_IMPL(m, "glu.out", glu_o);
-	NEURON_IMPL(m, "glu_backward", glu_bw);
-	NEURON_IMPL(m, "glu_backward.grad_input", glu_bw_o);
-	NEURON_IMPL(m, "_prelu_kernel", prelu_f);
-	NEURON_IMPL(m, "_prelu_kernel_backward", prelu_bw);
-	NEURON_IMPL(m, "rrelu_with_noise", rrelu_f);
-	NEURON_IMPL(m, "rrelu_with_noise.out", rrelu_o);
-	NEURON_IMPL(m, "rrelu_with_noise_", rrelu_i);
-	NEURON_IMPL(m, "multi_margin_loss", mm_loss);
-	NEURON_IMPL(m, "multi_margin_loss.out", mm_loss_o);
-	NEURON_IMPL(m, "multi_margin_loss_backward", mm_loss_bw);
-	NEURON_IMPL(m, "multi_margin_loss_backward.grad_input", mm_loss_bw_o);
-	NEURON_IMPL(m, "multilabel_margin_loss_forward", ml_loss);
-	NEURON_IMPL(m, "multilabel_margin_loss_forward.output", ml_loss_o);
-	NEURON_IMPL(m, "multilabel_margin_loss_backward", ml_loss_bw);
-	NEURON_IMPL(m, "multilabel_margin_loss_backward.grad_input", ml_loss_bw_o);
-	NEURON_IMPL(m, "_amp_foreach_non_finite_check_and_unscale_", amp_unscale);
-	NEURON_IMPL(m, "_amp_update_scale_", amp_update);
 }

@@ -2,6 +2,8 @@
 // _fused_adam_ (nk_adam_run), _fused_sgd_ (nk_sgd_run) and _fused_adagrad_ (nk_adagrad_run), one
 // launch per parameter tensor, on tensors of any strides.
 #include "neuron.h"
+#include "out.h"
+#include "ops_util.h"
 
 extern "C" {
 #include "nk_optim.h"
@@ -242,7 +244,62 @@ static void fused_adagrad__tlr(at::TensorList p, at::TensorList g, at::TensorLis
 	fused_adagrad("aten::_fused_adagrad_", p, g, s, steps, lr.item<double>(), lr_decay, wd, eps, maximize, gs, fi);
 }
 
+// ---- AMP grad scaler -------------------------------------------------------------------------------
+
+static void check_amp_scalar(const char *op, const at::Tensor &t, const char *what, at::ScalarType dt)
+{
+	TORCH_CHECK(t.device().type() == kDev, op, ": ", what, " must be a neuron tensor, got ", t.device());
+	TORCH_CHECK(t.numel() == 1, op, ": ", what, " must be a 1-element tensor, got ", t.sizes());
+	TORCH_CHECK(t.scalar_type() == dt, op, ": ", what, " must be a ", dt, " tensor, got ", t.scalar_type());
+}
+
+static void amp_unscale(at::TensorList self, at::Tensor &found_inf, const at::Tensor &inv_scale)
+{
+	NEURON_TRACK("aten::_amp_foreach_non_finite_check_and_unscale_");
+	const char *op = "_amp_foreach_non_finite_check_and_unscale_";
+	check_amp_scalar(op, found_inf, "found_inf", at::kFloat);
+	check_amp_scalar(op, inv_scale, "inv_scale", at::kFloat);
+	TORCH_CHECK(found_inf.is_contiguous() && inv_scale.is_contiguous(), op, ": found_inf and inv_scale must be contiguous");
+	for (const at::Tensor &t : self) {
+		TORCH_CHECK(t.device() == found_inf.device(), op, ": all tensors must be on ", found_inf.device(), ", got one on ", t.device());
+		check_float(op, t, "gradient");
+	}
+	c10::DeviceGuard g(found_inf.device());
+	for (const at::Tensor &t : self) {
+		if (t.numel() == 0)
+			continue;
+		bool direct = t.is_contiguous();
+		at::Tensor tc = direct ? t : t.contiguous();
+		nk_amp_unscale_args_t a{};
+		a.dtype = nk_dtype(t.scalar_type(), op);
+		a.n = tc.numel(), a.x = tc.data_ptr();
+		a.inv_scale = inv_scale.const_data_ptr<float>(), a.found_inf = found_inf.data_ptr<float>();
+		launch(queue_for(found_inf), nk_amp_unscale_run, a, op);
+		if (!direct)
+			const_cast<at::Tensor &>(t).copy_(tc);
+	}
+}
+
+static at::Tensor &amp_update(at::Tensor &scale, at::Tensor &tracker, const at::Tensor &found_inf, double growth, double backoff, int64_t interval)
+{
+	NEURON_TRACK("aten::_amp_update_scale_");
+	const char *op = "_amp_update_scale_";
+	check_amp_scalar(op, scale, "current_scale", at::kFloat);
+	check_amp_scalar(op, tracker, "growth_tracker", at::kInt);
+	check_amp_scalar(op, found_inf, "found_inf", at::kFloat);
+	TORCH_CHECK(scale.device() == tracker.device() && scale.device() == found_inf.device(), op, ": tensors must be on one device");
+	TORCH_CHECK(scale.is_contiguous() && tracker.is_contiguous(), op, ": current_scale and growth_tracker must be contiguous");
+	c10::DeviceGuard g(scale.device());
+	nk_amp_update_args_t a{};
+	a.scale = scale.data_ptr<float>(), a.growth_tracker = tracker.data_ptr<int32_t>(), a.found_inf = found_inf.const_data_ptr<float>();
+	a.growth = growth, a.backoff = backoff, a.interval = interval;
+	launch(queue_for(scale), nk_amp_update_run, a, op);
+	return scale;
+}
+
 } // namespace neuron
+
+using namespace neuron;
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
@@ -254,4 +311,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	m.impl("_fused_sgd_.tensor_lr", neuron::fused_sgd__tlr);
 	m.impl("_fused_adagrad_", neuron::fused_adagrad_);
 	m.impl("_fused_adagrad_.tensor_lr", neuron::fused_adagrad__tlr);
+	NEURON_IMPL(m, "_amp_foreach_non_finite_check_and_unscale_", amp_unscale);
+	NEURON_IMPL(m, "_amp_update_scale_", amp_update);
 }

@@ -1,23 +1,68 @@
-// ops_pointwise.cpp - elementwise and reduction ops.  ATen's TensorIterator computes broadcasting,
-// output allocation and memory-overlap checks; type promotion follows at::result_type; the C kernels
-// (nk_pointwise_run, nk_reduce_run) get the operands' descriptors and run on the current queue.
+// ops_pointwise.cpp - elementwise ops: arithmetic, comparisons, activations (and their backwards),
+// special functions.  ATen's TensorIterator computes broadcasting, output allocation and
+// memory-overlap checks; type promotion follows at::result_type; the C kernels (nk_pointwise_run,
+// act.c, special.c) get the operands' descriptors and run on the current queue.
 #include "neuron.h"
 #include "out.h"
 #include "pointwise.h"
+#include "ops_util.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/TensorOperators.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
-#include <ATen/ops/empty.h>
+#include <ATen/ops/_index_put_impl_ops.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/all.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/amin.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/clamp.h>
+#include <ATen/ops/clamp_max.h>
+#include <ATen/ops/clamp_min.h>
+#include <ATen/ops/dot.h>
+#include <ATen/ops/elu_backward_ops.h>
+#include <ATen/ops/elu_ops.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/exp2.h>
+#include <ATen/ops/index_ops.h>
+#include <ATen/ops/isinf.h>
+#include <ATen/ops/leaky_relu.h>
+#include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/linspace.h>
+#include <ATen/ops/log1p.h>
+#include <ATen/ops/logspace.h>
+#include <ATen/ops/maximum.h>
+#include <ATen/ops/mean.h>
+#include <ATen/ops/nan_to_num_ops.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/nll_loss_backward.h>
+#include <ATen/ops/nll_loss_forward.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/sign.h>
+#include <ATen/ops/std.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/var.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 
 namespace neuron {
 
@@ -50,13 +95,6 @@ static void store_scalar(uint64_t *slot, at::ScalarType t, const c10::Scalar &s)
 	}), AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16);
 }
 
-// aten's CPU mul/div kernels on bf16/f16 take a scalar second operand at opmath (float) precision
-// instead of rounding it to the dtype: x * 0.1 multiplies by 0.1f.  Such scalars are passed as f32.
-static bool opmath_scalar_op(int op)
-{
-	return op == NK_OP_MUL || op == NK_OP_DIV || op == NK_OP_DIV_TRUNC || op == NK_OP_DIV_FLOOR;
-}
-
 static bool is_cpu_scalar(const at::Tensor &t)
 {
 	return t.dim() == 0 && t.device().is_cpu();
@@ -70,23 +108,6 @@ static c10::Scalar cpu_scalar_value(const at::Tensor &t)
 		v = c10::Scalar(*t.const_data_ptr<scalar_t>());
 	}), AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16);
 	return v;
-}
-
-// True when t is laid out exactly as a contiguous tensor of its shape (strides included, so size-1
-// dimensions cannot make a channels-last tensor pass).
-static bool plain_contiguous(const at::Tensor &t)
-{
-	if (!t.is_contiguous())
-		return false;
-	int64_t expect = 1;
-	auto sz = t.sizes();
-	auto st = t.strides();
-	for (int64_t d = (int64_t)sz.size() - 1; d >= 0; d--) {
-		if (st[d] != expect)
-			return false;
-		expect *= sz[d];
-	}
-	return true;
 }
 
 static size_t elem_size(at::ScalarType t)
@@ -260,11 +281,6 @@ at::Tensor pointwise_op(const char *name, int op, std::initializer_list<at::Tens
 {
 	Kind k = kind == PwKind::Bool ? Kind::Bool : kind == PwKind::Float ? Kind::Float : Kind::Same;
 	return pointwise(name, op, inputs, std::move(out), k, a, b, ia, ib, nocast);
-}
-
-static at::Tensor wrap(const c10::Scalar &s)
-{
-	return at::native::wrapped_scalar_tensor(s);
 }
 
 // aten's alpha_check on the inputs' common dtype: no bool alpha unless the result is bool, no floating
@@ -617,282 +633,6 @@ static at::Tensor clamp_tf(const at::Tensor &s, const std::optional<at::Tensor> 
 	return pointwise("aten::clamp", NK_OP_CLAMP_TENSOR, {s, l, h}, {}, Kind::Same, 0, 0, (hl ? 1 : 0) | (hh ? 2 : 0));
 }
 
-// ---- reductions ------------------------------------------------------------------------------------
-
-struct RedPlan {
-	at::Tensor in;              // contiguous [O, R, I] view of the input
-	int64_t O = 1, R = 1, I = 1;
-	std::vector<int64_t> out_shape, out_shape_keep;
-};
-
-// Arrange the reduced dims of x as one [O, R, I] block of a contiguous tensor: free when x is
-// contiguous and the reduced dims are adjacent, otherwise one copy with the kept dims moved first.
-static RedPlan plan_reduce(const at::Tensor &x, at::OptionalIntArrayRef dims_opt)
-{
-	int64_t nd = x.dim();
-	std::vector<bool> red(std::max<int64_t>(nd, 1), false);
-	bool all = !dims_opt.has_value() || dims_opt->empty();
-	if (!all)
-		for (int64_t d : *dims_opt) {
-			int64_t w = at::maybe_wrap_dim(d, nd);
-			TORCH_CHECK(!red[w] || nd == 0, "dim ", w, " appears multiple times in the list of dims");
-			red[w] = true;
-		}
-	else
-		std::fill(red.begin(), red.end(), true);
-	RedPlan p;
-	for (int64_t d = 0; d < nd; d++) {
-		p.out_shape_keep.push_back(red[d] ? 1 : x.size(d));
-		if (!red[d])
-			p.out_shape.push_back(x.size(d));
-	}
-	int64_t first = -1, last = -1;
-	for (int64_t d = 0; d < nd; d++)
-		if (red[d]) {
-			if (first < 0)
-				first = d;
-			last = d;
-		}
-	bool adjacent = first >= 0;
-	for (int64_t d = first; adjacent && d <= last; d++)
-		adjacent = red[d];
-	if (nd == 0) {
-		p.in = x.contiguous();
-		return p;
-	}
-	if (x.is_contiguous() && adjacent) {
-		p.in = x;
-		for (int64_t d = 0; d < first; d++)
-			p.O *= x.size(d);
-		for (int64_t d = first; d <= last; d++)
-			p.R *= x.size(d);
-		for (int64_t d = last + 1; d < nd; d++)
-			p.I *= x.size(d);
-		return p;
-	}
-	std::vector<int64_t> perm;
-	for (int64_t d = 0; d < nd; d++)
-		if (!red[d])
-			perm.push_back(d), p.O *= x.size(d);
-	for (int64_t d = 0; d < nd; d++)
-		if (red[d])
-			perm.push_back(d), p.R *= x.size(d);
-	p.in = x.permute(perm).contiguous();
-	return p;
-}
-
-static void launch_reduce(const char *name, const RedPlan &p, int op, const at::Tensor &out, const at::Tensor &out2, double a = 0)
-{
-	if (out.numel() == 0 && !(p.O * p.I == 0))
-		return;
-	nk_reduce_args_t r{};
-	r.in = p.in.const_data_ptr();
-	r.out = out.data_ptr();
-	r.out2 = out2.defined() ? out2.data_ptr() : nullptr;
-	r.dtype_in = nk_dtype(p.in.scalar_type(), name);
-	r.dtype_out = nk_dtype(out.scalar_type(), name);
-	r.O = p.O, r.R = p.R, r.I = p.I;
-	r.op = op;
-	r.a = a;
-	if (p.O * p.I == 0)
-		return;
-	size_t cost = (size_t)(p.O * p.R * p.I) * p.in.element_size() + (size_t)out.numel() * out.element_size();
-	launch_cost(current_queue(p.in.device().index()), nk_reduce_run, r, name, cost);
-}
-
-// Result into `out` (may be undefined): reduce with output dtype odt, casting input to cdt first.
-static at::Tensor reduce(const char *name, const at::Tensor &self, at::OptionalIntArrayRef dims, bool keepdim, int op,
-			 at::ScalarType cdt, at::ScalarType odt, at::Tensor out = {}, double a = 0)
-{
-	c10::DeviceGuard g(self.device());
-	at::Tensor x = self.scalar_type() == cdt ? self : self.to(cdt);
-	RedPlan p = plan_reduce(x, dims);
-	at::Tensor res = at::empty(p.out_shape_keep, x.options().dtype(odt));
-	launch_reduce(name, p, op, res, {}, a);
-	if (!keepdim)
-		res = res.view(p.out_shape);
-	if (out.defined())
-		return into(out, res, OutRule::Cast);
-	return res;
-}
-
-static at::ScalarType sum_dtype(const at::Tensor &s, std::optional<at::ScalarType> dt)
-{
-	if (dt.has_value())
-		return *dt;
-	return at::isIntegralType(s.scalar_type(), true) ? at::kLong : s.scalar_type();
-}
-
-static at::Tensor sum_dim(const at::Tensor &s, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt)
-{
-	NEURON_TRACK("aten::sum.dim_IntList");
-	auto t = sum_dtype(s, dt);
-	return reduce("aten::sum", s, dim, keep, NK_RED_SUM, at::isIntegralType(t, true) ? t : (dt ? *dt : s.scalar_type()), t);
-}
-static at::Tensor &sum_out(const at::Tensor &s, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt, at::Tensor &out)
-{
-	NEURON_TRACK("aten::sum.IntList_out");
-	auto t = dt.value_or(out.scalar_type());
-	reduce("aten::sum.out", s, dim, keep, NK_RED_SUM, t, t, out);
-	return out;
-}
-static at::Tensor sum_all(const at::Tensor &s, std::optional<at::ScalarType> dt) { return sum_dim(s, {}, false, dt); }
-
-static at::Tensor mean_dim(const at::Tensor &s, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt)
-{
-	NEURON_TRACK("aten::mean.dim");
-	auto t = dt.value_or(s.scalar_type());
-	TORCH_CHECK(at::isFloatingType(t) || at::isComplexType(t), "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: ", t);
-	return reduce("aten::mean", s, dim, keep, NK_RED_MEAN, t, t);
-}
-static at::Tensor &mean_out(const at::Tensor &s, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt, at::Tensor &out)
-{
-	NEURON_TRACK("aten::mean.out");
-	// as aten's mean.out: the input's dtype must be floating, the out's is the one summed in
-	auto in_t = dt.value_or(at::isIntegralType(s.scalar_type(), true) ? at::kLong : s.scalar_type());
-	TORCH_CHECK(at::isFloatingType(in_t) || at::isComplexType(in_t), "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: ", in_t);
-	if (!dt)
-		check_out(out, in_t, s.device(), OutRule::Cast);
-	auto t = dt.value_or(out.scalar_type());
-	reduce("aten::mean.out", s, dim, keep, NK_RED_MEAN, t, t, out);
-	return out;
-}
-static at::Tensor mean_all(const at::Tensor &s, std::optional<at::ScalarType> dt) { return mean_dim(s, {}, false, dt); }
-
-static at::Tensor prod_dim(const at::Tensor &s, int64_t dim, bool keep, std::optional<at::ScalarType> dt)
-{
-	NEURON_TRACK("aten::prod.dim_int");
-	auto t = sum_dtype(s, dt);
-	return reduce("aten::prod", s, at::IntArrayRef{dim}, keep, NK_RED_PROD, t, t);
-}
-static at::Tensor prod_all(const at::Tensor &s, std::optional<at::ScalarType> dt)
-{
-	NEURON_TRACK("aten::prod");
-	auto t = sum_dtype(s, dt);
-	return reduce("aten::prod", s, {}, false, NK_RED_PROD, t, t);
-}
-
-static void check_nonempty(const char *name, const at::Tensor &s, at::OptionalIntArrayRef dims)
-{
-	if (s.numel() != 0)
-		return;
-	TORCH_CHECK(dims.has_value() && !dims->empty(), name, "(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
-	for (int64_t d : *dims)
-		TORCH_CHECK(s.dim() == 0 || s.size(at::maybe_wrap_dim(d, s.dim())) != 0, name, "(): Expected reduction dim ", d, " to have non-zero size.");
-}
-
-static at::Tensor amax_f(const at::Tensor &s, at::IntArrayRef dim, bool keep)
-{
-	NEURON_TRACK("aten::amax");
-	check_nonempty("amax", s, dim);
-	return reduce("aten::amax", s, dim, keep, NK_RED_AMAX, s.scalar_type(), s.scalar_type());
-}
-static at::Tensor amin_f(const at::Tensor &s, at::IntArrayRef dim, bool keep)
-{
-	NEURON_TRACK("aten::amin");
-	check_nonempty("amin", s, dim);
-	return reduce("aten::amin", s, dim, keep, NK_RED_AMIN, s.scalar_type(), s.scalar_type());
-}
-static at::Tensor max_all(const at::Tensor &s)
-{
-	NEURON_TRACK("aten::max");
-	TORCH_CHECK(s.numel() > 0, "max(): Expected reduction dim to be specified for input.numel() == 0.");
-	return reduce("aten::max", s, {}, false, NK_RED_AMAX, s.scalar_type(), s.scalar_type());
-}
-static at::Tensor min_all(const at::Tensor &s)
-{
-	NEURON_TRACK("aten::min");
-	TORCH_CHECK(s.numel() > 0, "min(): Expected reduction dim to be specified for input.numel() == 0.");
-	return reduce("aten::min", s, {}, false, NK_RED_AMIN, s.scalar_type(), s.scalar_type());
-}
-
-static std::tuple<at::Tensor, at::Tensor> minmax_dim(const char *name, int op, const at::Tensor &s, int64_t dim, bool keep)
-{
-	c10::DeviceGuard g(s.device());
-	check_nonempty(name, s, at::IntArrayRef{dim});
-	RedPlan p = plan_reduce(s, at::IntArrayRef{dim});
-	at::Tensor v = at::empty(p.out_shape_keep, s.options());
-	at::Tensor i = at::empty(p.out_shape_keep, s.options().dtype(at::kLong));
-	launch_reduce(name, p, op, v, i);
-	if (!keep)
-		return {v.view(p.out_shape), i.view(p.out_shape)};
-	return {v, i};
-}
-static std::tuple<at::Tensor, at::Tensor> max_dim(const at::Tensor &s, int64_t dim, bool keep) { NEURON_TRACK("aten::max.dim"); return minmax_dim("aten::max.dim", NK_RED_MAX, s, dim, keep); }
-static std::tuple<at::Tensor, at::Tensor> min_dim(const at::Tensor &s, int64_t dim, bool keep) { NEURON_TRACK("aten::min.dim"); return minmax_dim("aten::min.dim", NK_RED_MIN, s, dim, keep); }
-
-static at::Tensor argext(const char *name, int op, const at::Tensor &s, std::optional<int64_t> dim, bool keep)
-{
-	c10::DeviceGuard g(s.device());
-	if (!dim.has_value()) {
-		TORCH_CHECK(s.numel() > 0, name, "(): Expected reduction dim to be specified for input.numel() == 0.");
-		at::Tensor flat = s.reshape({-1});
-		RedPlan p = plan_reduce(flat, at::IntArrayRef{0});
-		at::Tensor r = at::empty({}, s.options().dtype(at::kLong));
-		launch_reduce(name, p, op, r, {});
-		return keep ? r.view(std::vector<int64_t>(s.dim(), 1)) : r;
-	}
-	check_nonempty(name, s, at::IntArrayRef{*dim});
-	RedPlan p = plan_reduce(s, at::IntArrayRef{*dim});
-	at::Tensor r = at::empty(p.out_shape_keep, s.options().dtype(at::kLong));
-	launch_reduce(name, p, op, r, {});
-	return keep ? r : r.view(p.out_shape);
-}
-static at::Tensor argmax_f(const at::Tensor &s, std::optional<int64_t> dim, bool keep) { NEURON_TRACK("aten::argmax"); return argext("argmax", NK_RED_ARGMAX, s, dim, keep); }
-static at::Tensor argmin_f(const at::Tensor &s, std::optional<int64_t> dim, bool keep) { NEURON_TRACK("aten::argmin"); return argext("argmin", NK_RED_ARGMIN, s, dim, keep); }
-
-static at::Tensor any_all(const char *name, int op, const at::Tensor &s, at::OptionalIntArrayRef dim, bool keep)
-{
-	at::ScalarType odt = s.scalar_type() == at::kByte ? at::kByte : at::kBool;
-	return reduce(name, s, dim, keep, op, s.scalar_type(), odt);
-}
-static at::Tensor any_f(const at::Tensor &s) { NEURON_TRACK("aten::any"); return any_all("aten::any", NK_RED_ANY, s, {}, false); }
-static at::Tensor all_f(const at::Tensor &s) { NEURON_TRACK("aten::all"); return any_all("aten::all", NK_RED_ALL, s, {}, false); }
-static at::Tensor any_dims(const at::Tensor &s, at::OptionalIntArrayRef d, bool k) { NEURON_TRACK("aten::any.dims"); return any_all("aten::any", NK_RED_ANY, s, d, k); }
-static at::Tensor all_dims(const at::Tensor &s, at::OptionalIntArrayRef d, bool k) { NEURON_TRACK("aten::all.dims"); return any_all("aten::all", NK_RED_ALL, s, d, k); }
-static at::Tensor any_dim(const at::Tensor &s, int64_t d, bool k) { NEURON_TRACK("aten::any.dim"); return any_all("aten::any", NK_RED_ANY, s, at::IntArrayRef{d}, k); }
-static at::Tensor all_dim(const at::Tensor &s, int64_t d, bool k) { NEURON_TRACK("aten::all.dim"); return any_all("aten::all", NK_RED_ALL, s, at::IntArrayRef{d}, k); }
-
-static at::Tensor vector_norm(const at::Tensor &s, const c10::Scalar &ord, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt)
-{
-	NEURON_TRACK("aten::linalg_vector_norm");
-	TORCH_CHECK(at::isFloatingType(s.scalar_type()), "linalg.vector_norm: Expected a floating point or complex tensor as input. Got ", s.scalar_type());
-	double p = ord.toDouble();
-	if (p < 0 || std::isinf(p))
-		check_nonempty("linalg.vector_norm", s, dim);
-	auto t = dt.value_or(s.scalar_type());
-	return reduce("aten::linalg_vector_norm", s, dim, keep, NK_RED_NORM, t, t, {}, p);
-}
-static at::Tensor &vector_norm_out(const at::Tensor &s, const c10::Scalar &ord, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt, at::Tensor &out)
-{
-	return into(out, vector_norm(s, ord, dim, keep, dt));
-}
-
-static at::Tensor var_std(const char *name, int op, const at::Tensor &s, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar> &corr, bool keep)
-{
-	TORCH_CHECK(at::isFloatingType(s.scalar_type()), name, ": expected a floating point tensor, got ", s.scalar_type());
-	double c = corr.has_value() ? corr->toDouble() : 1.0;
-	return reduce(name, s, dim, keep, op, s.scalar_type(), s.scalar_type(), {}, c);
-}
-static at::Tensor var_c(const at::Tensor &s, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar> &corr, bool keep) { NEURON_TRACK("aten::var.correction"); return var_std("aten::var", NK_RED_VAR, s, dim, corr, keep); }
-static at::Tensor std_c(const at::Tensor &s, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar> &corr, bool keep) { NEURON_TRACK("aten::std.correction"); return var_std("aten::std", NK_RED_STD, s, dim, corr, keep); }
-
-static at::Tensor logsumexp_f(const at::Tensor &s, at::IntArrayRef dim, bool keep)
-{
-	NEURON_TRACK("aten::logsumexp");
-	auto t = at::isIntegralType(s.scalar_type(), true) ? c10::typeMetaToScalarType(c10::get_default_dtype()) : s.scalar_type();
-	return reduce("aten::logsumexp", s, dim, keep, NK_RED_LOGSUMEXP, t, t);
-}
-
-// ---- arange: a factory; computed on the host and copied (small, rarely hot) -----------------------
-
-static at::Tensor &arange_out(const c10::Scalar &start, const c10::Scalar &end, const c10::Scalar &step, at::Tensor &out)
-{
-	NEURON_TRACK("aten::arange.start_out");
-	at::Tensor host = at::arange(start, end, step, out.options().device(at::kCPU));
-	return into(out, host);
-}
-
 void iter_to_nk(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *name)
 {
 	TORCH_CHECK(iter.ndim() <= NK_MAX_DIMS, name, ": too many dimensions for neuron");
@@ -908,12 +648,469 @@ void iter_to_nk(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *n
 	}
 }
 
+// ---- pointwise ops on existing nk_pointwise ops ----------------------------------------------------
+
+static at::Tensor sgn_f(const at::Tensor &s) { NEURON_TRACK("aten::sgn"); return PW("sgn", NK_OP_SIGN, {s}, {}, Same); }
+static at::Tensor &sgn_o(const at::Tensor &s, at::Tensor &o) { NEURON_TRACK("aten::sgn.out"); PW("sgn.out", NK_OP_SIGN, {s}, o, Same); return o; }
+static at::Tensor &sgn_i(at::Tensor &s) { NEURON_TRACK("aten::sgn_"); PW("sgn_", NK_OP_SIGN, {s}, s, Same); return s; }
+
+// clamp_min / clamp_max through the native clamp (which applies aten's promotion rules)
+static at::Tensor clamp_min_f(const at::Tensor &s, const c10::Scalar &v) { NEURON_TRACK("aten::clamp_min"); return at::clamp(s, v, std::nullopt); }
+static at::Tensor &clamp_min_o(const at::Tensor &s, const c10::Scalar &v, at::Tensor &o) { NEURON_TRACK("aten::clamp_min.out"); return at::clamp_out(o, s, v, std::nullopt); }
+static at::Tensor &clamp_min_i(at::Tensor &s, const c10::Scalar &v) { NEURON_TRACK("aten::clamp_min_"); return at::clamp_(s, v, std::nullopt); }
+static at::Tensor clamp_max_f(const at::Tensor &s, const c10::Scalar &v) { NEURON_TRACK("aten::clamp_max"); return at::clamp(s, std::nullopt, v); }
+static at::Tensor &clamp_max_o(const at::Tensor &s, const c10::Scalar &v, at::Tensor &o) { NEURON_TRACK("aten::clamp_max.out"); return at::clamp_out(o, s, std::nullopt, v); }
+static at::Tensor &clamp_max_i(at::Tensor &s, const c10::Scalar &v) { NEURON_TRACK("aten::clamp_max_"); return at::clamp_(s, std::nullopt, v); }
+static at::Tensor clamp_min_t(const at::Tensor &s, const at::Tensor &v) { NEURON_TRACK("aten::clamp_min.Tensor"); return PW("clamp_min", NK_OP_CLAMP_TENSOR, {s, v}, {}, Same, 0, 0, 1); }
+static at::Tensor &clamp_min_to(const at::Tensor &s, const at::Tensor &v, at::Tensor &o) { NEURON_TRACK("aten::clamp_min.Tensor_out"); PW("clamp_min.out", NK_OP_CLAMP_TENSOR, {s, v}, o, Same, 0, 0, 1); return o; }
+static at::Tensor &clamp_min_ti(at::Tensor &s, const at::Tensor &v) { NEURON_TRACK("aten::clamp_min_.Tensor"); PW("clamp_min_", NK_OP_CLAMP_TENSOR, {s, v}, s, Same, 0, 0, 1); return s; }
+static at::Tensor clamp_max_t(const at::Tensor &s, const at::Tensor &v) { NEURON_TRACK("aten::clamp_max.Tensor"); return PW("clamp_max", NK_OP_CLAMP_TENSOR, {s, v}, {}, Same, 0, 0, 2); }
+static at::Tensor &clamp_max_to(const at::Tensor &s, const at::Tensor &v, at::Tensor &o) { NEURON_TRACK("aten::clamp_max.Tensor_out"); PW("clamp_max.out", NK_OP_CLAMP_TENSOR, {s, v}, o, Same, 0, 0, 2); return o; }
+static at::Tensor &clamp_max_ti(at::Tensor &s, const at::Tensor &v) { NEURON_TRACK("aten::clamp_max_.Tensor"); PW("clamp_max_", NK_OP_CLAMP_TENSOR, {s, v}, s, Same, 0, 0, 2); return s; }
+static at::Tensor &clamp_to(const at::Tensor &s, const std::optional<at::Tensor> &lo, const std::optional<at::Tensor> &hi, at::Tensor &o)
+{
+	NEURON_TRACK("aten::clamp.Tensor_out");
+	return into(o, at::clamp(s, lo, hi), OutRule::Cast);
+}
+
+// activations: the op's scalar parameters go to the kernel (nk.h documents each)
+static at::Tensor &elu_o(const at::Tensor &s, const c10::Scalar &alpha, const c10::Scalar &scale, const c10::Scalar &input_scale, at::Tensor &o)
+{
+	NEURON_TRACK("aten::elu.out");
+	if (input_scale.toDouble() != 1.0) // celu: the kernel has no input scale
+		return at::native::call_fallback_fn<&cpu_fallback, at::_ops::elu_out>::call(s, alpha, scale, input_scale, o);
+	PW("elu.out", NK_OP_ELU, {s}, o, Float, alpha.toDouble(), scale.toDouble());
+	return o;
+}
+static at::Tensor elu_f(const at::Tensor &s, const c10::Scalar &alpha, const c10::Scalar &scale, const c10::Scalar &input_scale)
+{
+	NEURON_TRACK("aten::elu");
+	if (input_scale.toDouble() != 1.0)
+		return at::native::call_fallback_fn<&cpu_fallback, at::_ops::elu>::call(s, alpha, scale, input_scale);
+	return PW("elu", NK_OP_ELU, {s}, {}, Float, alpha.toDouble(), scale.toDouble());
+}
+static at::Tensor &elu_i(at::Tensor &s, const c10::Scalar &alpha, const c10::Scalar &scale, const c10::Scalar &input_scale)
+{
+	NEURON_TRACK("aten::elu_");
+	return elu_o(s, alpha, scale, input_scale, s);
+}
+static at::Tensor &elu_bw_o(const at::Tensor &g, const c10::Scalar &alpha, const c10::Scalar &scale, const c10::Scalar &input_scale,
+			    bool is_result, const at::Tensor &x, at::Tensor &o)
+{
+	NEURON_TRACK("aten::elu_backward.grad_input");
+	if (input_scale.toDouble() != 1.0)
+		return at::native::call_fallback_fn<&cpu_fallback, at::_ops::elu_backward_grad_input>::call(g, alpha, scale, input_scale, is_result, x, o);
+	PW("elu_backward", NK_OP_ELU_BACKWARD, {g, x}, o, Float, alpha.toDouble(), scale.toDouble(), is_result ? 1 : 0);
+	return o;
+}
+static at::Tensor elu_bw(const at::Tensor &g, const c10::Scalar &alpha, const c10::Scalar &scale, const c10::Scalar &input_scale,
+			 bool is_result, const at::Tensor &x)
+{
+	NEURON_TRACK("aten::elu_backward");
+	if (input_scale.toDouble() != 1.0)
+		return at::native::call_fallback_fn<&cpu_fallback, at::_ops::elu_backward>::call(g, alpha, scale, input_scale, is_result, x);
+	return PW("elu_backward", NK_OP_ELU_BACKWARD, {g, x}, {}, Float, alpha.toDouble(), scale.toDouble(), is_result ? 1 : 0);
+}
+static at::Tensor softplus_f(const at::Tensor &s, const c10::Scalar &beta, const c10::Scalar &th) { NEURON_TRACK("aten::softplus"); return PW("softplus", NK_OP_SOFTPLUS, {s}, {}, Float, beta.toDouble(), th.toDouble()); }
+static at::Tensor &softplus_o(const at::Tensor &s, const c10::Scalar &beta, const c10::Scalar &th, at::Tensor &o) { NEURON_TRACK("aten::softplus.out"); PW("softplus.out", NK_OP_SOFTPLUS, {s}, o, Float, beta.toDouble(), th.toDouble()); return o; }
+static at::Tensor softplus_bw(const at::Tensor &g, const at::Tensor &s, const c10::Scalar &beta, const c10::Scalar &th) { NEURON_TRACK("aten::softplus_backward"); return PW("softplus_backward", NK_OP_SOFTPLUS_BACKWARD, {g, s}, {}, Float, beta.toDouble(), th.toDouble()); }
+static at::Tensor &softplus_bw_o(const at::Tensor &g, const at::Tensor &s, const c10::Scalar &beta, const c10::Scalar &th, at::Tensor &o) { NEURON_TRACK("aten::softplus_backward.grad_input"); PW("softplus_backward", NK_OP_SOFTPLUS_BACKWARD, {g, s}, o, Float, beta.toDouble(), th.toDouble()); return o; }
+static at::Tensor hardtanh_f(const at::Tensor &s, const c10::Scalar &lo, const c10::Scalar &hi) { NEURON_TRACK("aten::hardtanh"); return PW("hardtanh", NK_OP_HARDTANH, {s}, {}, Same, lo.toDouble(), hi.toDouble()); }
+static at::Tensor &hardtanh_o(const at::Tensor &s, const c10::Scalar &lo, const c10::Scalar &hi, at::Tensor &o) { NEURON_TRACK("aten::hardtanh.out"); PW("hardtanh.out", NK_OP_HARDTANH, {s}, o, Same, lo.toDouble(), hi.toDouble()); return o; }
+static at::Tensor &hardtanh_i(at::Tensor &s, const c10::Scalar &lo, const c10::Scalar &hi) { NEURON_TRACK("aten::hardtanh_"); PW("hardtanh_", NK_OP_HARDTANH, {s}, s, Same, lo.toDouble(), hi.toDouble()); return s; }
+static at::Tensor hardtanh_bw(const at::Tensor &g, const at::Tensor &s, const c10::Scalar &lo, const c10::Scalar &hi) { NEURON_TRACK("aten::hardtanh_backward"); return PW("hardtanh_backward", NK_OP_HARDTANH_BACKWARD, {g, s}, {}, Same, lo.toDouble(), hi.toDouble()); }
+static at::Tensor &hardtanh_bw_o(const at::Tensor &g, const at::Tensor &s, const c10::Scalar &lo, const c10::Scalar &hi, at::Tensor &o) { NEURON_TRACK("aten::hardtanh_backward.grad_input"); PW("hardtanh_backward", NK_OP_HARDTANH_BACKWARD, {g, s}, o, Same, lo.toDouble(), hi.toDouble()); return o; }
+static at::Tensor leaky_relu_f(const at::Tensor &s, const c10::Scalar &a) { NEURON_TRACK("aten::leaky_relu"); return PW("leaky_relu", NK_OP_LEAKY_RELU, {s}, {}, Same, a.toDouble()); }
+static at::Tensor &leaky_relu_o(const at::Tensor &s, const c10::Scalar &a, at::Tensor &o) { NEURON_TRACK("aten::leaky_relu.out"); PW("leaky_relu.out", NK_OP_LEAKY_RELU, {s}, o, Same, a.toDouble()); return o; }
+static at::Tensor &leaky_relu_i(at::Tensor &s, const c10::Scalar &a) { NEURON_TRACK("aten::leaky_relu_"); PW("leaky_relu_", NK_OP_LEAKY_RELU, {s}, s, Same, a.toDouble()); return s; }
+static at::Tensor leaky_relu_bw(const at::Tensor &g, const at::Tensor &s, const c10::Scalar &a, bool is_result) { NEURON_TRACK("aten::leaky_relu_backward"); return PW("leaky_relu_backward", NK_OP_LEAKY_RELU_BACKWARD, {g, s}, {}, Same, a.toDouble()); }
+static at::Tensor &leaky_relu_bw_o(const at::Tensor &g, const at::Tensor &s, const c10::Scalar &a, bool is_result, at::Tensor &o) { NEURON_TRACK("aten::leaky_relu_backward.grad_input"); PW("leaky_relu_backward", NK_OP_LEAKY_RELU_BACKWARD, {g, s}, o, Same, a.toDouble()); return o; }
+static at::Tensor hardswish_bw(const at::Tensor &g, const at::Tensor &s) { NEURON_TRACK("aten::hardswish_backward"); return PW("hardswish_backward", NK_OP_HARDSWISH_BACKWARD, {g, s}, {}, Float); }
+static at::Tensor hardsigmoid_bw(const at::Tensor &g, const at::Tensor &s) { NEURON_TRACK("aten::hardsigmoid_backward"); return PW("hardsigmoid_backward", NK_OP_HARDSIGMOID_BACKWARD, {g, s}, {}, Float); }
+static at::Tensor &hardsigmoid_bw_o(const at::Tensor &g, const at::Tensor &s, at::Tensor &o) { NEURON_TRACK("aten::hardsigmoid_backward.grad_input"); PW("hardsigmoid_backward", NK_OP_HARDSIGMOID_BACKWARD, {g, s}, o, Float); return o; }
+static at::Tensor mish_bw(const at::Tensor &g, const at::Tensor &s) { NEURON_TRACK("aten::mish_backward"); return PW("mish_backward", NK_OP_MISH_BACKWARD, {g, s}, {}, Float); }
+
+// threshold(x, th, v) = x <= th ? v : x
+static at::Tensor &threshold_o(const at::Tensor &s, const c10::Scalar &th, const c10::Scalar &v, at::Tensor &o)
+{
+	NEURON_TRACK("aten::threshold.out");
+	at::Tensor m = PW("threshold", NK_OP_LE, {s, wrap(th)}, {}, Bool);
+	PW("threshold", NK_OP_WHERE, {m, cpu_scalar(v, s.scalar_type()), s}, o, Same, 0, 0, 0, 0, 1u);
+	return o;
+}
+static at::Tensor threshold_f(const at::Tensor &s, const c10::Scalar &th, const c10::Scalar &v) { NEURON_TRACK("aten::threshold"); at::Tensor o = at::empty_like(s); return threshold_o(s, th, v, o); }
+static at::Tensor &threshold_i(at::Tensor &s, const c10::Scalar &th, const c10::Scalar &v) { NEURON_TRACK("aten::threshold_"); return threshold_o(s, th, v, s); }
+
+static at::Tensor &isposinf_o(const at::Tensor &s, at::Tensor &o) { NEURON_TRACK("aten::isposinf.out"); PW("isposinf", NK_OP_EQ, {s, wrap(std::numeric_limits<double>::infinity())}, o, Bool); return o; }
+static at::Tensor &isneginf_o(const at::Tensor &s, at::Tensor &o) { NEURON_TRACK("aten::isneginf.out"); PW("isneginf", NK_OP_EQ, {s, wrap(-std::numeric_limits<double>::infinity())}, o, Bool); return o; }
+static at::Tensor isposinf_f(const at::Tensor &s) { at::Tensor o = at::empty(s.sizes(), s.options().dtype(at::kBool)); return isposinf_o(s, o); }
+static at::Tensor isneginf_f(const at::Tensor &s) { at::Tensor o = at::empty(s.sizes(), s.options().dtype(at::kBool)); return isneginf_o(s, o); }
+static at::Tensor &signbit_o(const at::Tensor &s, at::Tensor &o)
+{
+	NEURON_TRACK("aten::signbit.out");
+	if (s.scalar_type() == at::kBool)
+		return into(o, at::zeros_like(s, s.options().dtype(at::kBool)));
+	if (!at::isFloatingType(s.scalar_type())) {
+		PW("signbit", NK_OP_LT, {s, wrap(0)}, o, Bool);
+		return o;
+	}
+	// copysign(1, x) < 0 is true exactly when x's sign bit is set (-0.0 and negative NaN included)
+	at::Tensor c = PW("signbit", NK_OP_COPYSIGN, {cpu_scalar(1, s.scalar_type()), s}, {}, Same);
+	PW("signbit", NK_OP_LT, {c, wrap(0)}, o, Bool);
+	return o;
+}
+static at::Tensor signbit_f(const at::Tensor &s) { at::Tensor o = at::empty(s.sizes(), s.options().dtype(at::kBool)); return signbit_o(s, o); }
+
+static at::Tensor &nan_to_num_o(const at::Tensor &s, std::optional<double> nan, std::optional<double> posinf, std::optional<double> neginf, at::Tensor &o)
+{
+	NEURON_TRACK("aten::nan_to_num.out");
+	if (!at::isFloatingType(s.scalar_type()))
+		return into(o, s);
+	double big = s.scalar_type() == at::kDouble ? std::numeric_limits<double>::max()
+		   : s.scalar_type() == at::kFloat ? std::numeric_limits<float>::max()
+		   : s.scalar_type() == at::kHalf ? 65504.0 : 3.3895313892515355e38;
+	double pi = posinf.value_or(big), ni = neginf.value_or(-big);
+	if (ni != -pi) // the kernel maps -inf to -posinf
+		return at::native::call_fallback_fn<&cpu_fallback, at::_ops::nan_to_num_out>::call(s, nan, posinf, neginf, o);
+	PW("nan_to_num", NK_OP_NAN_TO_NUM, {s}, o, Same, nan.value_or(0.0), pi);
+	return o;
+}
+static at::Tensor nan_to_num_f(const at::Tensor &s, std::optional<double> nan, std::optional<double> posinf, std::optional<double> neginf)
+{
+	at::Tensor o = at::empty_like(s);
+	return nan_to_num_o(s, nan, posinf, neginf, o);
+}
+static at::Tensor &nan_to_num_i(at::Tensor &s, std::optional<double> nan, std::optional<double> posinf, std::optional<double> neginf)
+{
+	return nan_to_num_o(s, nan, posinf, neginf, s);
+}
+static at::Tensor rsub_t(const at::Tensor &s, const at::Tensor &other, const c10::Scalar &alpha)
+{
+	NEURON_TRACK("aten::rsub.Tensor");
+	TORCH_CHECK(s.scalar_type() != at::kBool || other.scalar_type() != at::kBool,
+		    "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator instead.");
+	if (!alpha.isIntegral(false))
+		at::native::alpha_check(at::result_type(s, other), alpha);
+	double a; int64_t ia; alpha_params(alpha, a, ia);
+	return PW("rsub", NK_OP_SUB, {other, s}, {}, Same, a, 0, ia);
+}
+static at::Tensor rsub_s(const at::Tensor &s, const c10::Scalar &other, const c10::Scalar &alpha) { return rsub_t(s, wrap(other), alpha); }
+
+static at::Tensor floor_divide_f(const at::Tensor &s, const at::Tensor &o) { NEURON_TRACK("aten::floor_divide"); return PW("floor_divide", NK_OP_DIV_FLOOR, {s, o}, {}, Same); }
+static at::Tensor &floor_divide_o(const at::Tensor &s, const at::Tensor &o, at::Tensor &out) { NEURON_TRACK("aten::floor_divide.out"); PW("floor_divide.out", NK_OP_DIV_FLOOR, {s, o}, out, Same); return out; }
+static at::Tensor &floor_divide_i(at::Tensor &s, const at::Tensor &o) { NEURON_TRACK("aten::floor_divide_.Tensor"); PW("floor_divide_", NK_OP_DIV_FLOOR, {s, o}, s, Same); return s; }
+static at::Tensor floor_divide_s(const at::Tensor &s, const c10::Scalar &o) { return floor_divide_f(s, wrap(o)); }
+static at::Tensor &floor_divide_si(at::Tensor &s, const c10::Scalar &o) { return floor_divide_i(s, wrap(o)); }
+
+// logit(x) = log(z / (1 - z)), z = clamp(x, eps, 1 - eps) when eps is given (aten's order of operations)
+static at::Tensor logit_f(const at::Tensor &x, std::optional<double> eps)
+{
+	NEURON_TRACK("aten::logit");
+	at::Tensor z = x.is_floating_point() ? x : x.to(c10::typeMetaToScalarType(c10::get_default_dtype()));
+	if (eps.has_value() && *eps >= 0)
+		z = at::clamp(z, *eps, 1.0 - *eps);
+	return (z / (1 - z)).log();
+}
+static at::Tensor &logit_o(const at::Tensor &x, std::optional<double> eps, at::Tensor &o) { NEURON_TRACK("aten::logit.out"); return into(o, logit_f(x, eps), OutRule::Cast); }
+static at::Tensor &logit_i(at::Tensor &x, std::optional<double> eps) { NEURON_TRACK("aten::logit_"); return into_self(x, logit_f(x, eps)); }
+
+// ---- logaddexp, logaddexp2, round(decimals): aten's formulas from native elementwise ops ----------
+
+// logaddexp: a == b == +-inf gives a; else max(a, b) + log1p(exp(-|a - b|))
+static at::Tensor logaddexp_f(const at::Tensor &a, const at::Tensor &b)
+{
+	NEURON_TRACK("aten::logaddexp");
+	at::Tensor m = at::maximum(a, b), d = (a - b).abs();
+	at::Tensor r = m + at::log1p(at::exp(-d));
+	return at::where(at::isinf(a).logical_and(a == b), a.to(r.scalar_type()), r);
+}
+static at::Tensor &logaddexp_o(const at::Tensor &a, const at::Tensor &b, at::Tensor &o) { NEURON_TRACK("aten::logaddexp.out"); return into(o, logaddexp_f(a, b), OutRule::Cast); }
+static at::Tensor logaddexp2_f(const at::Tensor &a, const at::Tensor &b)
+{
+	NEURON_TRACK("aten::logaddexp2");
+	at::Tensor m = at::maximum(a, b), d = (a - b).abs();
+	at::Tensor r = m + at::log1p(at::exp2(-d)) * (1.0 / std::log(2.0));
+	return at::where(at::isinf(a).logical_and(a == b), a.to(r.scalar_type()), r);
+}
+static at::Tensor &logaddexp2_o(const at::Tensor &a, const at::Tensor &b, at::Tensor &o) { NEURON_TRACK("aten::logaddexp2.out"); return into(o, logaddexp2_f(a, b), OutRule::Cast); }
+
+// round(x, decimals): decimals >= 0: nearbyint(x * 10^d) / 10^d, else nearbyint(x / 10^-d) * 10^-d,
+// with 10^|d| in the dtype
+static at::Tensor round_dec_f(const at::Tensor &x, int64_t decimals)
+{
+	NEURON_TRACK("aten::round.decimals");
+	if (decimals == 0 || !at::isFloatingType(x.scalar_type()))
+		return x.round();
+	at::Tensor p = cpu_scalar(std::pow(10.0, (double)std::llabs(decimals)), x.scalar_type());
+	if (decimals > 0)
+		return PW("round", NK_OP_DIV, {PW("round", NK_OP_ROUND, {PW("round", NK_OP_MUL, {x, p}, {}, Same)}, {}, Same), p}, {}, Same);
+	return PW("round", NK_OP_MUL, {PW("round", NK_OP_ROUND, {PW("round", NK_OP_DIV, {x, p}, {}, Same)}, {}, Same), p}, {}, Same);
+}
+static at::Tensor &round_dec_o(const at::Tensor &x, int64_t decimals, at::Tensor &o) { NEURON_TRACK("aten::round.decimals_out"); return into(o, round_dec_f(x, decimals)); }
+static at::Tensor &round_dec_i(at::Tensor &x, int64_t decimals) { NEURON_TRACK("aten::round_.decimals"); return into_self(x, round_dec_f(x, decimals)); }
+
+// (convolution: native in ops_conv.cpp)
+
+
+// ---- small activations (act.c) ---------------------------------------------------------------------
+
+// out = op(inputs) on an nk_iter_t: every input is cast to the result dtype (the promoted float dtype);
+// `out` may be undefined (allocated) or a view (written through its strides).
+static at::Tensor act(const char *name, int op, std::initializer_list<at::Tensor> inputs, at::Tensor out, double a = 0, int64_t ia = 0)
+{
+	at::native::ResultTypeState st{};
+	for (const auto &x : inputs)
+		st = at::native::update_result_type_state(x, st);
+	at::ScalarType dt = at::native::result_type(st);
+	const at::Tensor &first = *inputs.begin();
+	TORCH_CHECK(at::isFloatingType(dt) && !at::isFloat8Type(dt), name, ": expected floating point inputs (float32, float64, bfloat16, float16), got ", dt);
+	for (const auto &x : inputs)
+		TORCH_CHECK(x.device() == first.device(), "Expected all tensors to be on the same device, but found at least two devices, ", first.device(),
+			    " and ", x.device(), "! (when checking arguments for ", name, ")");
+	c10::DeviceGuard g(first.device());
+	at::Tensor res = out.defined() && out.scalar_type() == dt ? out : at::Tensor();
+	at::TensorIteratorConfig cfg;
+	cfg.add_output(res).check_all_same_dtype(false).declare_static_dtype_and_device(dt, first.device());
+	std::vector<at::Tensor> cast;
+	for (const auto &x : inputs)
+		cast.push_back(x.scalar_type() == dt ? x : x.to(dt));
+	for (auto &x : cast)
+		cfg.add_const_input(x);
+	auto iter = cfg.build();
+	if (iter.numel() > 0) {
+		nk_act_args_t A{};
+		nk_iter_t &it = A.it;
+		iter_to_nk(iter, it, name);
+		A.op = op, A.a = a, A.ia = ia;
+		launch(queue_for(first), nk_act_run, A, name);
+	}
+	res = iter.output(0);
+	if (out.defined() && !out.is_same(res))
+		return into(out, res, OutRule::Cast);
+	return res;
+}
+
+#define ACT1(fname, aname, OP)                                                                                                         \
+	static at::Tensor fname(const at::Tensor &x, const c10::Scalar &l) { NEURON_TRACK("aten::" aname); return act("aten::" aname, OP, {x}, {}, l.toDouble()); } \
+	static at::Tensor &fname##_o(const at::Tensor &x, const c10::Scalar &l, at::Tensor &o) { NEURON_TRACK("aten::" aname ".out"); act("aten::" aname, OP, {x}, o, l.toDouble()); return o; }
+#define ACT_BWD(fname, aname, OP)                                                                                                          \
+	static at::Tensor fname(const at::Tensor &g, const at::Tensor &x, const c10::Scalar &l) { NEURON_TRACK("aten::" aname); return act("aten::" aname, OP, {g, x}, {}, l.toDouble()); } \
+	static at::Tensor &fname##_o(const at::Tensor &g, const at::Tensor &x, const c10::Scalar &l, at::Tensor &o) { NEURON_TRACK("aten::" aname ".grad_input"); act("aten::" aname, OP, {g, x}, o, l.toDouble()); return o; }
+ACT1(hardshrink_f, "hardshrink", NK_ACT_HARDSHRINK)
+ACT1(softshrink_f, "softshrink", NK_ACT_SOFTSHRINK)
+ACT_BWD(hardshrink_bw, "hardshrink_backward", NK_ACT_HARDSHRINK_BWD)
+ACT_BWD(softshrink_bw, "softshrink_backward", NK_ACT_SOFTSHRINK_BWD)
+
+static void check_lambd(const char *op, const c10::Scalar &l)
+{
+	TORCH_CHECK(l.toDouble() >= 0, op, ": lambda must be greater or equal to 0, but found to be ", l.toDouble(), ".");
+}
+static at::Tensor softshrink_c(const at::Tensor &x, const c10::Scalar &l) { check_lambd("softshrink", l); return softshrink_f(x, l); }
+static at::Tensor &softshrink_co(const at::Tensor &x, const c10::Scalar &l, at::Tensor &o) { check_lambd("softshrink", l); return softshrink_f_o(x, l, o); }
+
+static at::Tensor logit_bw(const at::Tensor &g, const at::Tensor &x, std::optional<double> eps)
+{
+	NEURON_TRACK("aten::logit_backward");
+	return act("aten::logit_backward", NK_ACT_LOGIT_BWD, {g, x}, {}, eps.value_or(-1.0), eps.has_value() && *eps >= 0 ? 1 : 0);
+}
+static at::Tensor &logit_bw_o(const at::Tensor &g, const at::Tensor &x, std::optional<double> eps, at::Tensor &o)
+{
+	NEURON_TRACK("aten::logit_backward.grad_input");
+	act("aten::logit_backward", NK_ACT_LOGIT_BWD, {g, x}, o, eps.value_or(-1.0), eps.has_value() && *eps >= 0 ? 1 : 0);
+	return o;
+}
+
+static int64_t glu_dim(const at::Tensor &x, int64_t dim)
+{
+	TORCH_CHECK(x.dim() > 0, "glu does not support scalars because halving size must be even");
+	int64_t d = at::maybe_wrap_dim(dim, x.dim());
+	TORCH_CHECK(x.size(d) % 2 == 0, "Halving dimension must be even, but dimension ", d, " is size ", x.size(d));
+	return d;
+}
+static at::Tensor glu_f(const at::Tensor &x, int64_t dim)
+{
+	NEURON_TRACK("aten::glu");
+	int64_t d = glu_dim(x, dim), h = x.size(d) / 2;
+	return act("aten::glu", NK_ACT_GLU, {x.narrow(d, 0, h), x.narrow(d, h, h)}, {});
+}
+static at::Tensor &glu_o(const at::Tensor &x, int64_t dim, at::Tensor &o)
+{
+	NEURON_TRACK("aten::glu.out");
+	int64_t d = glu_dim(x, dim), h = x.size(d) / 2;
+	act("aten::glu", NK_ACT_GLU, {x.narrow(d, 0, h), x.narrow(d, h, h)}, o);
+	return o;
+}
+static at::Tensor &glu_bw_o(const at::Tensor &g, const at::Tensor &x, int64_t dim, at::Tensor &gi)
+{
+	NEURON_TRACK("aten::glu_backward.grad_input");
+	int64_t d = glu_dim(x, dim), h = x.size(d) / 2;
+	at::Tensor a = x.narrow(d, 0, h), b = x.narrow(d, h, h);
+	TORCH_CHECK(g.sizes() == a.sizes(), "glu_backward: grad_output of size ", g.sizes(), " does not match half of the input ", x.sizes());
+	resize_out(gi, x.sizes(), x.options());
+	at::Tensor ga = gi.narrow(d, 0, h), gb = gi.narrow(d, h, h);
+	act("aten::glu_backward", NK_ACT_GLU_BWD_A, {g, a, b}, ga);
+	act("aten::glu_backward", NK_ACT_GLU_BWD_B, {g, a, b}, gb);
+	return gi;
+}
+static at::Tensor glu_bw(const at::Tensor &g, const at::Tensor &x, int64_t dim)
+{
+	NEURON_TRACK("aten::glu_backward");
+	at::Tensor gi = at::empty_like(x, at::MemoryFormat::Contiguous);
+	return glu_bw_o(g, x, dim, gi);
+}
+
+static at::Tensor prelu_f(const at::Tensor &x, const at::Tensor &w)
+{
+	NEURON_TRACK("aten::_prelu_kernel");
+	return act("aten::_prelu_kernel", NK_ACT_PRELU, {x, w}, {});
+}
+static std::tuple<at::Tensor, at::Tensor> prelu_bw(const at::Tensor &g, const at::Tensor &x, const at::Tensor &w)
+{
+	NEURON_TRACK("aten::_prelu_kernel_backward");
+	at::Tensor gx = act("aten::_prelu_kernel_backward", NK_ACT_PRELU_BWD_X, {g, x, w}, {});
+	at::Tensor gw = act("aten::_prelu_kernel_backward", NK_ACT_PRELU_BWD_W, {g, x}, {});
+	return {gx, gw};
+}
+
+// rrelu: training draws the slope of each non-positive element from the device Philox generator (act.c);
+// evaluation is leaky_relu with the mean slope, as aten.
+static at::Tensor rrelu_into(const at::Tensor &x, at::Tensor &noise, const c10::Scalar &lower, const c10::Scalar &upper, bool training,
+			     const std::optional<at::Generator> &gen, const char *name)
+{
+	double lo = lower.toDouble(), hi = upper.toDouble();
+	TORCH_CHECK(hi >= lo, "Lower bound should be less than or equal to the upper bound");
+	check_float(name, x, "input");
+	if (!training)
+		return at::leaky_relu(x, (lo + hi) / 2);
+	TORCH_CHECK(noise.sizes() == x.sizes(), name, ": noise of size ", noise.sizes(), " must have the shape of the input ", x.sizes());
+	check_device(name, x, {&noise});
+	c10::DeviceGuard g(x.device());
+	at::Tensor xc = x.contiguous(), y = at::empty_like(xc);
+	bool direct = noise.is_contiguous() && noise.scalar_type() == x.scalar_type();
+	at::Tensor nz = direct ? noise : at::empty_like(xc);
+	if (xc.numel()) {
+		nk_rrelu_args_t a{};
+		auto so = philox_args(gen, x.device().index(), xc.numel());
+		a.dtype = nk_dtype(x.scalar_type(), name);
+		a.n = xc.numel(), a.lower = lo, a.upper = hi, a.seed = so.first, a.offset = so.second;
+		a.x = xc.const_data_ptr(), a.noise = nz.data_ptr(), a.y = y.data_ptr();
+		launch(queue_for(x), nk_rrelu_run, a, name);
+	}
+	if (!direct)
+		noise.copy_(nz);
+	return y;
+}
+static at::Tensor rrelu_f(const at::Tensor &x, at::Tensor &noise, const c10::Scalar &lo, const c10::Scalar &hi, bool training, std::optional<at::Generator> gen)
+{
+	NEURON_TRACK("aten::rrelu_with_noise");
+	return rrelu_into(x, noise, lo, hi, training, gen, "rrelu_with_noise");
+}
+static at::Tensor &rrelu_o(const at::Tensor &x, at::Tensor &noise, const c10::Scalar &lo, const c10::Scalar &hi, bool training, std::optional<at::Generator> gen,
+			   at::Tensor &out)
+{
+	NEURON_TRACK("aten::rrelu_with_noise.out");
+	copy_out(out, rrelu_into(x, noise, lo, hi, training, gen, "rrelu_with_noise"));
+	return out;
+}
+static at::Tensor &rrelu_i(at::Tensor &x, at::Tensor &noise, const c10::Scalar &lo, const c10::Scalar &hi, bool training, std::optional<at::Generator> gen)
+{
+	NEURON_TRACK("aten::rrelu_with_noise_");
+	return into_self(x, rrelu_into(x, noise, lo, hi, training, gen, "rrelu_with_noise_"));
+}
+
 } // namespace neuron
 
 using namespace neuron;
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
+	NEURON_IMPL(m, "sgn", sgn_f);
+	NEURON_IMPL(m, "sgn.out", sgn_o);
+	NEURON_IMPL(m, "sgn_", sgn_i);
+	NEURON_IMPL(m, "clamp_min", clamp_min_f);
+	NEURON_IMPL(m, "clamp_min.out", clamp_min_o);
+	NEURON_IMPL(m, "clamp_min_", clamp_min_i);
+	NEURON_IMPL(m, "clamp_max", clamp_max_f);
+	NEURON_IMPL(m, "clamp_max.out", clamp_max_o);
+	NEURON_IMPL(m, "clamp_max_", clamp_max_i);
+	NEURON_IMPL(m, "clamp_min.Tensor", clamp_min_t);
+	NEURON_IMPL(m, "clamp_min.Tensor_out", clamp_min_to);
+	NEURON_IMPL(m, "clamp_min_.Tensor", clamp_min_ti);
+	NEURON_IMPL(m, "clamp_max.Tensor", clamp_max_t);
+	NEURON_IMPL(m, "clamp_max.Tensor_out", clamp_max_to);
+	NEURON_IMPL(m, "clamp_max_.Tensor", clamp_max_ti);
+	NEURON_IMPL(m, "clamp.Tensor_out", clamp_to);
+	NEURON_IMPL(m, "elu", elu_f);
+	NEURON_IMPL(m, "elu.out", elu_o);
+	NEURON_IMPL(m, "elu_", elu_i);
+	NEURON_IMPL(m, "elu_backward", elu_bw);
+	NEURON_IMPL(m, "elu_backward.grad_input", elu_bw_o);
+	NEURON_IMPL(m, "softplus", softplus_f);
+	NEURON_IMPL(m, "softplus.out", softplus_o);
+	NEURON_IMPL(m, "softplus_backward", softplus_bw);
+	NEURON_IMPL(m, "softplus_backward.grad_input", softplus_bw_o);
+	NEURON_IMPL(m, "hardtanh", hardtanh_f);
+	NEURON_IMPL(m, "hardtanh.out", hardtanh_o);
+	NEURON_IMPL(m, "hardtanh_", hardtanh_i);
+	NEURON_IMPL(m, "hardtanh_backward", hardtanh_bw);
+	NEURON_IMPL(m, "hardtanh_backward.grad_input", hardtanh_bw_o);
+	NEURON_IMPL(m, "leaky_relu", leaky_relu_f);
+	NEURON_IMPL(m, "leaky_relu.out", leaky_relu_o);
+	NEURON_IMPL(m, "leaky_relu_", leaky_relu_i);
+	NEURON_IMPL(m, "leaky_relu_backward", leaky_relu_bw);
+	NEURON_IMPL(m, "leaky_relu_backward.grad_input", leaky_relu_bw_o);
+	NEURON_IMPL(m, "hardswish_backward", hardswish_bw);
+	NEURON_IMPL(m, "hardsigmoid_backward", hardsigmoid_bw);
+	NEURON_IMPL(m, "hardsigmoid_backward.grad_input", hardsigmoid_bw_o);
+	NEURON_IMPL(m, "mish_backward", mish_bw);
+	NEURON_IMPL(m, "threshold", threshold_f);
+	NEURON_IMPL(m, "threshold.out", threshold_o);
+	NEURON_IMPL(m, "threshold_", threshold_i);
+	NEURON_IMPL(m, "isposinf", isposinf_f);
+	NEURON_IMPL(m, "isposinf.out", isposinf_o);
+	NEURON_IMPL(m, "isneginf", isneginf_f);
+	NEURON_IMPL(m, "isneginf.out", isneginf_o);
+	NEURON_IMPL(m, "signbit", signbit_f);
+	NEURON_IMPL(m, "signbit.out", signbit_o);
+	NEURON_IMPL(m, "nan_to_num", nan_to_num_f);
+	NEURON_IMPL(m, "nan_to_num.out", nan_to_num_o);
+	NEURON_IMPL(m, "nan_to_num_", nan_to_num_i);
+	NEURON_IMPL(m, "rsub.Tensor", rsub_t);
+	NEURON_IMPL(m, "rsub.Scalar", rsub_s);
+	NEURON_IMPL(m, "floor_divide", floor_divide_f);
+	NEURON_IMPL(m, "floor_divide.out", floor_divide_o);
+	NEURON_IMPL(m, "floor_divide_.Tensor", floor_divide_i);
+	NEURON_IMPL(m, "floor_divide.Scalar", floor_divide_s);
+	NEURON_IMPL(m, "floor_divide_.Scalar", floor_divide_si);
+	NEURON_IMPL(m, "logit", logit_f);
+	NEURON_IMPL(m, "logaddexp", logaddexp_f);
+	NEURON_IMPL(m, "logaddexp.out", logaddexp_o);
+	NEURON_IMPL(m, "logaddexp2", logaddexp2_f);
+	NEURON_IMPL(m, "logaddexp2.out", logaddexp2_o);
+	NEURON_IMPL(m, "round.decimals", round_dec_f);
+	NEURON_IMPL(m, "round.decimals_out", round_dec_o);
+	NEURON_IMPL(m, "round_.decimals", round_dec_i);
+	NEURON_IMPL(m, "logit.out", logit_o);
+	NEURON_IMPL(m, "logit_", logit_i);
+	NEURON_IMPL(m, "hardshrink", hardshrink_f);
+	NEURON_IMPL(m, "hardshrink.out", hardshrink_f_o);
+	NEURON_IMPL(m, "hardshrink_backward", hardshrink_bw);
+	NEURON_IMPL(m, "hardshrink_backward.grad_input", hardshrink_bw_o);
+	NEURON_IMPL(m, "softshrink", softshrink_c);
+	NEURON_IMPL(m, "softshrink.out", softshrink_co);
+	NEURON_IMPL(m, "softshrink_backward", softshrink_bw);
+	NEURON_IMPL(m, "softshrink_backward.grad_input", softshrink_bw_o);
+	NEURON_IMPL(m, "logit_backward", logit_bw);
+	NEURON_IMPL(m, "logit_backward.grad_input", logit_bw_o);
+	NEURON_IMPL(m, "glu", glu_f);
+	NEURON_IMPL(m, "glu.out", glu_o);
+	NEURON_IMPL(m, "glu_backward", glu_bw);
+	NEURON_IMPL(m, "glu_backward.grad_input", glu_bw_o);
+	NEURON_IMPL(m, "_prelu_kernel", prelu_f);
+	NEURON_IMPL(m, "_prelu_kernel_backward", prelu_bw);
+	NEURON_IMPL(m, "rrelu_with_noise", rrelu_f);
+	NEURON_IMPL(m, "rrelu_with_noise.out", rrelu_o);
+	NEURON_IMPL(m, "rrelu_with_noise_", rrelu_i);
 #define REG_UNARY(fn, opname, ...) \
 	NEURON_IMPL(m, opname, fn##_f);    \
 	NEURON_IMPL(m, opname "_", fn##_i); \
@@ -1011,33 +1208,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "clamp_", clamp_i);
 	NEURON_IMPL(m, "clamp.out", clamp_o);
 	NEURON_IMPL(m, "clamp.Tensor", clamp_tf);
-
-	NEURON_IMPL(m, "sum.dim_IntList", sum_dim);
-	NEURON_IMPL(m, "sum.IntList_out", sum_out);
-	NEURON_IMPL(m, "sum", sum_all);
-	NEURON_IMPL(m, "mean.dim", mean_dim);
-	NEURON_IMPL(m, "mean.out", mean_out);
-	NEURON_IMPL(m, "mean", mean_all);
-	NEURON_IMPL(m, "prod.dim_int", prod_dim);
-	NEURON_IMPL(m, "prod", prod_all);
-	NEURON_IMPL(m, "amax", amax_f);
-	NEURON_IMPL(m, "amin", amin_f);
-	NEURON_IMPL(m, "max", max_all);
-	NEURON_IMPL(m, "min", min_all);
-	NEURON_IMPL(m, "max.dim", max_dim);
-	NEURON_IMPL(m, "min.dim", min_dim);
-	NEURON_IMPL(m, "argmax", argmax_f);
-	NEURON_IMPL(m, "argmin", argmin_f);
-	NEURON_IMPL(m, "any", any_f);
-	NEURON_IMPL(m, "all", all_f);
-	NEURON_IMPL(m, "any.dims", any_dims);
-	NEURON_IMPL(m, "all.dims", all_dims);
-	NEURON_IMPL(m, "any.dim", any_dim);
-	NEURON_IMPL(m, "all.dim", all_dim);
-	NEURON_IMPL(m, "linalg_vector_norm", vector_norm);
-	NEURON_IMPL(m, "linalg_vector_norm.out", vector_norm_out);
-	NEURON_IMPL(m, "var.correction", var_c);
-	NEURON_IMPL(m, "std.correction", std_c);
-	NEURON_IMPL(m, "logsumexp", logsumexp_f);
-	NEURON_IMPL(m, "arange.start_out", arange_out);
 }

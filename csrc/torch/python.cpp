@@ -3,6 +3,7 @@
 #include <Python.h>
 
 #include "neuron.h"
+#include "nrt_fuse.h"
 
 #include <ATen/core/Generator.h>
 #include <ATen/ops/sum.h>
@@ -13,6 +14,10 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/utils/python_numbers.h>
+#include <torch/library.h>
+
+#include <errno.h>
+#include <time.h>
 
 #include <set>
 #include <string>
@@ -238,4 +243,56 @@ PyMODINIT_FUNC PyInit__C(void)
 		return nullptr;
 	}
 	return m;
+}
+
+// ---- debug hooks: queue-level fusion control and launch counters (tests, benchmarks) -------------
+// torch.ops.neuron._fuse_control(enable, tile, dead) -> [enabled, tile elements, fused runs, fused records,
+// dead buffers on, dead ranges kept in tile buffers]; arguments < 0 leave the setting as it is.
+static std::vector<int64_t> fuse_control(int64_t enable, int64_t tile, int64_t dead)
+{
+	if (enable >= 0)
+		nrt_fuse_enable(enable != 0);
+	if (tile >= 0)
+		nrt_fuse_set_tile(tile);
+	if (dead >= 0)
+		nrt_fuse_set_dead_buffers(dead != 0);
+	nrt_fuse_stats_t st;
+	nrt_fuse_get_stats(&st);
+	return {nrt_fuse_enabled() ? 1 : 0, nrt_fuse_tile(), (int64_t)st.runs, (int64_t)st.records,
+		nrt_fuse_dead_buffers() ? 1 : 0, (int64_t)st.dead};
+}
+
+// torch.ops.neuron._queue_sleep(us): a record on the current queue of the current device that sleeps
+// `us` microseconds without using a core.  Tests that need later records queued behind a busy queue
+// use it: a busy kernel (matmuls) occupies both cores of a 2-core machine, so the host thread that
+// is queueing the records competed with it, and a short one was sometimes over before they were queued.
+static int sleep_kernel(void *p)
+{
+	int64_t us = *(const int64_t *)p;
+	struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	return 0;
+}
+
+static void queue_sleep(int64_t us)
+{
+	TORCH_CHECK(us >= 0 && us <= 10000000, "neuron._queue_sleep: microseconds must be in [0, 1e7], got ", us);
+	lazy_init();
+	launch(current_queue(current_device()), sleep_kernel, us, "neuron::queue_sleep");
+}
+
+// torch.ops.neuron._inline_launches(): how many records ran inline on the launching thread (small kernels
+// on an idle queue, nrt_queue_launch_cost) since the process started.
+static int64_t inline_launches()
+{
+	return (int64_t)nrt_inline_launches();
+}
+
+TORCH_LIBRARY_FRAGMENT(neuron, m)
+{
+	m.def("_fuse_control(int enable=-1, int tile=-1, int dead=-1) -> int[]", &fuse_control);
+	m.def("_queue_sleep(int us) -> ()", &queue_sleep);
+	m.def("_inline_launches() -> int", &inline_launches);
 }

@@ -1,7 +1,7 @@
-"""Native indexing, scan, sort and shape ops (csrc/torch/ops_extra.cpp): bad indices are clean
-errors (never wild writes), and cases the OpInfo samples do not reach (long sorts that need a
-workspace, duplicate indices, masks, advanced indexing with CPU indices) match the CPU and run
-natively."""
+"""Native indexing, scan, sort and shape ops (csrc/torch/ops_index.cpp, ops_sort.cpp,
+ops_shape.cpp): bad indices are clean errors (never wild writes), and cases the OpInfo samples do
+not reach (long sorts that need a workspace, duplicate indices, masks, advanced indexing with CPU
+indices, repeat_interleave, nonzero_static) match the CPU and run natively."""
 
 import pytest
 import torch
@@ -92,3 +92,76 @@ def test_scatter_reduce_include_self_false():
         want = x.scatter_reduce(1, idx, src, red, include_self=False)
         got = _dev(x).scatter_reduce(1, _dev(idx), _dev(src), red, include_self=False)
         torch.testing.assert_close(got.cpu(), want)
+
+# ---- repeat_interleave and nonzero_static (small.c)
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
+
+
+@pytest.fixture
+def no_fallback(neuron_ops):
+    yield
+    assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
+
+
+def _make(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * 2).to(dtype)
+    return torch.randint(0 if dtype == torch.uint8 else -9, 10, shape, generator=g).to(dtype)
+
+
+def _close(got, want):
+    got = got.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+    if want.dtype in (torch.bfloat16, torch.float16):
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
+    else:
+        torch.testing.assert_close(got, want, atol=1e-12 if want.dtype == torch.float64 else 1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_repeat_interleave(dtype, no_fallback):
+    for n in (0, 1, 5, 33):
+        r = torch.randint(0, 4, (n,), generator=torch.Generator().manual_seed(n)).to(dtype)
+        want = torch.repeat_interleave(r)
+        _close(torch.repeat_interleave(r.to("neuron")), want)
+        _close(torch.repeat_interleave(r.to("neuron"), output_size=int(r.sum())), want)
+        if n > 1:  # non-contiguous repeats
+            r2 = torch.stack([r, r + 1], 1)
+            _close(torch.repeat_interleave(r2.to("neuron")[:, 1]), torch.repeat_interleave(r2[:, 1]))
+
+
+def test_repeat_interleave_self(no_fallback):
+    x = torch.randn(4, 3)
+    r = torch.tensor([1, 0, 3, 2])
+    _close(torch.repeat_interleave(x.to("neuron"), r.to("neuron"), dim=0), torch.repeat_interleave(x, r, dim=0))
+    _close(torch.repeat_interleave(x.to("neuron"), r[:3].to("neuron"), dim=1, output_size=4),
+           torch.repeat_interleave(x, r[:3], dim=1, output_size=4))
+
+
+def test_repeat_interleave_bad():
+    with pytest.raises(RuntimeError, match="can not be negative"):
+        torch.repeat_interleave(torch.tensor([1, -1], device="neuron"))
+    with pytest.raises(RuntimeError, match="1D"):
+        torch.repeat_interleave(torch.ones(2, 2, dtype=torch.long, device="neuron"))
+    with pytest.raises(RuntimeError, match="does not match the sum"):
+        torch.repeat_interleave(torch.tensor([1, 2], device="neuron"), output_size=5)
+        torch.neuron.synchronize()
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
+def test_nonzero_static(dtype, no_fallback):
+    x = torch.randint(-1, 2, (5, 6), generator=torch.Generator().manual_seed(3)).to(dtype)
+    for size in (0, 3, 12, 40):
+        for fill in (-1, 7):
+            _close(torch.nonzero_static(x.to("neuron"), size=size, fill_value=fill),
+                   torch.nonzero_static(x, size=size, fill_value=fill))
+            xt = x.t()
+            _close(torch.nonzero_static(x.to("neuron").t(), size=size, fill_value=fill),
+                   torch.nonzero_static(xt, size=size, fill_value=fill))
+    _close(torch.nonzero_static(torch.ones(0, 3, dtype=dtype, device="neuron"), size=2),
+           torch.nonzero_static(torch.ones(0, 3, dtype=dtype), size=2))
+    _close(torch.nonzero_static(torch.ones((), dtype=dtype, device="neuron"), size=2),
+           torch.nonzero_static(torch.ones((), dtype=dtype), size=2))

@@ -4,6 +4,8 @@ The device's streams need not equal the CPU's for the same seed; only reproducib
 device and the distributions are checked.
 """
 
+import math
+
 import pytest
 import torch
 import torch.nn as nn
@@ -178,3 +180,70 @@ def test_dropout_statistics(device):
     out = drop(w)
     out.sum().backward()
     torch.testing.assert_close(w.grad.cpu(), out.detach().cpu())
+
+# ---- the distributions of random_dist.c (ops_random.cpp), randperm and multinomial
+
+@pytest.fixture
+def no_fallback(neuron_ops):
+    yield
+    assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
+
+def test_random_distributions_are_reproducible_and_sane(no_fallback):
+    n = 200_000
+
+    def draw(fn, seed=5):
+        torch.manual_seed(seed)
+        return fn().cpu().double()
+
+    cases = {
+        "exponential": (lambda: torch.empty(n, device="neuron").exponential_(2.0), 0.5, 0.25),
+        "geometric": (lambda: torch.empty(n, device="neuron").geometric_(0.25), 4.0, 12.0),
+        "log_normal": (lambda: torch.empty(n, device="neuron", dtype=torch.float64).log_normal_(0.0, 0.5),
+                       math.exp(0.125), (math.exp(0.25) - 1) * math.exp(0.25)),
+        "normal_tensor_tensor": (lambda: torch.normal(torch.full((n,), 3.0, device="neuron"), torch.full((n,), 2.0, device="neuron")),
+                                 3.0, 4.0),
+        "normal_tensor_float": (lambda: torch.normal(torch.full((n,), -1.0, device="neuron"), 0.5), -1.0, 0.25),
+        "normal_float_tensor": (lambda: torch.normal(2.0, torch.full((n,), 3.0, device="neuron")), 2.0, 9.0),
+    }
+    for name, (fn, mean, var) in cases.items():
+        a, b, c = draw(fn), draw(fn), draw(fn, seed=6)
+        assert torch.equal(a, b), f"{name}: same seed, different values"
+        assert not torch.equal(a, c), f"{name}: different seeds, same values"
+        assert abs(a.mean().item() - mean) < 6 * math.sqrt(var / n), (name, a.mean().item(), mean)
+        assert abs(a.var().item() - var) < 0.05 * var, (name, a.var().item(), var)
+    c = draw(lambda: torch.empty(n, device="neuron").cauchy_(1.0, 2.0))
+    assert abs((c < 1.0).double().mean().item() - 0.5) < 0.01
+    assert abs(((c > -1.0) & (c < 3.0)).double().mean().item() - 0.5) < 0.01
+    g = draw(lambda: torch.empty(1000, dtype=torch.int32, device="neuron").geometric_(0.5))
+    assert g.min().item() >= 1
+    # bf16 and non-contiguous outputs
+    t = torch.empty(64, 32, device="neuron", dtype=torch.bfloat16).t()
+    t.exponential_()
+    assert (t.cpu() >= 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32, torch.float64])
+def test_randperm_is_a_reproducible_permutation(dtype, no_fallback):
+    for n in (0, 1, 5, 1000):
+        torch.manual_seed(3)
+        p = torch.randperm(n, device="neuron", dtype=dtype).cpu()
+        torch.manual_seed(3)
+        q = torch.randperm(n, device="neuron", dtype=dtype).cpu()
+        assert torch.equal(p, q)
+        assert torch.equal(p.sort().values, torch.arange(n, dtype=dtype))
+    assert not torch.equal(torch.randperm(1000, device="neuron").cpu(), torch.randperm(1000, device="neuron").cpu())
+
+
+def test_multinomial(no_fallback):
+    p = torch.tensor([[1.0, 2.0, 3.0, 4.0, 0.0], [0.0, 0.0, 1.0, 0.0, 0.0]], device="neuron")
+    torch.manual_seed(1)
+    s = torch.multinomial(p, 20000, replacement=True).cpu()
+    torch.manual_seed(1)
+    assert torch.equal(s, torch.multinomial(p, 20000, replacement=True).cpu())
+    freq = torch.stack([torch.bincount(r, minlength=5) for r in s]).double() / 20000
+    torch.testing.assert_close(freq, (p / p.sum(1, keepdim=True)).cpu().double(), atol=0.02, rtol=0)
+    for _ in range(20):
+        w = torch.multinomial(p[0], 4).cpu()
+        assert sorted(w.tolist()) == [0, 1, 2, 3]  # distinct, never the zero-weight category
+    with pytest.raises(RuntimeError, match="without replacement"):
+        torch.multinomial(p[0], 6)

@@ -175,3 +175,16 @@ def test_bf16_odd_key_block_hides_next_key(fused_only):
 def test_bf16_gpt_shape_grads(causal, fused_only):
     """The bf16 pair-panel path at a GPT-sized head (one-pass backward: B*H >= 8, 256 keys) against f64."""
     _check(2, 6, 6, 256, 256, 64, 64, torch.bfloat16, causal=causal, ops=fused_only)
+
+
+def test_sdpa_with_a_mask_that_needs_a_gradient(fused_only):
+    q, k, v = (torch.randn(2, 3, 5, 8, dtype=torch.float64) for _ in range(3))
+    m = torch.randn(2, 3, 5, 5, dtype=torch.float64, requires_grad=True)
+    md = m.detach().to("neuron").requires_grad_()
+    out = torch.nn.functional.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"), attn_mask=md)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    torch.testing.assert_close(out.cpu(), ref)
+    g = torch.randn_like(ref)
+    out.backward(g.to("neuron"))
+    ref.backward(g)
+    torch.testing.assert_close(md.grad.cpu(), m.grad)

@@ -1,7 +1,6 @@
-"""Small ops of csrc/torch/ops_small.cpp (small.c): tril_indices / triu_indices, trace (and its
-composite backward), cross / linalg.cross, repeat_interleave, nonzero_static, renorm, cdist and pdist
-(forward and backward): parity with the CPU over dtypes, non-contiguous inputs, broadcasting, zero-size,
-and no CPU fallback."""
+"""Small linear algebra of csrc/torch/ops_linalg.cpp (small.c): trace (and its composite backward),
+cross / linalg.cross, renorm, cdist and pdist (forward and backward): parity with the CPU over dtypes,
+non-contiguous inputs, broadcasting, zero-size, and no CPU fallback."""
 
 import pytest
 import torch
@@ -31,24 +30,6 @@ def _close(got, want):
     else:
         torch.testing.assert_close(got, want, atol=1e-12 if want.dtype == torch.float64 else 1e-5, rtol=1e-6)
 
-
-@pytest.mark.parametrize("fn", [torch.tril_indices, torch.triu_indices])
-def test_tri_indices(fn, no_fallback):
-    for row in (0, 1, 3, 7):
-        for col in (0, 1, 4, 9):
-            for off in (-10, -3, -1, 0, 1, 2, 10):
-                for dtype in (torch.int64, torch.int32):
-                    got = fn(row, col, off, dtype=dtype, device="neuron")
-                    want = fn(row, col, off, dtype=dtype)
-                    assert got.device.type == "neuron"
-                    assert torch.equal(got.cpu(), want), (row, col, off, got, want)
-
-
-def test_tri_indices_bad():
-    with pytest.raises(RuntimeError, match="row must be non-negative"):
-        torch.tril_indices(-1, 3, device="neuron")
-    with pytest.raises(RuntimeError, match="int32 and int64"):
-        torch.triu_indices(3, 3, dtype=torch.float32, device="neuron")
 
 
 @pytest.mark.parametrize("dtype", FLOATS + INTS)
@@ -119,52 +100,6 @@ def test_cross_bad():
         torch.linalg.cross(torch.ones(4, 2, device="neuron"), torch.ones(4, 2, device="neuron"))
     with pytest.raises(RuntimeError, match="same dtype"):
         torch.linalg.cross(a, a.double())
-
-
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
-def test_repeat_interleave(dtype, no_fallback):
-    for n in (0, 1, 5, 33):
-        r = torch.randint(0, 4, (n,), generator=torch.Generator().manual_seed(n)).to(dtype)
-        want = torch.repeat_interleave(r)
-        _close(torch.repeat_interleave(r.to("neuron")), want)
-        _close(torch.repeat_interleave(r.to("neuron"), output_size=int(r.sum())), want)
-        if n > 1:  # non-contiguous repeats
-            r2 = torch.stack([r, r + 1], 1)
-            _close(torch.repeat_interleave(r2.to("neuron")[:, 1]), torch.repeat_interleave(r2[:, 1]))
-
-
-def test_repeat_interleave_self(no_fallback):
-    x = torch.randn(4, 3)
-    r = torch.tensor([1, 0, 3, 2])
-    _close(torch.repeat_interleave(x.to("neuron"), r.to("neuron"), dim=0), torch.repeat_interleave(x, r, dim=0))
-    _close(torch.repeat_interleave(x.to("neuron"), r[:3].to("neuron"), dim=1, output_size=4),
-           torch.repeat_interleave(x, r[:3], dim=1, output_size=4))
-
-
-def test_repeat_interleave_bad():
-    with pytest.raises(RuntimeError, match="can not be negative"):
-        torch.repeat_interleave(torch.tensor([1, -1], device="neuron"))
-    with pytest.raises(RuntimeError, match="1D"):
-        torch.repeat_interleave(torch.ones(2, 2, dtype=torch.long, device="neuron"))
-    with pytest.raises(RuntimeError, match="does not match the sum"):
-        torch.repeat_interleave(torch.tensor([1, 2], device="neuron"), output_size=5)
-        torch.neuron.synchronize()
-
-
-@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
-def test_nonzero_static(dtype, no_fallback):
-    x = torch.randint(-1, 2, (5, 6), generator=torch.Generator().manual_seed(3)).to(dtype)
-    for size in (0, 3, 12, 40):
-        for fill in (-1, 7):
-            _close(torch.nonzero_static(x.to("neuron"), size=size, fill_value=fill),
-                   torch.nonzero_static(x, size=size, fill_value=fill))
-            xt = x.t()
-            _close(torch.nonzero_static(x.to("neuron").t(), size=size, fill_value=fill),
-                   torch.nonzero_static(xt, size=size, fill_value=fill))
-    _close(torch.nonzero_static(torch.ones(0, 3, dtype=dtype, device="neuron"), size=2),
-           torch.nonzero_static(torch.ones(0, 3, dtype=dtype), size=2))
-    _close(torch.nonzero_static(torch.ones((), dtype=dtype, device="neuron"), size=2),
-           torch.nonzero_static(torch.ones((), dtype=dtype), size=2))
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

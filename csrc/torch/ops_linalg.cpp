@@ -1,8 +1,9 @@
-// ops_small.cpp - small ops on the kernels of small.c: tril_indices / triu_indices (factories, int64 or
-// int32 output), trace (its backward is composite), linalg_cross (cross is composite over it),
-// repeat_interleave(repeats), nonzero_static, renorm, cdist and pdist (forward and backward).
+// ops_linalg.cpp - small linear algebra on the kernels of small.c: trace (its backward is
+// composite), linalg_cross (cross is composite over it), renorm, cdist and pdist (forward and backward).
 #include "neuron.h"
 #include "out.h"
+#include "pointwise.h"
+#include "ops_util.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
@@ -13,44 +14,8 @@
 
 namespace neuron {
 
-// ---- tril_indices / triu_indices --------------------------------------------------------------------
-static at::Tensor tri_indices(const char *name, bool lower, int64_t row, int64_t col, int64_t offset,
-			      std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout, std::optional<at::Device> device,
-			      std::optional<bool> pin)
-{
-	TORCH_CHECK(row >= 0, "row must be non-negative, got", row);
-	TORCH_CHECK(col >= 0, "col must be non-negative, got", col);
-	at::ScalarType dt = dtype.value_or(at::kLong);
-	TORCH_CHECK(dt == at::kLong || dt == at::kInt, name, ": only support int32 and int64 dtypes, got ", dt);
-	TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided, name, ": only strided layout is supported");
-	at::Device dev = device.value_or(at::Device(kDev, current_device()));
-	if (!dev.has_index())
-		dev = at::Device(kDev, current_device());
-	DeviceScope scope(dev.index());
-	int64_t n = nk_tri_indices_count(row, col, offset, lower);
-	at::Tensor out = at::empty({2, n}, at::TensorOptions().dtype(at::kLong).device(dev));
-	if (n > 0) {
-		nk_tri_indices_args_t a{};
-		a.row = row, a.col = col, a.offset = offset, a.n = n, a.lower = lower;
-		a.out = out.mutable_data_ptr<int64_t>();
-		launch(current_queue(dev.index()), nk_tri_indices_run, a, name);
-	}
-	return dt == at::kLong ? out : out.to(dt);
-}
-static at::Tensor tril_indices_f(int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
-				 std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin)
-{
-	NEURON_TRACK("aten::tril_indices");
-	return tri_indices("tril_indices", true, row, col, offset, dtype, layout, device, pin);
-}
-static at::Tensor triu_indices_f(int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
-				 std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin)
-{
-	NEURON_TRACK("aten::triu_indices");
-	return tri_indices("triu_indices", false, row, col, offset, dtype, layout, device, pin);
-}
-
 // ---- trace ------------------------------------------------------------------------------------------
+
 static at::Tensor trace_f(const at::Tensor &self)
 {
 	NEURON_TRACK("aten::trace");
@@ -108,63 +73,6 @@ static at::Tensor linalg_cross_f(const at::Tensor &self, const at::Tensor &other
 	NEURON_TRACK("aten::linalg_cross");
 	at::Tensor out = at::empty({0}, self.options());
 	return linalg_cross_o(self, other, dim, out);
-}
-
-// ---- repeat_interleave(repeats) -------------------------------------------------------------------------
-// Without output_size the total depends on the data: the queue is drained and the repeats summed on the
-// calling thread (device memory is host-addressable), as nonzero does; with it the op stays asynchronous
-// and the kernel checks the sum.
-static at::Tensor repeat_interleave_f(const at::Tensor &repeats, std::optional<c10::SymInt> output_size)
-{
-	NEURON_TRACK("aten::repeat_interleave.Tensor");
-	TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
-	TORCH_CHECK(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt, "repeats has to be Long or Int tensor");
-	c10::DeviceGuard g(repeats.device());
-	if (repeats.size(0) == 0)
-		return at::empty({0}, repeats.options());
-	at::Tensor r = repeats.contiguous();
-	int64_t n = r.size(0), total;
-	if (output_size.has_value()) {
-		total = output_size->guard_int(__FILE__, __LINE__);
-		TORCH_CHECK(total >= 0, "repeat_interleave: output_size must be non-negative, got ", total);
-	} else {
-		sync_device(repeats.device().index(), "aten::repeat_interleave");
-		total = 0;
-		for (int64_t i = 0; i < n; i++) {
-			int64_t v = r.scalar_type() == at::kLong ? r.const_data_ptr<int64_t>()[i] : r.const_data_ptr<int32_t>()[i];
-			TORCH_CHECK(v >= 0, "repeats can not be negative");
-			total += v;
-		}
-	}
-	at::Tensor out = at::empty({total}, repeats.options());
-	nk_repeat_interleave_args_t a{};
-	a.dtype = nk_dtype(r.scalar_type(), "aten::repeat_interleave");
-	a.n = n, a.total = total, a.repeats = r.const_data_ptr(), a.out = out.mutable_data_ptr();
-	launch(current_queue(repeats.device().index()), nk_repeat_interleave_run, a, "aten::repeat_interleave");
-	return out;
-}
-
-// ---- nonzero_static (asynchronous: the output size is given) ---------------------------------------------
-static at::Tensor nonzero_static_f(const at::Tensor &self, c10::SymInt size_s, int64_t fill_value)
-{
-	NEURON_TRACK("aten::nonzero_static");
-	int64_t size = size_s.guard_int(__FILE__, __LINE__);
-	TORCH_CHECK(size >= 0, "nonzero_static: 'size' must be an non-negative integer");
-	TORCH_CHECK(self.dim() <= NK_MAX_DIMS, "nonzero_static: at most ", NK_MAX_DIMS, " dims on neuron");
-	TORCH_CHECK(!at::isComplexType(self.scalar_type()), "nonzero_static: unsupported dtype ", self.scalar_type(), " on neuron");
-	c10::DeviceGuard g(self.device());
-	at::Tensor out = at::empty({size, self.dim()}, self.options().dtype(at::kLong));
-	if (out.numel() == 0)
-		return out;
-	nk_nonzero_static_args_t a{};
-	a.nz.dtype = nk_dtype(self.scalar_type(), "aten::nonzero_static");
-	a.nz.ndim = (int)self.dim();
-	for (int d = 0; d < a.nz.ndim; d++)
-		a.nz.shape[d] = self.size(d), a.nz.strides[d] = self.stride(d);
-	a.nz.x = self.const_data_ptr();
-	a.size = size, a.fill = fill_value, a.out = out.mutable_data_ptr<int64_t>();
-	launch(current_queue(self.device().index()), nk_nonzero_static_run, a, "aten::nonzero_static");
-	return out;
 }
 
 // ---- renorm ---------------------------------------------------------------------------------------------
@@ -328,15 +236,15 @@ static at::Tensor pdist_bwd_f(const at::Tensor &grad, const at::Tensor &self, do
 	return out;
 }
 
+} // namespace neuron
+
+using namespace neuron;
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
-	NEURON_IMPL(m, "tril_indices", tril_indices_f);
-	NEURON_IMPL(m, "triu_indices", triu_indices_f);
 	NEURON_IMPL(m, "trace", trace_f);
 	NEURON_IMPL(m, "linalg_cross", linalg_cross_f);
 	NEURON_IMPL(m, "linalg_cross.out", linalg_cross_o);
-	NEURON_IMPL(m, "repeat_interleave.Tensor", repeat_interleave_f);
-	NEURON_IMPL(m, "nonzero_static", nonzero_static_f);
 	NEURON_IMPL(m, "renorm", renorm_f);
 	NEURON_IMPL(m, "renorm.out", renorm_o);
 	NEURON_IMPL(m, "renorm_", renorm_i);
@@ -345,5 +253,3 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "_pdist_forward", pdist_fwd_f);
 	NEURON_IMPL(m, "_pdist_backward", pdist_bwd_f);
 }
-
-} // namespace neuron

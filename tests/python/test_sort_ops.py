@@ -1,9 +1,7 @@
-"""Selection, search, unique, histogram, random-distribution and special-function ops
-(csrc/torch/ops_misc.cpp on select.c / random_dist.c / special.c): parity with the CPU over dtypes
-(integers, f64, bf16), non-contiguous inputs and zero-size, and no CPU fallback."""
-
-import math
-
+"""Scans aside, the sort family of csrc/torch/ops_sort.cpp (select.c): selection (topk, kthvalue,
+median/nanmedian, mode), unique*, search (searchsorted, bucketize, isin) and histograms (bincount,
+histc): parity with the CPU over dtypes (integers, f64, bf16), non-contiguous inputs and zero-size,
+and no CPU fallback."""
 import pytest
 import torch
 
@@ -43,7 +41,6 @@ def _same(a, b):
 def no_fallback(neuron_ops):
     yield
     assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
-
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("noncontig", [False, True])
@@ -143,132 +140,3 @@ def test_search_and_counts_match_cpu(dtype, no_fallback):
     else:
         for lo, hi in ((0, 0), (-2, 2), (-1.3, 0.7)):
             _same(torch.histc(_dev(x), bins=5, min=lo, max=hi), torch.histc(x, bins=5, min=lo, max=hi))
-
-
-def test_random_distributions_are_reproducible_and_sane(no_fallback):
-    n = 200_000
-
-    def draw(fn, seed=5):
-        torch.manual_seed(seed)
-        return fn().cpu().double()
-
-    cases = {
-        "exponential": (lambda: torch.empty(n, device="neuron").exponential_(2.0), 0.5, 0.25),
-        "geometric": (lambda: torch.empty(n, device="neuron").geometric_(0.25), 4.0, 12.0),
-        "log_normal": (lambda: torch.empty(n, device="neuron", dtype=torch.float64).log_normal_(0.0, 0.5),
-                       math.exp(0.125), (math.exp(0.25) - 1) * math.exp(0.25)),
-        "normal_tensor_tensor": (lambda: torch.normal(torch.full((n,), 3.0, device="neuron"), torch.full((n,), 2.0, device="neuron")),
-                                 3.0, 4.0),
-        "normal_tensor_float": (lambda: torch.normal(torch.full((n,), -1.0, device="neuron"), 0.5), -1.0, 0.25),
-        "normal_float_tensor": (lambda: torch.normal(2.0, torch.full((n,), 3.0, device="neuron")), 2.0, 9.0),
-    }
-    for name, (fn, mean, var) in cases.items():
-        a, b, c = draw(fn), draw(fn), draw(fn, seed=6)
-        assert torch.equal(a, b), f"{name}: same seed, different values"
-        assert not torch.equal(a, c), f"{name}: different seeds, same values"
-        assert abs(a.mean().item() - mean) < 6 * math.sqrt(var / n), (name, a.mean().item(), mean)
-        assert abs(a.var().item() - var) < 0.05 * var, (name, a.var().item(), var)
-    c = draw(lambda: torch.empty(n, device="neuron").cauchy_(1.0, 2.0))
-    assert abs((c < 1.0).double().mean().item() - 0.5) < 0.01
-    assert abs(((c > -1.0) & (c < 3.0)).double().mean().item() - 0.5) < 0.01
-    g = draw(lambda: torch.empty(1000, dtype=torch.int32, device="neuron").geometric_(0.5))
-    assert g.min().item() >= 1
-    # bf16 and non-contiguous outputs
-    t = torch.empty(64, 32, device="neuron", dtype=torch.bfloat16).t()
-    t.exponential_()
-    assert (t.cpu() >= 0).all()
-
-
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32, torch.float64])
-def test_randperm_is_a_reproducible_permutation(dtype, no_fallback):
-    for n in (0, 1, 5, 1000):
-        torch.manual_seed(3)
-        p = torch.randperm(n, device="neuron", dtype=dtype).cpu()
-        torch.manual_seed(3)
-        q = torch.randperm(n, device="neuron", dtype=dtype).cpu()
-        assert torch.equal(p, q)
-        assert torch.equal(p.sort().values, torch.arange(n, dtype=dtype))
-    assert not torch.equal(torch.randperm(1000, device="neuron").cpu(), torch.randperm(1000, device="neuron").cpu())
-
-
-def test_multinomial(no_fallback):
-    p = torch.tensor([[1.0, 2.0, 3.0, 4.0, 0.0], [0.0, 0.0, 1.0, 0.0, 0.0]], device="neuron")
-    torch.manual_seed(1)
-    s = torch.multinomial(p, 20000, replacement=True).cpu()
-    torch.manual_seed(1)
-    assert torch.equal(s, torch.multinomial(p, 20000, replacement=True).cpu())
-    freq = torch.stack([torch.bincount(r, minlength=5) for r in s]).double() / 20000
-    torch.testing.assert_close(freq, (p / p.sum(1, keepdim=True)).cpu().double(), atol=0.02, rtol=0)
-    for _ in range(20):
-        w = torch.multinomial(p[0], 4).cpu()
-        assert sorted(w.tolist()) == [0, 1, 2, 3]  # distinct, never the zero-weight category
-    with pytest.raises(RuntimeError, match="without replacement"):
-        torch.multinomial(p[0], 6)
-
-
-UNARY_SPECIAL = {
-    "digamma": torch.digamma, "lgamma": torch.lgamma, "sinc": torch.sinc, "entr": torch.special.entr,
-    "polygamma1": lambda t: torch.polygamma(1, t), "polygamma3": lambda t: torch.polygamma(3, t),
-    "angle": torch.angle, "mvlgamma": lambda t: torch.mvlgamma(t.abs() + 3, 2),
-    "i0": lambda t: torch.i0(t * 4), "i0e": lambda t: torch.special.i0e(t * 8), "i1": lambda t: torch.special.i1(t * 4),
-    "i1e": lambda t: torch.special.i1e(t * 8),
-}
-BINARY_SPECIAL = {
-    "xlog1py": torch.special.xlog1py, "zeta": lambda x, y: torch.special.zeta(x.abs() + 1, y),
-    "copysign": torch.copysign, "xlogy": torch.xlogy, "nextafter": torch.nextafter,
-    "chebyshev_t": torch.special.chebyshev_polynomial_t, "chebyshev_u": torch.special.chebyshev_polynomial_u,
-    "chebyshev_v": torch.special.chebyshev_polynomial_v, "chebyshev_w": torch.special.chebyshev_polynomial_w,
-    "shifted_chebyshev_t": torch.special.shifted_chebyshev_polynomial_t,
-    "shifted_chebyshev_w": torch.special.shifted_chebyshev_polynomial_w,
-    "hermite_h": torch.special.hermite_polynomial_h, "hermite_he": torch.special.hermite_polynomial_he,
-    "laguerre_l": torch.special.laguerre_polynomial_l, "legendre_p": torch.special.legendre_polynomial_p,
-}
-TOL = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-7, 1e-7), torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (2e-3, 1e-3)}
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
-@pytest.mark.parametrize("name", sorted(UNARY_SPECIAL) + sorted(BINARY_SPECIAL))
-def test_special_matches_cpu(name, dtype, no_fallback):
-    poly = name.endswith(("_t", "_u", "_v", "_w", "_h", "_he", "_l", "_p"))
-    if dtype == torch.bfloat16 and (poly or name == "zeta"):
-        pytest.skip("the CPU has no bf16 kernel for this op")
-    if dtype == torch.int64 and name == "nextafter":
-        pytest.skip("nextafter is floating point only")
-    x = _make((7, 9), dtype, -9, 10, noncontig=True)
-    if name in UNARY_SPECIAL:
-        fn = UNARY_SPECIAL[name]
-        got, want = fn(_dev(x)), fn(x)
-    else:
-        fn = BINARY_SPECIAL[name]
-        y = _make((9,), dtype, 0 if poly else -9, 10, seed=2)  # broadcast
-        if poly and dtype.is_floating_point:
-            x = x / 8
-        got, want = fn(_dev(x), _dev(y)), fn(x, y)
-    rtol, atol = TOL.get(want.dtype, (0, 0))
-    torch.testing.assert_close(got.cpu(), want, rtol=rtol, atol=atol, equal_nan=True)
-
-
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8])
-def test_integer_pointwise_matches_cpu(dtype, no_fallback):
-    x = _make((4, 6), dtype, -20, 21)
-    y = _make((6,), dtype, 0, 9, seed=3)
-    for fn in (torch.gcd, torch.lcm, torch.bitwise_left_shift, torch.bitwise_right_shift, torch.heaviside):
-        _same(fn(_dev(x), _dev(y)), fn(x, y))
-    xi = _dev(x).clone()
-    xi.gcd_(_dev(y))
-    _same(xi, torch.gcd(x, y))
-    with pytest.raises(RuntimeError, match="different dtypes"):
-        torch.heaviside(_dev(x), _dev(y.double()))
-
-
-def test_sdpa_with_a_mask_that_needs_a_gradient(no_fallback):
-    q, k, v = (torch.randn(2, 3, 5, 8, dtype=torch.float64) for _ in range(3))
-    m = torch.randn(2, 3, 5, 5, dtype=torch.float64, requires_grad=True)
-    md = _dev(m.detach()).requires_grad_()
-    out = torch.nn.functional.scaled_dot_product_attention(_dev(q), _dev(k), _dev(v), attn_mask=md)
-    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
-    torch.testing.assert_close(out.cpu(), ref)
-    g = torch.randn_like(ref)
-    out.backward(_dev(g))
-    ref.backward(g)
-    torch.testing.assert_close(md.grad.cpu(), m.grad)
