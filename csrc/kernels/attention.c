@@ -23,7 +23,7 @@
  * e = ((b*Hq + h)*Tq + i)*Tk + j, and is kept iff 53 bits of (w0, w1) >= p - the same mask nk_dropout
  * makes for a contiguous [B, Hq, Tq, Tk] tensor; callers advance their offset by
  * nk_random_offset_increment(B*Hq*Tq*Tk).  Backward regenerates it.
- * f32/f16 compute in f32 (packing converts; per-thread workspace, nk_ws.h).  bf16 with the sbgemm
+ * f32/f16 compute in f32 (packing converts; per-thread workspace, nk_workspace.h).  bf16 with the sbgemm
  * micro-kernel (AVX512-BF16): the forward and the dk/dv pass pack Q, K, V, dO as bf16 k-pairs straight
  * from memory and round the probabilities and dS to bf16 for their products (sums in f32, softmax and
  * the statistics in f32, as PyTorch's CPU flash attention for reduced precision); the dq pass of long
@@ -47,27 +47,16 @@
 #include <string.h>
 
 #include "nk.h"
-#include "nk_fp.h"
 #include "nk_attention_impl.h"
 #include "nk_gemm_impl.h"
 #include "nk_impl.h"
-#include "nk_ws.h"
+#include "nk_workspace.h"
 #include "nrt.h"
 
 
 #define ATT_BQ 64             /* preferred query block */
 #define ATT_BK 64             /* preferred key block */
 #define ATT_WS_FLOATS (1 << 18) /* per-thread f32 workspace (1 MiB) */
-
-static int64_t min64(int64_t a, int64_t b)
-{
-	return a < b ? a : b;
-}
-
-static int64_t cdiv(int64_t a, int64_t b)
-{
-	return (a + b - 1) / b;
-}
 
 /* ---- arguments, mask, dropout ----------------------------------------------------------------- */
 
@@ -148,7 +137,7 @@ typedef struct {
 
 static int64_t rup(int64_t x, int64_t m)
 {
-	return cdiv(x, m) * m;
+	return nk_cdiv(x, m) * m;
 }
 
 /* Element offset of row r of the (b, h) slice of a [B, H, T, cols] tensor with strides s. */
@@ -183,8 +172,8 @@ static void pf_plan(att_pf_t *f, int64_t steps)
 	int64_t lines = 0;
 
 	for (int64_t r = 0; r < f->n; r++)
-		lines += cdiv(f->len[r], 64);
-	f->per_step = steps > 0 ? cdiv(lines, steps) : lines;
+		lines += nk_cdiv(f->len[r], 64);
+	f->per_step = steps > 0 ? nk_cdiv(lines, steps) : lines;
 }
 
 static inline void pf_step(att_pf_t *f)
@@ -213,7 +202,7 @@ static void store_transposed(const nk_attops_t *ops, void *x, int dtype, const i
 			     int64_t r0, int64_t n, int64_t cols, const float *Xt, const float *mul, float *buf)
 {
 	for (int64_t d0 = 0; d0 < cols; d0 += 16) {
-		int nd = (int)min64(16, cols - d0);
+		int nd = (int)nk_min64(16, cols - d0);
 
 		ops->tr(Xt + d0 * W, W, nd, n, buf + d0, cols, nd);
 	}
@@ -251,7 +240,7 @@ static void pack_rows_a_pairs(const att_plan_t *p, const void *x, const int64_t 
 			      int64_t n, int64_t cols, u32 *dst)
 {
 	for (int64_t t = 0; t * MR < n; t++)
-		p->isa->pack_a_pairs(row_ptr(x, NK_BF16, s, b, h, r0 + t * MR), s[2], s[3], (int)min64(MR, n - t * MR),
+		p->isa->pack_a_pairs(row_ptr(x, NK_BF16, s, b, h, r0 + t * MR), s[2], s[3], (int)nk_min64(MR, n - t * MR),
 				     cols, dst + t * MR * ((cols + 1) / 2));
 }
 
@@ -261,7 +250,7 @@ static void pack_cols_a_pairs(const att_plan_t *p, const void *x, const int64_t 
 {
 	for (int64_t t = 0; t * MR < cols; t++)
 		p->isa->pack_a_pairs(row_ptr(x, NK_BF16, s, b, h, r0) + t * MR * s[3] * 2, s[3], s[2],
-				     (int)min64(MR, cols - t * MR), n, dst + t * MR * ldp);
+				     (int)nk_min64(MR, cols - t * MR), n, dst + t * MR * ldp);
 }
 
 /* x^T (cols x rows r0..r0+n, n <= W) as one B pair panel (k = cols). */
@@ -282,12 +271,12 @@ static void pack_rows_a(const att_plan_t *p, const void *x, const int64_t *s, in
 		const float *x0 = (const float *)row_ptr(x, dt, s, b, h, r0);
 
 		for (int64_t t = 0; t * MR < n; t++)
-			p->ops->tr(x0 + t * MR * s[2], s[2], min64(MR, n - t * MR), cols, dst + t * MR * cols, MR, MR);
+			p->ops->tr(x0 + t * MR * s[2], s[2], nk_min64(MR, n - t * MR), cols, dst + t * MR * cols, MR, MR);
 		return;
 	}
 	for (int64_t t = 0; t * MR < n; t++)
 		p->isa->pack_a(row_ptr(x, dt, s, b, h, r0) + t * MR * s[2] * es, dt, s[2], s[3],
-			       (int)min64(MR, n - t * MR), cols, dst + t * MR * cols);
+			       (int)nk_min64(MR, n - t * MR), cols, dst + t * MR * cols);
 }
 
 /* Packs x^T (cols x rows r0..r0+n) as A panels of MR columns of x by k = n rows, panel t at dst + t*MR*ld. */
@@ -300,7 +289,7 @@ static void pack_cols_a(const att_plan_t *p, const void *x, const int64_t *s, in
 	/* f32 with unit column stride: MR consecutive columns of each row, the packer's masked copy */
 	for (int64_t t = 0; t * MR < cols; t++)
 		p->isa->pack_a(row_ptr(x, dt, s, b, h, r0) + t * MR * s[3] * es, dt, s[3], s[2],
-			       (int)min64(MR, cols - t * MR), n, dst + t * MR * ld);
+			       (int)nk_min64(MR, cols - t * MR), n, dst + t * MR * ld);
 }
 
 /* Packs x^T (cols x rows r0..r0+n, n <= W) as one B panel: dst[d*W + c] = x[r0 + c][d], zero for c >= n. */
@@ -313,7 +302,7 @@ static void pack_b_rows(const att_plan_t *p, const void *x, const int64_t *s, in
 		const float *x0 = (const float *)row_ptr(x, dt, s, b, h, r0);
 
 		for (int64_t hf = 0; hf < W; hf += 16)
-			p->ops->tr(x0 + hf * s[2], s[2], n - hf < 0 ? 0 : min64(16, n - hf), cols, dst + hf, W, 16);
+			p->ops->tr(x0 + hf * s[2], s[2], n - hf < 0 ? 0 : nk_min64(16, n - hf), cols, dst + hf, W, 16);
 		return;
 	}
 	p->isa->pack_b(row_ptr(x, dt, s, b, h, r0), dt, s[3], s[2], cols, n, dst);
@@ -425,14 +414,14 @@ static int att_plan(att_plan_t *p, const nk_attention_args_t *a, const nk_gemm_i
 	 * enough tasks for the threads */
 	G = ATT_TASK_FLOATS / (W * (D + Dv + 4)) * W;
 	G = G < W ? W : G > 512 ? 512 : G;
-	while (G > W && a->B * a->Hq * cdiv(a->Tq, G) < 4 * nthr)
+	while (G > W && a->B * a->Hq * nk_cdiv(a->Tq, G) < 4 * nthr)
 		G = rup(G / 2, W);
 	p->G = G;
-	p->ngq = cdiv(a->Tq, G);
+	p->ngq = nk_cdiv(a->Tq, G);
 	/* keys per dk/dv task: packed K, V and the dK, dV accumulators */
 	KG = ATT_TASK_FLOATS / (W * 2 * (D + Dv)) * W;
 	KG = KG < W ? W : KG > 512 ? 512 : KG;
-	while (KG > W && a->B * a->Hkv * cdiv(a->Tk, KG) < 4 * nthr)
+	while (KG > W && a->B * a->Hkv * nk_cdiv(a->Tk, KG) < 4 * nthr)
 		KG = rup(KG / 2, W);
 	/* one pass when a task can hold all keys (K, V panels both ways and dK, dV) and there are enough
 	 * (batch, kv head) tasks; a fixed rule (not the thread count) so that the sums, and with them the
@@ -441,7 +430,7 @@ static int att_plan(att_plan_t *p, const nk_attention_args_t *a, const nk_gemm_i
 	if (p->fused)
 		KG = rup(a->Tk > 0 ? a->Tk : 1, W);
 	p->KG = KG;
-	p->ngk = cdiv(a->Tk, KG);
+	p->ngk = nk_cdiv(a->Tk, KG);
 	fwd_ws = p->KC * per_key + (G / W) * W * (D + Dv + 2) + KB * W + W * Dv;
 	dq_ws = p->KC * per_key + (G / W) * W * (D + Dv + D + 2) + 2 * KB * W + W * D + Dv;
 	kv_ws = (KG / W) * W * (2 * (D + Dv) + rup(D, W)) + QB1 * (D + Dv) + QB1 * W + QB1 * D + (Dr + Dvr) * QB1 + 2 * QB1 * W + 2 * QB1 + W * D +
@@ -490,14 +479,14 @@ static void att_fwd_pf(const att_plan_t *p, int64_t t, att_pf_t *f)
 {
 	const nk_attention_args_t *a = p->a;
 	int64_t g = t % p->ngq, bh = t / p->ngq, b = bh / a->Hq, h = bh % a->Hq, hk = h / p->group;
-	int64_t g0 = g * p->G, gq = min64(p->G, a->Tq - g0), kend = a->causal ? min64(a->Tk, g0 + gq) : a->Tk;
+	int64_t g0 = g * p->G, gq = nk_min64(p->G, a->Tq - g0), kend = a->causal ? nk_min64(a->Tk, g0 + gq) : a->Tk;
 
 	memset(f, 0, sizeof *f);
 	if (t < 0)
 		return;
 	pf_add(f, a->q, a->dtype, a->sq, b, h, g0, gq, a->D);
-	pf_add(f, a->k, a->dtype, a->sk, b, hk, 0, min64(kend, p->KC), a->D);
-	pf_add(f, a->v, a->dtype, a->sv, b, hk, 0, min64(kend, p->KC), a->Dv);
+	pf_add(f, a->k, a->dtype, a->sk, b, hk, 0, nk_min64(kend, p->KC), a->D);
+	pf_add(f, a->v, a->dtype, a->sv, b, hk, 0, nk_min64(kend, p->KC), a->Dv);
 }
 
 /* Queries [g*G, g*G + G) of (b, h): for each chunk of keys, K (A panels of MR keys by D) and V^T (A
@@ -507,8 +496,8 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 {
 	const nk_attention_args_t *a = p->a;
 	int64_t D = a->D, Dv = a->Dv, hk = h / p->group, KC = p->KC;
-	int64_t g0 = g * p->G, gq = min64(p->G, a->Tq - g0), nqb = cdiv(gq, W);
-	int64_t kend = a->causal ? min64(a->Tk, g0 + gq) : a->Tk;
+	int64_t g0 = g * p->G, gq = nk_min64(p->G, a->Tq - g0), nqb = nk_cdiv(gq, W);
+	int64_t kend = a->causal ? nk_min64(a->Tk, g0 + gq) : a->Tk;
 	float *Kp = carve(&ws, KC * D), *Vp = carve(&ws, rup(Dv, MR) * KC), *Qp = carve(&ws, nqb * D * W);
 	float *Ot = carve(&ws, nqb * Dv * W), *m = carve(&ws, nqb * W), *l = carve(&ws, nqb * W);
 	float *S = carve(&ws, KB * W), *buf = carve(&ws, W * Dv);
@@ -520,22 +509,22 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 	att_fwd_pf(p, next, &pf);
 	for (int64_t c0 = 0; c0 < kend; c0 += KC)
 		for (int64_t qb = 0; qb < nqb; qb++) {
-			int64_t i0 = g0 + qb * W, jend = a->causal ? min64(min64(c0 + KC, kend), i0 + W) : min64(c0 + KC, kend);
+			int64_t i0 = g0 + qb * W, jend = a->causal ? nk_min64(nk_min64(c0 + KC, kend), i0 + W) : nk_min64(c0 + KC, kend);
 
-			ntiles += jend > c0 ? cdiv(jend - c0, KB) : 0;
+			ntiles += jend > c0 ? nk_cdiv(jend - c0, KB) : 0;
 		}
-	pf_plan(&pf, ntiles * (KB / MR + cdiv(Dv, MR)));
+	pf_plan(&pf, ntiles * (KB / MR + nk_cdiv(Dv, MR)));
 	for (int64_t qb = 0; qb < nqb; qb++)
 		if (p->bf)
-			pack_b_rows_pairs(p, a->q, a->sq, b, h, g0 + qb * W, min64(W, a->Tq - g0 - qb * W), D,
+			pack_b_rows_pairs(p, a->q, a->sq, b, h, g0 + qb * W, nk_min64(W, a->Tq - g0 - qb * W), D,
 					  (u32 *)Qp + qb * Dp * W);
 		else
-			pack_b_rows(p, a->q, a->sq, b, h, g0 + qb * W, min64(W, a->Tq - g0 - qb * W), D, Qp + qb * D * W);
+			pack_b_rows(p, a->q, a->sq, b, h, g0 + qb * W, nk_min64(W, a->Tq - g0 - qb * W), D, Qp + qb * D * W);
 	memset(Ot, 0, (size_t)(nqb * Dv * W) * sizeof(float));
 	for (int64_t c = 0; c < nqb * W; c++)
 		m[c] = -INFINITY, l[c] = 0;
 	for (int64_t c0 = 0; c0 < kend; c0 += KC) {
-		int64_t nc = min64(KC, kend - c0);
+		int64_t nc = nk_min64(KC, kend - c0);
 
 		if (p->bf) {
 			pack_rows_a_pairs(p, a->k, a->sk, b, hk, c0, nc, D, (u32 *)Kp);
@@ -545,13 +534,13 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 			pack_cols_a(p, a->v, a->sv, b, hk, c0, nc, Dv, Vp, KC);
 		}
 		for (int64_t qb = 0; qb < nqb; qb++) {
-			int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
-			int64_t jend = a->causal ? min64(c0 + nc, i0 + nq) : c0 + nc;
+			int64_t i0 = g0 + qb * W, nq = nk_min64(W, a->Tq - i0);
+			int64_t jend = a->causal ? nk_min64(c0 + nc, i0 + nq) : c0 + nc;
 			float *Q = Qp + qb * D * W, *O = Ot + qb * Dv * W;
 
 
 			for (int64_t j0 = c0; j0 < jend; j0 += KB) {
-				int64_t nk = min64(KB, jend - j0);
+				int64_t nk = nk_min64(KB, jend - j0);
 
 				for (int64_t r = 0; r < KB; r += MR) {
 					if (r < nk && p->bf)
@@ -585,7 +574,7 @@ static void att_fwd_task(const att_plan_t *p, float *ws, int64_t b, int64_t h, i
 		}
 	}
 	for (int64_t qb = 0; qb < nqb; qb++) {
-		int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
+		int64_t i0 = g0 + qb * W, nq = nk_min64(W, a->Tq - i0);
 		float *lse = (float *)a->lse + (b * a->Hq + h) * a->Tq + i0, *lq = l + qb * W, inv[W];
 
 		for (int64_t c = 0; c < nq; c++) {
@@ -698,7 +687,7 @@ static void kv_block_pf(const att_plan_t *p, int64_t b, int64_t h, int64_t i0, a
 {
 	const nk_attention_bwd_args_t *g = p->g;
 	const nk_attention_args_t *a = &g->f;
-	int64_t nq = min64(QB1, a->Tq - i0);
+	int64_t nq = nk_min64(QB1, a->Tq - i0);
 
 	memset(f, 0, sizeof *f);
 	if (b < 0 || nq <= 0)
@@ -719,9 +708,174 @@ static int64_t kv_block_steps(const att_plan_t *p, int64_t j0g, int64_t nkg, int
 
 		if (a->causal && j0 > i0 + nq - 1)
 			break;
-		steps += cdiv(nq - r0, MR) + cdiv(a->Dv, MR) + cdiv(a->D, MR);
+		steps += nk_cdiv(nq - r0, MR) + nk_cdiv(a->Dv, MR) + nk_cdiv(a->D, MR);
 	}
 	return steps;
+}
+
+/* The scratch and the fixed facts of one dK, dV task (att_bwd_kv_task). */
+typedef struct {
+	int64_t b, hk, D, Dv, Dp, Dvp, j0g, nkg, nkp, ndc, qstart;
+	bool bf, fq;
+	float *Kb, *Vb, *dKt, *dVt, *Qa, *dOa, *QTa, *dOTa, *S, *dP, *lse, *dd, *buf, *rows, *Kn, *dSa, *dQ;
+	u32 *Pw, *dSw;
+	att_pf_t pft, pfq; /* prefetch: the next task's K, V over the whole task, the next query block's rows */
+} kv_task_t;
+
+static void kv_carve(float *ws, kv_task_t *t)
+{
+	int64_t D = t->D, Dv = t->Dv, nkp = t->nkp, Dr = rup(D, MR), Dvr = rup(Dv, MR);
+
+	t->Kb = carve(&ws, nkp * D * W), t->Vb = carve(&ws, nkp * Dv * W);
+	t->dKt = carve(&ws, nkp * D * W), t->dVt = carve(&ws, nkp * Dv * W);
+	t->Qa = carve(&ws, QB1 * D), t->dOa = carve(&ws, QB1 * Dv), t->QTa = carve(&ws, Dr * QB1);
+	t->dOTa = carve(&ws, Dvr * QB1), t->S = carve(&ws, QB1 * W), t->dP = carve(&ws, QB1 * W);
+	t->lse = carve(&ws, QB1), t->dd = carve(&ws, QB1), t->buf = carve(&ws, W * (D > Dv ? D : Dv));
+	t->rows = carve(&ws, 2 * Dv);
+	t->Kn = t->fq ? carve(&ws, nkp * t->ndc * W * W) : NULL, t->dSa = t->fq ? carve(&ws, QB1 * W) : NULL;
+	t->dQ = t->fq ? carve(&ws, QB1 * D) : NULL;
+	/* bf16: pair panels in the same buffers (k halved), and P, dS as B pair panels */
+	t->Pw = t->bf ? (u32 *)carve(&ws, QB1 * W / 2) : NULL, t->dSw = t->bf ? (u32 *)carve(&ws, QB1 * W / 2) : NULL;
+}
+
+/* Pack step, keys: K^T, V^T as B panels of W keys (and K as B panels of its D columns for the fused
+ * dQ), once per task; dK^T, dV^T cleared. */
+static void kv_pack_keys(const att_plan_t *p, kv_task_t *t)
+{
+	const nk_attention_args_t *a = &p->g->f;
+	int64_t b = t->b, hk = t->hk, D = t->D, Dv = t->Dv, W2 = W / 2;
+
+	for (int64_t kp = 0; kp < t->nkp; kp++) {
+		int64_t nkk = nk_min64(W, t->nkg - kp * W), j = t->j0g + kp * W;
+
+		if (t->bf) {
+			pack_b_rows_pairs(p, a->k, a->sk, b, hk, j, nkk, D, (u32 *)t->Kb + kp * t->Dp * W);
+			pack_b_rows_pairs(p, a->v, a->sv, b, hk, j, nkk, Dv, (u32 *)t->Vb + kp * t->Dvp * W);
+			if (t->fq) /* K rows as B pair panels (pairs of keys) of W of its D columns, panel c at + c*ceil(nkk/2)*W */
+				p->isa->pack_b_pairs(row_ptr(a->k, a->dtype, a->sk, b, hk, j), a->sk[2], a->sk[3], nkk, D,
+						     (u32 *)t->Kn + kp * t->ndc * W * W2);
+			continue;
+		}
+		pack_b_rows(p, a->k, a->sk, b, hk, j, nkk, D, t->Kb + kp * D * W);
+		pack_b_rows(p, a->v, a->sv, b, hk, j, nkk, Dv, t->Vb + kp * Dv * W);
+		if (t->fq) /* K rows as B panels of W of its D columns, panel c at + c*nkk*W */
+			p->isa->pack_b(row_ptr(a->k, a->dtype, a->sk, b, hk, j), a->dtype, a->sk[2], a->sk[3], nkk, D,
+				       t->Kn + kp * t->ndc * W * W);
+	}
+	memset(t->dKt, 0, (size_t)(t->nkp * D * W) * sizeof(float));
+	memset(t->dVt, 0, (size_t)(t->nkp * Dv * W) * sizeof(float));
+}
+
+/* Pack step, queries: block (h, i0) of nq queries, Q and dO packed as A panels both ways, its lse and
+ * rowsum(dO * O); the fused dQ block cleared. */
+static void kv_pack_queries(const att_plan_t *p, kv_task_t *t, int64_t h, int64_t i0, int64_t nq)
+{
+	const nk_attention_bwd_args_t *g = p->g;
+	const nk_attention_args_t *a = &g->f;
+	int64_t b = t->b, D = t->D, Dv = t->Dv;
+
+	if (t->bf) {
+		pack_rows_a_pairs(p, a->q, a->sq, b, h, i0, nq, D, (u32 *)t->Qa);
+		pack_rows_a_pairs(p, g->dout, g->sdo, b, h, i0, nq, Dv, (u32 *)t->dOa);
+		pack_cols_a_pairs(p, a->q, a->sq, b, h, i0, nq, D, (u32 *)t->QTa, QB1 / 2);
+		pack_cols_a_pairs(p, g->dout, g->sdo, b, h, i0, nq, Dv, (u32 *)t->dOTa, QB1 / 2);
+	} else {
+		pack_rows_a(p, a->q, a->sq, b, h, i0, nq, D, t->Qa);
+		pack_rows_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, t->dOa);
+		pack_cols_a(p, a->q, a->sq, b, h, i0, nq, D, t->QTa, QB1);
+		pack_cols_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, t->dOTa, QB1);
+	}
+	query_stats(p, b, h, i0, nq, 0, t->lse, t->dd, t->rows);
+	if (t->fq)
+		memset(t->dQ, 0, (size_t)(nq * D) * sizeof(float));
+}
+
+/* Row-tile step: rows r0..nq of the query block against key panel kp: S = scale Q K^T, dP = dO V^T,
+ * then P and dS in place (bias, dropout). */
+static void kv_row_tile(const att_plan_t *p, kv_task_t *t, int64_t h, int64_t i0, int64_t nq, int64_t kp,
+			int64_t r0, int64_t nkk)
+{
+	const nk_attention_args_t *a = &p->g->f;
+	int64_t D = t->D, Dv = t->Dv, j0 = t->j0g + kp * W, nr = nq - r0;
+	float *S0 = t->S + r0 * W, *dP0 = t->dP + r0 * W;
+
+	for (int64_t r = r0; r < nq; r += MR) {
+		if (t->bf) {
+			ukr_pairs(p, t->Dp, (u32 *)t->Qa + r * t->Dp, (u32 *)t->Kb + kp * t->Dp * W, t->S + r * W, W,
+				  p->scale, 0, nq - r, W);
+			ukr_pairs(p, t->Dvp, (u32 *)t->dOa + r * t->Dvp, (u32 *)t->Vb + kp * t->Dvp * W, t->dP + r * W, W,
+				  1, 0, nq - r, W);
+		} else {
+			ukr(p, D, t->Qa + r * D, t->Kb + kp * D * W, t->S + r * W, W, p->scale, 0, nq - r, W);
+			ukr(p, Dv, t->dOa + r * Dv, t->Vb + kp * Dv * W, t->dP + r * W, W, 1, 0, nq - r, W);
+		}
+		pf_step(&t->pfq);
+		pf_step(&t->pft);
+	}
+	add_bias(p, t->b, h, S0, false, i0 + r0, j0, nr, nkk);
+	if (a->dropout_p > 0)
+		bwd_dropout(p, t->b, h, S0, dP0, false, i0 + r0, j0, nr, nkk, t->lse + r0, t->dd + r0);
+	else
+		p->ops->bwd_rows(S0, dP0, nr, t->lse + r0, t->dd + r0);
+}
+
+/* Accumulate step (bf16): dV^T += dO^T P, dK^T += scale Q^T dS over k-pairs of queries r0.. (r0 is a
+ * multiple of MR, so even; the packed queries end with zero pairs), and the fused dQ += scale dS K over
+ * k-pairs of the nkk keys. */
+static void kv_accumulate_pairs(const att_plan_t *p, kv_task_t *t, int64_t nq, int64_t kp, int64_t r0, int64_t nkk)
+{
+	int64_t D = t->D, Dv = t->Dv, nr = nq - r0, kq = (nr + 1) / 2, W2 = W / 2;
+	float *S0 = t->S + r0 * W, *dP0 = t->dP + r0 * W;
+
+	p->ops->b_pairs(S0, nr, t->Pw);
+	p->ops->b_pairs(dP0, nr, t->dSw);
+	for (int64_t u = 0; u * MR < Dv; u++) {
+		ukr_pairs(p, kq, (u32 *)t->dOTa + u * MR * (QB1 / 2) + r0 / 2 * MR, t->Pw,
+			  t->dVt + kp * Dv * W + u * MR * W, W, 1, 1, Dv - u * MR, W);
+		pf_step(&t->pfq);
+		pf_step(&t->pft);
+	}
+	for (int64_t u = 0; u * MR < D; u++) {
+		ukr_pairs(p, kq, (u32 *)t->QTa + u * MR * (QB1 / 2) + r0 / 2 * MR, t->dSw,
+			  t->dKt + kp * D * W + u * MR * W, W, p->scale, 1, D - u * MR, W);
+		pf_step(&t->pfq);
+		pf_step(&t->pft);
+	}
+	if (!t->fq)
+		return;
+	p->ops->a_pairs(dP0, nr, nkk, (u32 *)t->dSa);
+	for (int64_t u = 0; u * MR < nr; u++)
+		for (int64_t c = 0; c < t->ndc; c++)
+			ukr_pairs(p, (nkk + 1) / 2, (u32 *)t->dSa + u * MR * W2,
+				  (u32 *)t->Kn + kp * t->ndc * W * W2 + c * ((nkk + 1) / 2) * W,
+				  t->dQ + (r0 + u * MR) * D + c * W, D, p->scale, 1, nr - u * MR, D - c * W);
+}
+
+/* Accumulate step (f32): the same products on f32 panels. */
+static void kv_accumulate(const att_plan_t *p, kv_task_t *t, int64_t nq, int64_t kp, int64_t r0, int64_t nkk)
+{
+	int64_t D = t->D, Dv = t->Dv, nr = nq - r0;
+	float *S0 = t->S + r0 * W, *dP0 = t->dP + r0 * W;
+
+	for (int64_t u = 0; u * MR < Dv; u++) {
+		ukr(p, nr, t->dOTa + u * MR * QB1 + r0 * MR, S0, t->dVt + kp * Dv * W + u * MR * W, W, 1, 1,
+		    Dv - u * MR, W);
+		pf_step(&t->pfq);
+		pf_step(&t->pft);
+	}
+	for (int64_t u = 0; u * MR < D; u++) {
+		ukr(p, nr, t->QTa + u * MR * QB1 + r0 * MR, dP0, t->dKt + kp * D * W + u * MR * W, W, p->scale, 1,
+		    D - u * MR, W);
+		pf_step(&t->pfq);
+		pf_step(&t->pft);
+	}
+	if (!t->fq)
+		return;
+	p->ops->tr_rows(dP0, nr, t->dSa);
+	for (int64_t u = 0; u * MR < nr; u++)
+		for (int64_t c = 0; c < t->ndc; c++)
+			ukr(p, nkk, t->dSa + u * MR * W, t->Kn + kp * t->ndc * W * W + c * nkk * W,
+			    t->dQ + (r0 + u * MR) * D + c * W, D, p->scale, 1, nr - u * MR, D - c * W);
 }
 
 /* dK, dV of keys [kg*KG, kg*KG + KG) of kv head hk, summed over the group's query heads and all queries.
@@ -731,172 +885,66 @@ static void att_bwd_kv_task(const att_plan_t *p, float *ws, int64_t b, int64_t h
 {
 	const nk_attention_bwd_args_t *g = p->g;
 	const nk_attention_args_t *a = &g->f;
-	int64_t D = a->D, Dv = a->Dv, Dr = rup(D, MR), Dvr = rup(Dv, MR);
-	int64_t j0g = kg * p->KG, nkg = min64(p->KG, a->Tk - j0g), nkp = cdiv(nkg, W);
-	float *Kb = carve(&ws, nkp * D * W), *Vb = carve(&ws, nkp * Dv * W);
-	float *dKt = carve(&ws, nkp * D * W), *dVt = carve(&ws, nkp * Dv * W);
-	float *Qa = carve(&ws, QB1 * D), *dOa = carve(&ws, QB1 * Dv), *QTa = carve(&ws, Dr * QB1);
-	float *dOTa = carve(&ws, Dvr * QB1), *S = carve(&ws, QB1 * W), *dP = carve(&ws, QB1 * W);
-	float *lse = carve(&ws, QB1), *dd = carve(&ws, QB1), *buf = carve(&ws, W * (D > Dv ? D : Dv));
-	float *rows = carve(&ws, 2 * Dv);
-	bool fq = p->fused && g->dq; /* also dQ = scale dS K, complete after each query block */
-	int64_t ndc = cdiv(D, W);
-	float *Kn = fq ? carve(&ws, nkp * ndc * W * W) : NULL, *dSa = fq ? carve(&ws, QB1 * W) : NULL;
-	float *dQ = fq ? carve(&ws, QB1 * D) : NULL;
-	/* bf16: pair panels in the same buffers (k halved), and P, dS as B pair panels */
-	bool bf = p->bf;
-	u32 *Pw = bf ? (u32 *)carve(&ws, QB1 * W / 2) : NULL, *dSw = bf ? (u32 *)carve(&ws, QB1 * W / 2) : NULL;
-	int64_t Dp = (D + 1) / 2, Dvp = (Dv + 1) / 2;
+	kv_task_t t = { .b = b, .hk = hk, .D = a->D, .Dv = a->Dv, .Dp = (a->D + 1) / 2, .Dvp = (a->Dv + 1) / 2 };
+
+	t.j0g = kg * p->KG, t.nkg = nk_min64(p->KG, a->Tk - t.j0g), t.nkp = nk_cdiv(t.nkg, W);
+	t.fq = p->fused && g->dq; /* also dQ = scale dS K, complete after each query block */
+	t.ndc = nk_cdiv(t.D, W);
+	t.bf = p->bf;
 	/* with causality, queries before the first key see none of these keys (blocks stay aligned to
 	 * multiples of QB1 so that the sums do not depend on KG) */
-	int64_t qstart = a->causal ? j0g / QB1 * QB1 : 0;
+	t.qstart = a->causal ? t.j0g / QB1 * QB1 : 0;
+	kv_carve(ws, &t);
+	kv_pack_keys(p, &t);
 
-	for (int64_t kp = 0; kp < nkp; kp++) {
-		int64_t nkk = min64(W, nkg - kp * W);
-
-		if (bf) {
-			pack_b_rows_pairs(p, a->k, a->sk, b, hk, j0g + kp * W, nkk, D, (u32 *)Kb + kp * Dp * W);
-			pack_b_rows_pairs(p, a->v, a->sv, b, hk, j0g + kp * W, nkk, Dv, (u32 *)Vb + kp * Dvp * W);
-			if (fq) /* K rows as B pair panels (pairs of keys) of W of its D columns, panel c at + c*ceil(nkk/2)*W */
-				p->isa->pack_b_pairs(row_ptr(a->k, a->dtype, a->sk, b, hk, j0g + kp * W), a->sk[2], a->sk[3],
-						     nkk, D, (u32 *)Kn + kp * ndc * W * (W / 2));
-			continue;
-		}
-		pack_b_rows(p, a->k, a->sk, b, hk, j0g + kp * W, nkk, D, Kb + kp * D * W);
-		pack_b_rows(p, a->v, a->sv, b, hk, j0g + kp * W, nkk, Dv, Vb + kp * Dv * W);
-		if (fq) /* K rows as B panels of W of its D columns, panel c at + c*nkk*W */
-			p->isa->pack_b(row_ptr(a->k, a->dtype, a->sk, b, hk, j0g + kp * W), a->dtype, a->sk[2], a->sk[3],
-				       nkk, D, Kn + kp * ndc * W * W);
-	}
-	memset(dKt, 0, (size_t)(nkp * D * W) * sizeof(float));
-	memset(dVt, 0, (size_t)(nkp * Dv * W) * sizeof(float));
-	/* prefetch: the next task's K, V over the whole task, the next query block's rows over each block */
 	int64_t nb = next >= 0 ? next / p->ngk / a->Hkv : -1, nhk = next >= 0 ? next / p->ngk % a->Hkv : 0;
 	int64_t nj0g = next >= 0 ? next % p->ngk * p->KG : 0, nqstart = a->causal ? nj0g / QB1 * QB1 : 0;
 	int64_t tsteps = 0;
-	att_pf_t pft, pfq;
 
-	memset(&pft, 0, sizeof pft);
+	memset(&t.pft, 0, sizeof t.pft);
 	if (nb >= 0) {
-		pf_add(&pft, a->k, a->dtype, a->sk, nb, nhk, nj0g, min64(p->KG, a->Tk - nj0g), D);
-		pf_add(&pft, a->v, a->dtype, a->sv, nb, nhk, nj0g, min64(p->KG, a->Tk - nj0g), Dv);
+		pf_add(&t.pft, a->k, a->dtype, a->sk, nb, nhk, nj0g, nk_min64(p->KG, a->Tk - nj0g), t.D);
+		pf_add(&t.pft, a->v, a->dtype, a->sv, nb, nhk, nj0g, nk_min64(p->KG, a->Tk - nj0g), t.Dv);
 	}
-	for (int64_t i0 = qstart; i0 < a->Tq; i0 += QB1)
-		tsteps += p->group * kv_block_steps(p, j0g, nkg, i0, min64(QB1, a->Tq - i0));
-	pf_plan(&pft, tsteps);
+	for (int64_t i0 = t.qstart; i0 < a->Tq; i0 += QB1)
+		tsteps += p->group * kv_block_steps(p, t.j0g, t.nkg, i0, nk_min64(QB1, a->Tq - i0));
+	pf_plan(&t.pft, tsteps);
 	for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++)
-		for (int64_t i0 = qstart; i0 < a->Tq; i0 += QB1) {
-			int64_t nq = min64(QB1, a->Tq - i0);
+		for (int64_t i0 = t.qstart; i0 < a->Tq; i0 += QB1) {
+			int64_t nq = nk_min64(QB1, a->Tq - i0);
 
 			if (i0 + QB1 < a->Tq)
-				kv_block_pf(p, b, h, i0 + QB1, &pfq);
+				kv_block_pf(p, b, h, i0 + QB1, &t.pfq);
 			else if (h + 1 < (hk + 1) * p->group)
-				kv_block_pf(p, b, h + 1, qstart, &pfq);
+				kv_block_pf(p, b, h + 1, t.qstart, &t.pfq);
 			else
-				kv_block_pf(p, nb, nhk * p->group, nqstart, &pfq);
-			pf_plan(&pfq, kv_block_steps(p, j0g, nkg, i0, nq));
-			if (bf) {
-				pack_rows_a_pairs(p, a->q, a->sq, b, h, i0, nq, D, (u32 *)Qa);
-				pack_rows_a_pairs(p, g->dout, g->sdo, b, h, i0, nq, Dv, (u32 *)dOa);
-				pack_cols_a_pairs(p, a->q, a->sq, b, h, i0, nq, D, (u32 *)QTa, QB1 / 2);
-				pack_cols_a_pairs(p, g->dout, g->sdo, b, h, i0, nq, Dv, (u32 *)dOTa, QB1 / 2);
-			} else {
-				pack_rows_a(p, a->q, a->sq, b, h, i0, nq, D, Qa);
-				pack_rows_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOa);
-				pack_cols_a(p, a->q, a->sq, b, h, i0, nq, D, QTa, QB1);
-				pack_cols_a(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOTa, QB1);
-			}
-			query_stats(p, b, h, i0, nq, 0, lse, dd, rows);
-			if (fq)
-				memset(dQ, 0, (size_t)(nq * D) * sizeof(float));
-			for (int64_t kp = 0; kp < nkp; kp++) {
-				int64_t j0 = j0g + kp * W, nkk = min64(W, nkg - kp * W);
-
+				kv_block_pf(p, nb, nhk * p->group, nqstart, &t.pfq);
+			pf_plan(&t.pfq, kv_block_steps(p, t.j0g, t.nkg, i0, nq));
+			kv_pack_queries(p, &t, h, i0, nq);
+			for (int64_t kp = 0; kp < t.nkp; kp++) {
+				int64_t j0 = t.j0g + kp * W, nkk = nk_min64(W, t.nkg - kp * W);
 				/* causal: rows (queries) before r0 see none of these keys */
-				int64_t r0 = a->causal && j0 > i0 ? (j0 - i0) / MR * MR : 0, nr = nq - r0;
-				float *S0 = S + r0 * W, *dP0 = dP + r0 * W;
+				int64_t r0 = a->causal && j0 > i0 ? (j0 - i0) / MR * MR : 0;
 
 				if (a->causal && j0 > i0 + nq - 1)
 					break;
-				for (int64_t r = r0; r < nq; r += MR) {
-					if (bf) {
-						ukr_pairs(p, Dp, (u32 *)Qa + r * Dp, (u32 *)Kb + kp * Dp * W, S + r * W, W, p->scale, 0,
-							  nq - r, W);
-						ukr_pairs(p, Dvp, (u32 *)dOa + r * Dvp, (u32 *)Vb + kp * Dvp * W, dP + r * W, W, 1, 0,
-							  nq - r, W);
-					} else {
-						ukr(p, D, Qa + r * D, Kb + kp * D * W, S + r * W, W, p->scale, 0, nq - r, W);
-						ukr(p, Dv, dOa + r * Dv, Vb + kp * Dv * W, dP + r * W, W, 1, 0, nq - r, W);
-					}
-					pf_step(&pfq);
-					pf_step(&pft);
-				}
-				add_bias(p, b, h, S0, false, i0 + r0, j0, nr, nkk);
-				if (a->dropout_p > 0)
-					bwd_dropout(p, b, h, S0, dP0, false, i0 + r0, j0, nr, nkk, lse + r0, dd + r0);
+				kv_row_tile(p, &t, h, i0, nq, kp, r0, nkk);
+				if (t.bf)
+					kv_accumulate_pairs(p, &t, nq, kp, r0, nkk);
 				else
-					p->ops->bwd_rows(S0, dP0, nr, lse + r0, dd + r0);
-				if (bf) {
-					/* dV^T += dO^T P, dK^T += scale Q^T dS over k-pairs of queries r0.. (r0 is a
-					 * multiple of MR, so even; the packed queries end with zero pairs) */
-					int64_t kq = (nr + 1) / 2;
-
-					p->ops->b_pairs(S0, nr, Pw);
-					p->ops->b_pairs(dP0, nr, dSw);
-					for (int64_t t = 0; t * MR < Dv; t++) {
-						ukr_pairs(p, kq, (u32 *)dOTa + t * MR * (QB1 / 2) + r0 / 2 * MR, Pw,
-							  dVt + kp * Dv * W + t * MR * W, W, 1, 1, Dv - t * MR, W);
-						pf_step(&pfq);
-						pf_step(&pft);
-					}
-					for (int64_t t = 0; t * MR < D; t++) {
-						ukr_pairs(p, kq, (u32 *)QTa + t * MR * (QB1 / 2) + r0 / 2 * MR, dSw,
-							  dKt + kp * D * W + t * MR * W, W, p->scale, 1, D - t * MR, W);
-						pf_step(&pfq);
-						pf_step(&pft);
-					}
-					if (!fq)
-						continue;
-					/* dQ += scale dS K over k-pairs of the nkk keys */
-					p->ops->a_pairs(dP0, nr, nkk, (u32 *)dSa);
-					for (int64_t t = 0; t * MR < nr; t++)
-						for (int64_t c = 0; c < ndc; c++)
-							ukr_pairs(p, (nkk + 1) / 2, (u32 *)dSa + t * MR * (W / 2),
-								  (u32 *)Kn + kp * ndc * W * (W / 2) + c * ((nkk + 1) / 2) * W,
-								  dQ + (r0 + t * MR) * D + c * W, D, p->scale, 1, nr - t * MR, D - c * W);
-					continue;
-				}
-				for (int64_t t = 0; t * MR < Dv; t++) {
-					ukr(p, nr, dOTa + t * MR * QB1 + r0 * MR, S0, dVt + kp * Dv * W + t * MR * W, W, 1, 1,
-					    Dv - t * MR, W);
-					pf_step(&pfq);
-					pf_step(&pft);
-				}
-				for (int64_t t = 0; t * MR < D; t++) {
-					ukr(p, nr, QTa + t * MR * QB1 + r0 * MR, dP0, dKt + kp * D * W + t * MR * W, W, p->scale, 1,
-					    D - t * MR, W);
-					pf_step(&pfq);
-					pf_step(&pft);
-				}
-				if (!fq)
-					continue;
-				p->ops->tr_rows(dP0, nr, dSa);
-				for (int64_t t = 0; t * MR < nr; t++)
-					for (int64_t c = 0; c < ndc; c++)
-						ukr(p, nkk, dSa + t * MR * W, Kn + kp * ndc * W * W + c * nkk * W,
-						    dQ + (r0 + t * MR) * D + c * W, D, p->scale, 1, nr - t * MR, D - c * W);
+					kv_accumulate(p, &t, nq, kp, r0, nkk);
 			}
-			if (fq)
-				store_rows(g->dq, a->dtype, g->sdq, b, h, i0, nq, D, dQ, D);
+			if (t.fq)
+				store_rows(g->dq, a->dtype, g->sdq, b, h, i0, nq, t.D, t.dQ, t.D);
 		}
-	for (int64_t kp = 0; kp < nkp; kp++) {
-		int64_t nkk = min64(W, nkg - kp * W);
+	for (int64_t kp = 0; kp < t.nkp; kp++) {
+		int64_t nkk = nk_min64(W, t.nkg - kp * W), j = t.j0g + kp * W;
 
 		if (g->dk)
-			store_transposed(p->ops, g->dk, a->dtype, g->sdk, b, hk, j0g + kp * W, nkk, D, dKt + kp * D * W, NULL, buf);
+			store_transposed(p->ops, g->dk, a->dtype, g->sdk, b, hk, j, nkk, t.D, t.dKt + kp * t.D * W, NULL, t.buf);
 		if (g->dv)
-			store_transposed(p->ops, g->dv, a->dtype, g->sdv, b, hk, j0g + kp * W, nkk, Dv, dVt + kp * Dv * W, NULL,
-					 buf);
+			store_transposed(p->ops, g->dv, a->dtype, g->sdv, b, hk, j, nkk, t.Dv, t.dVt + kp * t.Dv * W, NULL,
+					 t.buf);
 	}
 }
 
@@ -908,15 +956,15 @@ static void att_bwd_q_task(const att_plan_t *p, float *ws, int64_t b, int64_t h,
 	const nk_attention_bwd_args_t *g = p->g;
 	const nk_attention_args_t *a = &g->f;
 	int64_t D = a->D, Dv = a->Dv, hk = h / p->group, KC = p->KC;
-	int64_t g0 = gi * p->G, gq = min64(p->G, a->Tq - g0), nqb = cdiv(gq, W);
-	int64_t kend = a->causal ? min64(a->Tk, g0 + gq) : a->Tk;
+	int64_t g0 = gi * p->G, gq = nk_min64(p->G, a->Tq - g0), nqb = nk_cdiv(gq, W);
+	int64_t kend = a->causal ? nk_min64(a->Tk, g0 + gq) : a->Tk;
 	float *Kp = carve(&ws, KC * D), *Vp = carve(&ws, KC * Dv), *KTp = carve(&ws, rup(D, MR) * KC);
 	float *Qb = carve(&ws, nqb * D * W), *dOb = carve(&ws, nqb * Dv * W), *dQt = carve(&ws, nqb * D * W);
 	float *lse = carve(&ws, nqb * W), *dd = carve(&ws, nqb * W), *S = carve(&ws, KB * W);
 	float *dP = carve(&ws, KB * W), *buf = carve(&ws, W * D), *rows = carve(&ws, 2 * Dv);
 
 	for (int64_t qb = 0; qb < nqb; qb++) {
-		int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
+		int64_t i0 = g0 + qb * W, nq = nk_min64(W, a->Tq - i0);
 
 		pack_b_rows(p, a->q, a->sq, b, h, i0, nq, D, Qb + qb * D * W);
 		pack_b_rows(p, g->dout, g->sdo, b, h, i0, nq, Dv, dOb + qb * Dv * W);
@@ -924,17 +972,17 @@ static void att_bwd_q_task(const att_plan_t *p, float *ws, int64_t b, int64_t h,
 	}
 	memset(dQt, 0, (size_t)(nqb * D * W) * sizeof(float));
 	for (int64_t c0 = 0; c0 < kend; c0 += KC) {
-		int64_t nc = min64(KC, kend - c0);
+		int64_t nc = nk_min64(KC, kend - c0);
 
 		pack_rows_a(p, a->k, a->sk, b, hk, c0, nc, D, Kp);
 		pack_rows_a(p, a->v, a->sv, b, hk, c0, nc, Dv, Vp);
 		pack_cols_a(p, a->k, a->sk, b, hk, c0, nc, D, KTp, KC);
 		for (int64_t qb = 0; qb < nqb; qb++) {
-			int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
-			int64_t jend = a->causal ? min64(c0 + nc, i0 + nq) : c0 + nc;
+			int64_t i0 = g0 + qb * W, nq = nk_min64(W, a->Tq - i0);
+			int64_t jend = a->causal ? nk_min64(c0 + nc, i0 + nq) : c0 + nc;
 
 			for (int64_t j0 = c0; j0 < jend; j0 += KB) {
-				int64_t nk = min64(KB, jend - j0);
+				int64_t nk = nk_min64(KB, jend - j0);
 
 				for (int64_t r = 0; r < nk; r += MR) {
 					ukr(p, D, Kp + (j0 - c0 + r) * D, Qb + qb * D * W, S + r * W, W, p->scale, 0, MR, W);
@@ -952,7 +1000,7 @@ static void att_bwd_q_task(const att_plan_t *p, float *ws, int64_t b, int64_t h,
 		}
 	}
 	for (int64_t qb = 0; qb < nqb; qb++) {
-		int64_t i0 = g0 + qb * W, nq = min64(W, a->Tq - i0);
+		int64_t i0 = g0 + qb * W, nq = nk_min64(W, a->Tq - i0);
 
 		store_transposed(p->ops, g->dq, a->dtype, g->sdq, b, h, i0, nq, D, dQt + qb * D * W, NULL, buf);
 	}

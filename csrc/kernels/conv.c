@@ -38,11 +38,6 @@ static int64_t max64(int64_t a, int64_t b)
 	return a > b ? a : b;
 }
 
-static int64_t min64(int64_t a, int64_t b)
-{
-	return a < b ? a : b;
-}
-
 /* The compute dtype of a storage dtype. */
 static int ctype_of(int dt)
 {
@@ -87,7 +82,7 @@ static void q_range(int64_t lo, int64_t hi, int64_t off, int64_t s, int64_t Q, i
 {
 	int64_t x = lo - off, y = hi - 1 - off;
 	int64_t qa = x <= 0 ? 0 : (x + s - 1) / s;
-	int64_t qb = y < 0 ? -1 : min64(y / s, Q - 1);
+	int64_t qb = y < 0 ? -1 : nk_min64(y / s, Q - 1);
 
 	*a = qa;
 	*b = max64(qb + 1, qa);
@@ -266,7 +261,7 @@ static void c2i_units(void *ctx, int64_t lo, int64_t hi)
 		for (int64_t id = 0; id < g->in[0]; id++)
 			for (int64_t ih = 0; ih < g->in[1]; ih++)
 				for (int64_t w0 = 0; w0 < g->in[2]; w0 += CH) {
-					int64_t w1 = min64(w0 + CH, g->in[2]);
+					int64_t w1 = nk_min64(w0 + CH, g->in[2]);
 
 					char *xrow = xc + (int64_t)es * ((id * g->in[1] + ih) * g->in[2] + w0);
 
@@ -420,12 +415,12 @@ static size_t conv_ws(const nk_conv_args_t *a, const geo_t *g, layout_t *L)
 	if (g->N == 0) {
 		L->nb = 0;
 	} else if (per <= CONV_WS_CAP) {
-		L->nb = per == 0 ? g->N : min64(g->N, (int64_t)(CONV_WS_CAP / per));
+		L->nb = per == 0 ? g->N : nk_min64(g->N, (int64_t)(CONV_WS_CAP / per));
 	} else {
 		size_t rowb = (size_t)((K + g->Og) * W2) * cs;
 
 		L->nb = 1;
-		L->rt = min64(L->R, max64(1, (int64_t)(CONV_WS_CAP / rowb)));
+		L->rt = nk_min64(L->R, max64(1, (int64_t)(CONV_WS_CAP / rowb)));
 		L->tiled = L->rt < L->R;
 	}
 	pos = L->nb * L->rt * W2;
@@ -485,9 +480,9 @@ typedef struct {
 
 static chunk_t chunk_at(const plan_t *P, int64_t n0, int64_t r0)
 {
-	chunk_t c = { .n0 = n0, .nbc = min64(P->L.nb, P->g->N - n0), .r0 = r0 };
+	chunk_t c = { .n0 = n0, .nbc = nk_min64(P->L.nb, P->g->N - n0), .r0 = r0 };
 
-	c.r1 = min64(r0 + max64(P->L.rt, 1), P->L.R);
+	c.r1 = nk_min64(r0 + max64(P->L.rt, 1), P->L.R);
 	c.len = (c.r1 - c.r0) * P->g->out[2];
 	return c;
 }
@@ -648,7 +643,7 @@ static void bias_units(void *ctx, int64_t lo, int64_t hi)
 
 		for (int64_t n = 0; n < g->N; n++)
 			for (int64_t q0 = 0; q0 < g->ovol; q0 += CH) {
-				int64_t m = min64(CH, g->ovol - q0);
+				int64_t m = nk_min64(CH, g->ovol - q0);
 
 				run_load(ct, &buf, (const char *)t->a->dy + es * (size_t)((n * g->O + o) * g->ovol + q0),
 					 (int64_t)es, dt, m);

@@ -3,7 +3,7 @@
  *
  * For each tile of 32 output positions of one sample (tasks over the pool), the tile's column panel
  * (K = Cin/G * kvol rows of 32 positions, the packed-B layout of the f32 micro-kernel, taps outside the
- * input 0) is gathered straight from the input into this thread's scratch (nk_ws.h), then the
+ * input 0) is gathered straight from the input into this thread's scratch (nk_workspace.h), then the
  * micro-kernel nk_sgemm_avx512_14x32 multiplies the weight's packed 14-row panels (packed once per call)
  * with it and writes the MR x 32 tiles of y in place (row stride = output volume), and the bias is added.
  * Each output is one sum over k in order 0..K-1, the same for any thread count.
@@ -22,7 +22,7 @@
 #include "nk_avx512.h"
 #include "nk_gemm_impl.h"
 #include "nk_impl.h"
-#include "nk_ws.h"
+#include "nk_workspace.h"
 #include "nrt.h"
 
 #define MR NK_GEMM_MR

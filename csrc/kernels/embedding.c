@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "nk.h"
-#include "nk_fp.h"
+#include "nk_impl.h"
 #include "nrt.h"
 
 

@@ -4,7 +4,8 @@
  *   - the portable reference nk_gemm_ref (also when NEURON_KERNELS=ref),
  *   - the GEMV path of gemv.c for M == 1 or N == 1 (no packing),
  *   - the packed, cache-blocked driver (BLIS-style) for f32/bf16/f16/f64 with the micro-kernels and packers
- *     of the best ISA table (nk_gemm_isa_select: AVX-512 in gemm_avx512.c, else the portable ones here).
+ *     of the best ISA table (nk_gemm_isa_select: AVX-512 in gemm_avx512.c, else the portable ones of
+ *     gemm_ref.c).
  * The micro-kernel contract (packed panels, edge tiles, strides) is written out in docs/kernels.md.
  * Threading (nrt_parallel_for): with few batch entries and a small packed A (at most 1 MiB: M x K of
  * a few hundred rows), tasks are column chunks over all rows, claimed dynamically, each packing its own
@@ -27,9 +28,9 @@
 #include <string.h>
 
 #include "nk.h"
-#include "nk_fp.h"
+#include "nk_impl.h"
 #include "nk_gemm_impl.h"
-#include "nk_ws.h"
+#include "nk_workspace.h"
 #include "nrt.h"
 
 #define MR NK_GEMM_MR
@@ -48,16 +49,6 @@
 #define GEMM_PAR_MIN_FMA (1 << 18)
 /* Above this many multiply-adds per matrix, one task per thread. */
 #define GEMM_BIG_FMA (1 << 28)
-
-static int64_t min64(int64_t a, int64_t b)
-{
-	return a < b ? a : b;
-}
-
-static int64_t cdiv(int64_t a, int64_t b)
-{
-	return (a + b - 1) / b;
-}
 
 /* Address of element off (in elements) of a buffer of elem_size-byte elements. */
 static const void *at(const void *p, int64_t off, size_t elem_size)
@@ -118,7 +109,7 @@ static void bias_prefill(nk_gemm_args_t *g)
 {
 	if (!g->bias)
 		return;
-	nrt_parallel_for(g->batch * g->M, cdiv(1 << 14, g->N), bias_fill_rows, g);
+	nrt_parallel_for(g->batch * g->M, nk_cdiv(1 << 14, g->N), bias_fill_rows, g);
 	g->bias = NULL;
 }
 
@@ -173,311 +164,9 @@ int nk_gemm_ref(void *args)
 		return -1;
 	if (!g->M || !g->N || !g->batch)
 		return 0;
-	nrt_parallel_for(g->batch * g->M, cdiv(1 << 16, g->N * (g->K + 1)), gemm_ref_rows, (void *)g);
+	nrt_parallel_for(g->batch * g->M, nk_cdiv(1 << 16, g->N * (g->K + 1)), gemm_ref_rows, (void *)g);
 	return 0;
 }
-
-/* ---- portable micro-kernels and packing --------------------------------------------------------- */
-
-/* Writes alpha*acc + beta*C for the m x n corner of an MR x NR f32 tile; beta == 0 does not read C. */
-static void tile_store(const float *acc, float *c, int64_t rs_c, int64_t cs_c, float alpha, float beta,
-		       int m, int n)
-{
-	for (int i = 0; i < m; i++)
-		for (int j = 0; j < n; j++) {
-			float *p = c + i * rs_c + j * cs_c;
-			float v = alpha * acc[i * NR + j];
-
-			*p = beta == 0 ? v : v + beta * *p;
-		}
-}
-
-void nk_sgemm_ref_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
-			  int64_t cs_c, float alpha, float beta, int m, int n)
-{
-	float acc[MR * NR] = { 0 };
-
-	for (int64_t p = 0; p < k; p++)
-		for (int i = 0; i < MR; i++)
-			for (int j = 0; j < NR; j++)
-				acc[i * NR + j] += a[p * MR + i] * b[p * ldb + j];
-	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
-}
-
-/* The prefetch is a hint: the portable kernel ignores it. */
-void nk_sgemm_ref_14x32_b_pf(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
-			     int64_t cs_c, float alpha, float beta, int m, int n, const char *pf, int64_t pfs)
-{
-	nk_sgemm_ref_14x32_b(k, a, b, ldb, c, rs_c, cs_c, alpha, beta, m, n);
-}
-
-/* Packed B: its rows are NR apart. */
-void nk_sgemm_ref_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
-			float alpha, float beta, int m, int n)
-{
-	nk_sgemm_ref_14x32_b(k, a, b, NR, c, rs_c, cs_c, alpha, beta, m, n);
-}
-
-/* The bias reference: the rows of C take the bias, then the sgemm contract reads them as C. */
-void nk_sgemm_ref_14x32_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
-			     float beta, const float *bias, int m, int n)
-{
-	for (int i = 0; i < m; i++)
-		memcpy(c + i * rs_c, bias, (size_t)n * sizeof(float));
-	nk_sgemm_ref_14x32(k, a, b, c, rs_c, 1, alpha, beta, m, n);
-}
-
-/* The in-place-A reference: the rows packed into a panel (KC k at a time, the later blocks added to C),
- * then the packed (or bias) reference. */
-void nk_sgemm_ref_14x32_a(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c, float alpha,
-			  float beta, const float *bias, int m, int n)
-{
-	float panel[MR * KC];
-	int64_t p0 = 0;
-
-	do {
-		int64_t kc = min64(KC, k - p0);
-
-		for (int64_t p = 0; p < kc; p++)
-			for (int i = 0; i < MR; i++)
-				panel[p * MR + i] = i < m ? a[i * lda + p0 + p] : 0.0f;
-		if (p0 == 0 && bias)
-			nk_sgemm_ref_14x32_bias(kc, panel, b + p0 * NR, c, rs_c, alpha, beta, bias, m, n);
-		else
-			nk_sgemm_ref_14x32(kc, panel, b + p0 * NR, c, rs_c, 1, alpha, p0 == 0 ? beta : 1.0f, m, n);
-		p0 += kc;
-	} while (p0 < k);
-}
-
-void nk_sbgemm_ref_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
-			 int64_t cs_c, float alpha, float beta, int m, int n)
-{
-	float acc[MR * NR] = { 0 };
-
-	for (int64_t p = 0; p < kp; p++)
-		for (int i = 0; i < MR; i++) {
-			uint32_t x = a[p * MR + i];
-			float a0 = nk_bf16_to_f32((uint16_t)x), a1 = nk_bf16_to_f32((uint16_t)(x >> 16));
-
-			for (int j = 0; j < NR; j++) {
-				uint32_t y = b[p * NR + j];
-
-				acc[i * NR + j] += a0 * nk_bf16_to_f32((uint16_t)y) +
-						   a1 * nk_bf16_to_f32((uint16_t)(y >> 16));
-			}
-		}
-	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
-}
-
-/* bf16 C tile of the references: c = bf16(alpha*(t + acc) + beta*c) over m x n (acc may be NULL, C is
- * not read when beta == 0). */
-static void tile_store_bf16(const float *t, const float *acc, int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha,
-			    float beta, int m, int n)
-{
-	for (int i = 0; i < m; i++)
-		for (int j = 0; j < n; j++) {
-			float v = alpha * (t[i * NR + j] + (acc ? acc[i * ld_acc + j] : 0.0f));
-
-			if (beta != 0)
-				v += beta * nk_bf16_to_f32(c[i * rs_c + j]);
-			c[i * rs_c + j] = nk_f32_to_bf16(v);
-		}
-}
-
-void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc, int64_t ld_acc,
-			       uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
-{
-	float t[MR * NR];
-
-	nk_sbgemm_ref_14x32(kp, a, b, t, NR, 1, 1.0f, 0.0f, MR, NR);
-	tile_store_bf16(t, acc, ld_acc, c, rs_c, alpha, beta, m, n);
-}
-
-/* The in-place-A bf16 references: row i's pair pp at the bytes (const char *)a + i*lda + 4*pp; the
- * sums as nk_sbgemm_ref_14x32 (rows past m are not read). */
-static void sbgemm_ref_a_tile(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, int m, float *acc)
-{
-	for (int i = 0; i < MR * NR; i++)
-		acc[i] = 0;
-	for (int64_t p = 0; p < kp; p++)
-		for (int i = 0; i < m; i++) {
-			const uint16_t *r = (const uint16_t *)((const char *)a + i * lda) + 2 * p;
-			float a0 = nk_bf16_to_f32(r[0]), a1 = nk_bf16_to_f32(r[1]);
-
-			for (int j = 0; j < NR; j++) {
-				uint32_t y = b[p * NR + j];
-
-				acc[i * NR + j] += a0 * nk_bf16_to_f32((uint16_t)y) + a1 * nk_bf16_to_f32((uint16_t)(y >> 16));
-			}
-		}
-}
-
-void nk_sbgemm_ref_14x32_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, float *c, int64_t rs_c,
-			   int64_t cs_c, float alpha, float beta, int m, int n)
-{
-	float acc[MR * NR];
-
-	sbgemm_ref_a_tile(kp, a, lda, b, m, acc);
-	tile_store(acc, c, rs_c, cs_c, alpha, beta, m, n);
-}
-
-void nk_sbgemm_ref_14x32_bf16c_a(int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *b, const float *acc,
-				 int64_t ld_acc, uint16_t *c, int64_t rs_c, float alpha, float beta, int m, int n)
-{
-	float t[MR * NR];
-
-	sbgemm_ref_a_tile(kp, a, lda, b, m, t);
-	tile_store_bf16(t, acc, ld_acc, c, rs_c, alpha, beta, m, n);
-}
-
-void nk_dgemm_ref_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
-			double alpha, double beta, int m, int n)
-{
-	double acc[DMR * DNR] = { 0 };
-
-	for (int64_t p = 0; p < k; p++)
-		for (int i = 0; i < DMR; i++)
-			for (int j = 0; j < DNR; j++)
-				acc[i * DNR + j] += a[p * DMR + i] * b[p * DNR + j];
-	for (int i = 0; i < m; i++)
-		for (int j = 0; j < n; j++) {
-			double *q = c + i * rs_c + j * cs_c, v = alpha * acc[i * DNR + j];
-
-			*q = beta == 0 ? v : v + beta * *q;
-		}
-}
-
-void nk_dgemm_pack_a(const double *src, int64_t rs, int64_t cs, int m, int64_t k, double *dst)
-{
-	if (cs == 1)
-		for (int i = 0; i < m; i++)
-			for (int64_t p = 0; p < k; p++)
-				dst[p * DMR + i] = src[i * rs + p];
-	else
-		for (int64_t p = 0; p < k; p++)
-			for (int i = 0; i < m; i++)
-				dst[p * DMR + i] = src[i * rs + p * cs];
-	for (int64_t p = 0; p < k && m < DMR; p++)
-		for (int i = m; i < DMR; i++)
-			dst[p * DMR + i] = 0;
-}
-
-void nk_dgemm_pack_b(const double *src, int64_t rs, int64_t cs, int64_t k, int64_t n, double *dst)
-{
-	for (int64_t q = 0; q * DNR < n; q++) {
-		double *d = dst + q * k * DNR;
-		const double *s = src + q * DNR * cs;
-		int nr = (int)min64(DNR, n - q * DNR);
-
-		if (rs == 1 && cs != 1)
-			for (int j = 0; j < nr; j++)
-				for (int64_t p = 0; p < k; p++)
-					d[p * DNR + j] = s[j * cs + p];
-		else
-			for (int64_t p = 0; p < k; p++)
-				for (int j = 0; j < nr; j++)
-					d[p * DNR + j] = s[p * rs + j * cs];
-		for (int64_t p = 0; p < k && nr < DNR; p++)
-			for (int j = nr; j < DNR; j++)
-				d[p * DNR + j] = 0;
-	}
-}
-
-void nk_gemm_pack_a_ref(const void *src, int dtype, int64_t rs, int64_t cs, int m, int64_t k, float *dst)
-{
-	if (dtype == NK_F32 && cs == 1) {
-		const float *s = src;
-
-		for (int i = 0; i < m; i++)
-			for (int64_t p = 0; p < k; p++)
-				dst[p * MR + i] = s[i * rs + p];
-	} else {
-		for (int64_t p = 0; p < k; p++)
-			for (int i = 0; i < m; i++)
-				dst[p * MR + i] = nk_fp_loadf(src, dtype, i * rs + p * cs);
-	}
-	for (int64_t p = 0; p < k; p++)
-		for (int i = m; i < MR; i++)
-			dst[p * MR + i] = 0;
-}
-
-void nk_gemm_pack_b_ref(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n, float *dst)
-{
-	for (int64_t q = 0; q * NR < n; q++) {
-		float *d = dst + q * k * NR;
-		int nr = (int)min64(NR, n - q * NR);
-		int64_t o = q * NR * cs;
-
-		for (int64_t p = 0; p < k; p++) {
-			if (dtype == NK_F32 && cs == 1)
-				memcpy(d + p * NR, (const float *)src + o + p * rs, (size_t)nr * sizeof(float));
-			else
-				for (int j = 0; j < nr; j++)
-					d[p * NR + j] = nk_fp_loadf(src, dtype, o + p * rs + j * cs);
-			for (int j = nr; j < NR; j++)
-				d[p * NR + j] = 0;
-		}
-	}
-}
-
-/* bf16 pair packing for the sbgemm micro-kernels (layouts in nk_gemm_impl.h); an odd k is padded with a
- * zero k. */
-void nk_gemm_pack_a_pairs_ref(const void *src, int64_t rs, int64_t cs, int m, int64_t k, uint32_t *dst)
-{
-	const uint16_t *s = src;
-	int64_t kp = (k + 1) / 2;
-
-	for (int64_t pp = 0; pp < kp; pp++) {
-		int64_t p = 2 * pp;
-
-		for (int i = 0; i < m; i++) {
-			uint32_t lo = s[i * rs + p * cs];
-			uint32_t hi = p + 1 < k ? s[i * rs + (p + 1) * cs] : 0;
-
-			dst[pp * MR + i] = lo | hi << 16;
-		}
-		for (int i = m; i < MR; i++)
-			dst[pp * MR + i] = 0;
-	}
-}
-
-void nk_gemm_pack_b_pairs_ref(const void *src, int64_t rs, int64_t cs, int64_t k, int64_t n, uint32_t *dst)
-{
-	const uint16_t *s = src;
-	int64_t kp = (k + 1) / 2;
-
-	for (int64_t q = 0; q * NR < n; q++) {
-		uint32_t *d = dst + q * kp * NR;
-		int nr = (int)min64(NR, n - q * NR);
-		const uint16_t *sq = s + q * NR * cs;
-
-		for (int64_t pp = 0; pp < kp; pp++) {
-			const uint16_t *r0 = sq + 2 * pp * rs, *r1 = r0 + rs;
-			bool odd = 2 * pp + 1 >= k;
-
-			for (int j = 0; j < nr; j++)
-				d[pp * NR + j] = (uint32_t)r0[j * cs] | (odd ? 0u : (uint32_t)r1[j * cs] << 16);
-			for (int j = nr; j < NR; j++)
-				d[pp * NR + j] = 0;
-		}
-	}
-}
-
-const nk_gemm_isa_t nk_gemm_isa_ref = {
-	.name = "portable",
-	.sgemm = nk_sgemm_ref_14x32,
-	.sgemm_b = nk_sgemm_ref_14x32_b,
-	.sgemm_b_pf = nk_sgemm_ref_14x32_b_pf,
-	.sgemm_bias = nk_sgemm_ref_14x32_bias,
-	.sgemm_a = nk_sgemm_ref_14x32_a,
-	.sbgemm = NULL,
-	.sbgemm_bf16c = NULL,
-	.dgemm = nk_dgemm_ref_14x16,
-	.pack_a = nk_gemm_pack_a_ref,
-	.pack_b = nk_gemm_pack_b_ref,
-	.pack_a_pairs = nk_gemm_pack_a_pairs_ref,
-	.pack_b_pairs = nk_gemm_pack_b_pairs_ref,
-};
 
 nk_gemm_isa_t nk_gemm_isa_select(void)
 {
@@ -498,7 +187,7 @@ nk_gemm_isa_t nk_gemm_isa_select(void)
 
 /* ---- the packed driver -------------------------------------------------------------------------- */
 
-/* Per-thread workspace (nk_ws.h): the packed B block, the packed A panel, and the f32 accumulation
+/* Per-thread workspace (nk_workspace.h): the packed B block, the packed A panel, and the f32 accumulation
  * block used when C is bf16/f16 (so K blocks are summed in f32, rounded once). */
 #define WS_B_BYTES ((size_t)KC * NC * sizeof(float))
 #define WS_A_BYTES ((size_t)(MR * KC * 4 > DMR * DKC * 8 ? MR * KC * 4 : DMR * DKC * 8))
@@ -536,22 +225,22 @@ static prefetch_t prefetch_a_init(const gemm_plan_t *pl, const void *A, int64_t 
 {
 	const nk_gemm_args_t *g = pl->g;
 	prefetch_t pf = { 0 };
-	int64_t rows = min64(MR, m - i0);
+	int64_t rows = nk_min64(MR, m - i0);
 
 	if (rows <= 0 || kc <= 0 || (g->cs_a != 1 && g->rs_a != 1))
 		return pf;
 	pf.row = (const char *)at(A, i0 * g->rs_a + pc * g->cs_a, pl->es);
 	if (g->cs_a == 1) {
 		pf.row_bytes = g->rs_a * (int64_t)pl->es;
-		pf.lines_per_row = cdiv(kc * (int64_t)pl->es, 64);
+		pf.lines_per_row = nk_cdiv(kc * (int64_t)pl->es, 64);
 		pf.rows_left = rows;
 	} else {
 		/* the run of one k may straddle two lines */
 		pf.row_bytes = g->cs_a * (int64_t)pl->es;
-		pf.lines_per_row = cdiv(rows * (int64_t)pl->es, 64) + 1;
+		pf.lines_per_row = nk_cdiv(rows * (int64_t)pl->es, 64) + 1;
 		pf.rows_left = kc;
 	}
-	pf.per_step = cdiv(pf.rows_left * pf.lines_per_row, cdiv(nc, NR));
+	pf.per_step = nk_cdiv(pf.rows_left * pf.lines_per_row, nk_cdiv(nc, NR));
 	return pf;
 }
 
@@ -578,16 +267,16 @@ static void gemm_rect_f32(const gemm_plan_t *pl, const gemm_bufs_t *ws, int64_t 
 	float *C = (float *)g->C + b * g->bs_c + i0 * g->rs_c + j0 * g->cs_c;
 
 	for (int64_t jc = 0; jc < n; jc += NC) {
-		int64_t nc = min64(NC, n - jc);
+		int64_t nc = nk_min64(NC, n - jc);
 
 		for (int64_t pc = 0; pc < g->K; pc += KC) {
-			int64_t kc = min64(KC, g->K - pc);
+			int64_t kc = nk_min64(KC, g->K - pc);
 			float beta = pc == 0 ? pl->beta : 1.0f;
 
 			pl->isa->pack_b(at(B, pc * g->rs_b + jc * g->cs_b, pl->es), g->dtype, g->rs_b, g->cs_b, kc,
 					nc, ws->b);
 			for (int64_t ir = 0; ir < m; ir += MR) {
-				int mr = (int)min64(MR, m - ir);
+				int mr = (int)nk_min64(MR, m - ir);
 				prefetch_t pf = prefetch_a_init(pl, A, ir + MR, m, pc, kc, nc);
 
 				pl->isa->pack_a(at(A, ir * g->rs_a + pc * g->cs_a, pl->es), g->dtype, g->rs_a,
@@ -596,7 +285,7 @@ static void gemm_rect_f32(const gemm_plan_t *pl, const gemm_bufs_t *ws, int64_t 
 					prefetch_a_step(&pf);
 					pl->isa->sgemm(kc, ws->a, ws->b + jr * kc,
 						       C + ir * g->rs_c + (jc + jr) * g->cs_c, g->rs_c, g->cs_c,
-						       pl->alpha, beta, mr, (int)min64(NR, nc - jr));
+						       pl->alpha, beta, mr, (int)nk_min64(NR, nc - jr));
 				}
 			}
 		}
@@ -636,7 +325,7 @@ static void acc_block_kslice(const gemm_plan_t *pl, const gemm_bufs_t *ws, const
 	float beta = first ? 0.0f : 1.0f;
 
 	for (int64_t ir = 0; ir < mc; ir += MR) {
-		int mr = (int)min64(MR, mc - ir);
+		int mr = (int)nk_min64(MR, mc - ir);
 		const void *a = at(A, ir * g->rs_a, pl->es);
 
 		if (pl->pairs) {
@@ -645,12 +334,12 @@ static void acc_block_kslice(const gemm_plan_t *pl, const gemm_bufs_t *ws, const
 			pl->isa->pack_a_pairs(a, g->rs_a, g->cs_a, mr, kc, (uint32_t *)ws->a);
 			for (int64_t jr = 0; jr < nc; jr += NR)
 				pl->isa->sbgemm(kp, (const uint32_t *)ws->a, (const uint32_t *)bp + jr * kp,
-						ws->c + ir * NCA + jr, NCA, 1, 1.0f, beta, mr, (int)min64(NR, nc - jr));
+						ws->c + ir * NCA + jr, NCA, 1, 1.0f, beta, mr, (int)nk_min64(NR, nc - jr));
 		} else {
 			pl->isa->pack_a(a, g->dtype, g->rs_a, g->cs_a, mr, kc, ws->a);
 			for (int64_t jr = 0; jr < nc; jr += NR)
 				pl->isa->sgemm(kc, ws->a, bp + jr * kc, ws->c + ir * NCA + jr, NCA, 1, 1.0f,
-					       beta, mr, (int)min64(NR, nc - jr));
+					       beta, mr, (int)nk_min64(NR, nc - jr));
 		}
 	}
 }
@@ -679,18 +368,18 @@ static void gemm_rect_acc(const gemm_plan_t *pl, const gemm_bufs_t *ws, int64_t 
 	const void *B = at(g->B, b * g->bs_b + j0 * g->cs_b, pl->es);
 	void *C = (char *)g->C + (b * g->bs_c + i0 * g->rs_c + j0 * g->cs_c) * (int64_t)pl->es;
 	int64_t kcmax = pl->pairs ? KCB : KC, slice = kcmax * NCA / (pl->pairs ? 2 : 1);
-	bool resident = cdiv(g->K, kcmax) * slice <= KC * NC;
+	bool resident = nk_cdiv(g->K, kcmax) * slice <= KC * NC;
 
 	for (int64_t jc = 0; jc < n; jc += NCA) {
-		int64_t nc = min64(NCA, n - jc);
+		int64_t nc = nk_min64(NCA, n - jc);
 
 		for (int64_t pc = 0; resident && pc < g->K; pc += kcmax)
-			acc_pack_b(pl, B, pc, min64(kcmax, g->K - pc), jc, nc, ws->b + pc / kcmax * slice);
+			acc_pack_b(pl, B, pc, nk_min64(kcmax, g->K - pc), jc, nc, ws->b + pc / kcmax * slice);
 		for (int64_t ic = 0; ic < m; ic += MC) {
-			int64_t mc = min64(MC, m - ic);
+			int64_t mc = nk_min64(MC, m - ic);
 
 			for (int64_t pc = 0; pc < g->K; pc += kcmax) {
-				int64_t kc = min64(kcmax, g->K - pc);
+				int64_t kc = nk_min64(kcmax, g->K - pc);
 				float *bp = resident ? ws->b + pc / kcmax * slice : ws->b;
 
 				if (!resident)
@@ -713,20 +402,20 @@ static void gemm_rect_f64(const gemm_plan_t *pl, const gemm_bufs_t *ws, int64_t 
 	double *bp = (double *)ws->b, *ap = (double *)ws->a;
 
 	for (int64_t jc = 0; jc < n; jc += DNC) {
-		int64_t nc = min64(DNC, n - jc);
+		int64_t nc = nk_min64(DNC, n - jc);
 
 		for (int64_t pc = 0; pc < g->K; pc += DKC) {
-			int64_t kc = min64(DKC, g->K - pc);
+			int64_t kc = nk_min64(DKC, g->K - pc);
 			double beta = pc == 0 ? g->beta : 1.0;
 
 			nk_dgemm_pack_b(B + pc * g->rs_b + jc * g->cs_b, g->rs_b, g->cs_b, kc, nc, bp);
 			for (int64_t ir = 0; ir < m; ir += DMR) {
-				int mr = (int)min64(DMR, m - ir);
+				int mr = (int)nk_min64(DMR, m - ir);
 
 				nk_dgemm_pack_a(A + ir * g->rs_a + pc * g->cs_a, g->rs_a, g->cs_a, mr, kc, ap);
 				for (int64_t jr = 0; jr < nc; jr += DNR)
 					pl->isa->dgemm(kc, ap, bp + jr * kc, C + ir * g->rs_c + (jc + jr) * g->cs_c,
-						       g->rs_c, g->cs_c, g->alpha, beta, mr, (int)min64(DNR, nc - jr));
+						       g->rs_c, g->cs_c, g->alpha, beta, mr, (int)nk_min64(DNR, nc - jr));
 			}
 		}
 	}
@@ -757,7 +446,7 @@ static void gemm_tasks(void *ctx, int64_t t0, int64_t t1)
 	for (int64_t t = t0; t < t1; t++) {
 		int64_t b = t / per, r = t % per;
 		int64_t i0 = r / pl->tiles_n * pl->tm, j0 = r % pl->tiles_n * pl->tn;
-		int64_t m = min64(pl->tm, pl->g->M - i0), n = min64(pl->tn, pl->g->N - j0);
+		int64_t m = nk_min64(pl->tm, pl->g->M - i0), n = nk_min64(pl->tn, pl->g->N - j0);
 
 		if (pl->g->dtype == NK_F32)
 			gemm_rect_f32(pl, &ws, b, i0, m, j0, n);
@@ -774,17 +463,17 @@ static void gemm_tasks(void *ctx, int64_t t0, int64_t t1)
 static void gemm_partition(gemm_plan_t *pl, int64_t want)
 {
 	int64_t M = pl->g->M, N = pl->g->N;
-	int64_t tm = min64(want, cdiv(M, 4 * MR)), tn;
+	int64_t tm = nk_min64(want, nk_cdiv(M, 4 * MR)), tn;
 
 	if (tm < 1)
 		tm = 1;
-	tn = min64(cdiv(want, tm), cdiv(N, 256));
+	tn = nk_min64(nk_cdiv(want, tm), nk_cdiv(N, 256));
 	if (tn < 1)
 		tn = 1;
-	pl->tn = cdiv(cdiv(N, tn), NR) * NR;
-	pl->tm = cdiv(cdiv(M, tm), MR) * MR;
-	pl->tiles_n = cdiv(N, pl->tn);
-	pl->tiles_m = cdiv(M, pl->tm);
+	pl->tn = nk_cdiv(nk_cdiv(N, tn), NR) * NR;
+	pl->tm = nk_cdiv(nk_cdiv(M, tm), MR) * MR;
+	pl->tiles_n = nk_cdiv(N, pl->tn);
+	pl->tiles_m = nk_cdiv(M, pl->tm);
 }
 
 /* How many of MR rows stride_bytes apart share one set of the 32 KiB, 8-way L1 (64 sets of 64-byte
@@ -909,10 +598,10 @@ static void shared_pack_a(const shared_t *sh, int64_t r)
 {
 	const gemm_plan_t *pl = sh->pl;
 	const nk_gemm_args_t *g = pl->g;
-	int mr = (int)min64(MR, g->M - r * MR);
+	int mr = (int)nk_min64(MR, g->M - r * MR);
 
 	for (int64_t s = 0; s * sh->kcmax < sh->kc_all; s++) {
-		int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
+		int64_t pc = sh->pc0 + s * sh->kcmax, kc = nk_min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
 		const void *src = at(g->A, sh->b * g->bs_a + r * MR * g->rs_a + pc * g->cs_a, pl->es);
 		float *d = sh->ap + r * MR * sh->kwords + MR * s * shared_kslice_words(sh);
 
@@ -929,7 +618,7 @@ static void shared_pack(void *ctx, int64_t t0, int64_t t1)
 	const shared_t *sh = ctx;
 	const gemm_plan_t *pl = sh->pl;
 	const nk_gemm_args_t *g = pl->g;
-	int64_t npb = sh->inplace_b ? 0 : cdiv(sh->kc_all, sh->kcmax) * sh->panels_n; /* B panel tasks; then A panels */
+	int64_t npb = sh->inplace_b ? 0 : nk_cdiv(sh->kc_all, sh->kcmax) * sh->panels_n; /* B panel tasks; then A panels */
 
 	for (int64_t t = t0, t2; t < t1; t = t2) {
 		if (t >= npb) {
@@ -938,12 +627,12 @@ static void shared_pack(void *ctx, int64_t t0, int64_t t1)
 			continue;
 		}
 		int64_t s = t / sh->panels_n, q = t % sh->panels_n;
-		int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
+		int64_t pc = sh->pc0 + s * sh->kcmax, kc = nk_min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
 		int64_t j = sh->jc + q * NR, n;
 
 		/* the consecutive panels of this slice in one call */
-		t2 = min64(min64(t1, npb), (s + 1) * sh->panels_n);
-		n = min64((t2 - t) * NR, sh->jc + sh->nc - j);
+		t2 = nk_min64(nk_min64(t1, npb), (s + 1) * sh->panels_n);
+		n = nk_min64((t2 - t) * NR, sh->jc + sh->nc - j);
 		const void *src = at(g->B, sh->b * g->bs_b + pc * g->rs_b + j * g->cs_b, pl->es);
 		float *dst = sh->bp + s * shared_slice_words(sh) + q * (pl->pairs ? (kc + 1) / 2 : kc) * NR;
 
@@ -963,7 +652,7 @@ static void shared_acc_store(const gemm_plan_t *pl, const float *acc, int64_t ld
 
 	for (int i = 0; i < m; i++)
 		for (int64_t j0 = 0; j0 < n; j0 += 512) {
-			int64_t w = min64(512, n - j0);
+			int64_t w = nk_min64(512, n - j0);
 			char *c = C + (i * g->rs_c + j0 * g->cs_c) * es;
 			const float *a = acc + i * ld + j0;
 
@@ -1008,7 +697,7 @@ static void shared_compute(void *ctx, int64_t u0, int64_t u1)
 
 			if (t0 >= ntasks)
 				break;
-			shared_compute_range(sh, ap, acc, t0, min64(ntasks, t0 + c));
+			shared_compute_range(sh, ap, acc, t0, nk_min64(ntasks, t0 + c));
 		}
 }
 
@@ -1019,7 +708,7 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 {
 	const gemm_plan_t *pl = sh->pl;
 	const nk_gemm_args_t *g = pl->g;
-	int64_t nslices = cdiv(sh->kc_all, sh->kcmax), slice = shared_slice_words(sh);
+	int64_t nslices = nk_cdiv(sh->kc_all, sh->kcmax), slice = shared_slice_words(sh);
 	int64_t ldacc = sh->cols_per_task * NR;
 	/* bf16 C with unit column stride: the last k-slice's micro-kernel adds the f32 partials and
 	 * stores bf16 itself */
@@ -1039,9 +728,9 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 
 	for (int64_t t = t0; t < t1; t++) {
 		int64_t ct = t / sh->panels_m, ir = t % sh->panels_m * MR;
-		int64_t q0 = ct * sh->cols_per_task, q1 = min64(sh->panels_n, q0 + sh->cols_per_task);
-		int64_t j0 = sh->jc + q0 * NR, ncols = min64(sh->jc + sh->nc, sh->jc + q1 * NR) - j0;
-		int mr = (int)min64(MR, g->M - ir);
+		int64_t q0 = ct * sh->cols_per_task, q1 = nk_min64(sh->panels_n, q0 + sh->cols_per_task);
+		int64_t j0 = sh->jc + q0 * NR, ncols = nk_min64(sh->jc + sh->nc, sh->jc + q1 * NR) - j0;
+		int mr = (int)nk_min64(MR, g->M - ir);
 		const void *A = at(g->A, sh->b * g->bs_a + ir * g->rs_a, pl->es);
 		float *C = (float *)g->C + sh->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c;
 		char *Cb = (char *)g->C + (sh->b * g->bs_c + ir * g->rs_c + j0 * g->cs_c) * (int64_t)pl->es;
@@ -1049,7 +738,7 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 		if (g->bias && sh->pc0 == 0 && !bias_ukr) /* C's old value: the bias, copied into these rows just before use */
 			bias_fill(g, sh->b, ir, mr, j0, ncols);
 		for (int64_t s = 0; s < nslices; s++) {
-			int64_t pc = sh->pc0 + s * sh->kcmax, kc = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
+			int64_t pc = sh->pc0 + s * sh->kcmax, kc = nk_min64(sh->kcmax, sh->pc0 + sh->kc_all - pc);
 			const float *bs = sh->bp + s * slice;
 			bool first = pc == 0;
 			prefetch_t pf;
@@ -1058,9 +747,9 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 			if (sh->ap || pl->inplace_a || spread)
 				pf = (prefetch_t){ 0 };
 			else if (s + 1 < nslices)
-				pf = prefetch_a_init(pl, A, ir, g->M, pc + kc, min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc), ncols);
+				pf = prefetch_a_init(pl, A, ir, g->M, pc + kc, nk_min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc), ncols);
 			else if (t + 1 < t1 && (t + 1) % sh->panels_m)
-				pf = prefetch_a_init(pl, A, ir + MR, g->M, sh->pc0, min64(sh->kcmax, sh->kc_all), ncols);
+				pf = prefetch_a_init(pl, A, ir + MR, g->M, sh->pc0, nk_min64(sh->kcmax, sh->kc_all), ncols);
 			else
 				pf = (prefetch_t){ 0 };
 			/* prefetch_a_init takes offsets from A's panel base: rows relative to the panel */
@@ -1078,9 +767,9 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 				int64_t ir2 = ir, k2 = pc + kc;
 
 				if (s + 1 < nslices)
-					pfk = min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc);
+					pfk = nk_min64(sh->kcmax, sh->pc0 + sh->kc_all - pc - kc);
 				else if (t + 1 < t1 && (t + 1) % sh->panels_m)
-					ir2 = ir + MR, k2 = sh->pc0, pfk = min64(sh->kcmax, sh->kc_all);
+					ir2 = ir + MR, k2 = sh->pc0, pfk = nk_min64(sh->kcmax, sh->kc_all);
 				pfb = (const char *)g->A + (sh->b * g->bs_a + ir2 + k2 * g->cs_a) * 4;
 			}
 			const float *as = ap;
@@ -1097,7 +786,7 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 							      (uint32_t *)ap);
 				for (int64_t q = q0; q < q1; q++) {
 					int64_t jr = (q - q0) * NR;
-					int nr = (int)min64(NR, ncols - jr);
+					int nr = (int)nk_min64(NR, ncols - jr);
 					const uint32_t *bq = (const uint32_t *)bs + q * kp * NR;
 
 					prefetch_a_step(&pf);
@@ -1110,7 +799,7 @@ static void shared_compute_range(const shared_t *sh, float *ap, float *acc, int6
 					pl->isa->pack_a(at(A, pc * g->cs_a, pl->es), g->dtype, g->rs_a, g->cs_a, mr, kc, ap);
 				for (int64_t q = q0; q < q1; q++) {
 					int64_t jr = (q - q0) * NR;
-					int nr = (int)min64(NR, ncols - jr);
+					int nr = (int)nk_min64(NR, ncols - jr);
 
 					/* spread: this call prefetches k-rows q'*ceil(kc/4).. of the next panel */
 					int64_t k0 = (q - q0) * ((kc + 3) / 4);
@@ -1165,7 +854,7 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 	float *bp;
 
 	sh.kcmax = pl->pairs ? KCB : KC;
-	kpad = cdiv(g->K, sh.kcmax) * sh.kcmax;
+	kpad = nk_cdiv(g->K, sh.kcmax) * sh.kcmax;
 	if (sh.acc) {
 		/* all of K per super block */
 		ncmax = (int64_t)SHARED_B_BYTES / (kpad * elem) / NR * NR;
@@ -1174,9 +863,9 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 	} else {
 		ncmax = NC;
 	}
-	sh.panels_m = cdiv(g->M, MR);
+	sh.panels_m = nk_cdiv(g->M, MR);
 	if (sh.acc) {
-		sh.kwords = cdiv(g->K, sh.kcmax) * shared_kslice_words(&sh);
+		sh.kwords = nk_cdiv(g->K, sh.kcmax) * shared_kslice_words(&sh);
 		abytes = (size_t)(sh.panels_m * MR * sh.kwords) * sizeof(float);
 		if (abytes > SHARED_A_BYTES)
 			abytes = 0;
@@ -1202,8 +891,8 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 
 			sh.b = b;
 			sh.jc = jc;
-			sh.nc = min64(ncmax, g->N - jc);
-			sh.panels_n = cdiv(sh.nc, NR);
+			sh.nc = nk_min64(ncmax, g->N - jc);
+			sh.panels_n = nk_cdiv(sh.nc, NR);
 			/* f32 B with unit column stride, rows at most a page apart, whole panels, and an A that
 			 * is packed anyway (not row-major; the weight gradient dY^T X): B is read in place, with
 			 * no pack job before the compute (the pack job read and wrote all of B while the
@@ -1217,26 +906,26 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 				ksb = (int64_t)SHARED_B_BYTES / (sh.kcmax * sh.panels_n * NR * 4) * sh.kcmax;
 			/* enough tasks for a dynamic balance: split columns when there are few row panels
 			 * (shared A: chunks whose packed B stays in L2, at least 16 tasks per thread) */
-			sh.col_tasks = min64(sh.panels_n, cdiv(8 * (int64_t)nt, sh.panels_m));
+			sh.col_tasks = nk_min64(sh.panels_n, nk_cdiv(8 * (int64_t)nt, sh.panels_m));
 			if (fine) {
 				int64_t cw = (int64_t)SHARED_CHUNK_BYTES / (sh.kwords * NR * (int64_t)sizeof(float));
 
 				/* a small K makes tiny tasks: at most this many column chunks */
-				int64_t most = sh.panels_n / cdiv(SHARED_TASK_MACS, MR * NR * g->K);
+				int64_t most = sh.panels_n / nk_cdiv(SHARED_TASK_MACS, MR * NR * g->K);
 
-				sh.col_tasks = cdiv(sh.panels_n, cw < 1 ? 1 : cw);
+				sh.col_tasks = nk_cdiv(sh.panels_n, cw < 1 ? 1 : cw);
 				if (sh.col_tasks * sh.panels_m < 16 * (int64_t)nt)
-					sh.col_tasks = cdiv(16 * (int64_t)nt, sh.panels_m);
-				sh.col_tasks = min64(min64(sh.panels_n, most < 1 ? 1 : most), sh.col_tasks);
+					sh.col_tasks = nk_cdiv(16 * (int64_t)nt, sh.panels_m);
+				sh.col_tasks = nk_min64(nk_min64(sh.panels_n, most < 1 ? 1 : most), sh.col_tasks);
 			}
-			sh.cols_per_task = cdiv(sh.panels_n, sh.col_tasks);
-			sh.col_tasks = cdiv(sh.panels_n, sh.cols_per_task);
+			sh.cols_per_task = nk_cdiv(sh.panels_n, sh.col_tasks);
+			sh.col_tasks = nk_cdiv(sh.panels_n, sh.cols_per_task);
 			for (int64_t pc0 = 0; pc0 < g->K; pc0 += ksb) {
 				int64_t np;
 
 				sh.pc0 = pc0;
-				sh.kc_all = min64(ksb, g->K - pc0);
-				np = sh.inplace_b ? 0 : cdiv(sh.kc_all, sh.kcmax) * sh.panels_n;
+				sh.kc_all = nk_min64(ksb, g->K - pc0);
+				np = sh.inplace_b ? 0 : nk_cdiv(sh.kc_all, sh.kcmax) * sh.panels_n;
 				/* shared A: packed with the first column super block (all of K: pc0 is 0) */
 				sh.pack_a = sh.ap && jc == 0;
 				if (sh.pack_a)
@@ -1288,7 +977,7 @@ static int64_t small_off(const small_t *sm, int64_t s)
 
 static int64_t small_kc(const small_t *sm, int64_t s)
 {
-	return min64(sm->kcmax, sm->pl->g->K - s * sm->kcmax);
+	return nk_min64(sm->kcmax, sm->pl->g->K - s * sm->kcmax);
 }
 
 /* Packs row panel r of A (all slices) into dst. */
@@ -1296,7 +985,7 @@ static void small_pack_a(const small_t *sm, int64_t r, float *dst)
 {
 	const gemm_plan_t *pl = sm->pl;
 	const nk_gemm_args_t *g = pl->g;
-	int mr = (int)min64(MR, g->M - r * MR);
+	int mr = (int)nk_min64(MR, g->M - r * MR);
 
 	for (int64_t s = 0; s < sm->nslices; s++) {
 		int64_t kc = small_kc(sm, s);
@@ -1337,8 +1026,8 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 {
 	const gemm_plan_t *pl = sm->pl;
 	const nk_gemm_args_t *g = pl->g;
-	int64_t q0 = t * sm->cw, q1 = min64(sm->panels_n, q0 + sm->cw), j0 = q0 * NR;
-	int64_t ncols = min64(g->N, q1 * NR) - j0, ldacc = sm->cw * NR, es = (int64_t)pl->es;
+	int64_t q0 = t * sm->cw, q1 = nk_min64(sm->panels_n, q0 + sm->cw), j0 = q0 * NR;
+	int64_t ncols = nk_min64(g->N, q1 * NR) - j0, ldacc = sm->cw * NR, es = (int64_t)pl->es;
 	bool direct = pl->pairs && pl->isa->sbgemm_bf16c && g->cs_c == 1;
 	/* row-major f32 B: full panels are read in place (sgemm_b), only a ragged last panel is packed */
 	int64_t qpack = sm->inplace_b ? ncols / NR : 0;
@@ -1360,7 +1049,7 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 
 	for (int64_t ri = 0; ri < sm->panels_m; ri++) {
 		int64_t r = (r0 + ri) % sm->panels_m, ir = r * MR;
-		int mr = (int)min64(MR, g->M - ir);
+		int mr = (int)nk_min64(MR, g->M - ir);
 
 		/* A read in place: the rows are spread evenly over the panels (128 = 8 x 13 + 2 x 12 rather
 		 * than 9 x 14 + 2: a 2-row tile runs at 65 % of the peak, a 12-row one at the full rate) */
@@ -1384,7 +1073,7 @@ static void small_task(const small_t *sm, float *bp, float *acc, float *own, int
 
 			for (int64_t q = 0; q < q1 - q0; q++) {
 				int64_t jr = q * NR;
-				int nr = (int)min64(NR, ncols - jr);
+				int nr = (int)nk_min64(NR, ncols - jr);
 				const float *bq = bs + q * kw * NR;
 
 				if (pl->pairs)
@@ -1444,21 +1133,21 @@ static bool gemm_small(gemm_plan_t *pl, int nt)
 	if (g->dtype == NK_F64)
 		return false;
 	sm.kcmax = pl->pairs ? KCB : KC;
-	sm.nslices = cdiv(g->K, sm.kcmax);
+	sm.nslices = nk_cdiv(g->K, sm.kcmax);
 	sm.kwords = small_off(&sm, sm.nslices - 1) + (pl->pairs ? (small_kc(&sm, sm.nslices - 1) + 1) / 2 :
 							   small_kc(&sm, sm.nslices - 1));
-	sm.panels_m = cdiv(g->M, MR);
-	sm.panels_n = cdiv(g->N, NR);
+	sm.panels_m = nk_cdiv(g->M, MR);
+	sm.panels_n = nk_cdiv(g->N, NR);
 	if ((size_t)(sm.panels_m * MR * sm.kwords) * sizeof(float) > SMALL_A_BYTES ||
 	    (size_t)(sm.kwords * NR) * sizeof(float) > SMALL_PANEL_BYTES || sm.panels_n < 2 * (int64_t)nt)
 		return false;
 	/* at least 8 tasks per thread where there are enough panels (a late thread costs half a task on
 	 * average), at most SMALL_CHUNK_PANELS panels (and SMALL_PANEL_BYTES) each */
-	sm.cw = min64(SMALL_CHUNK_PANELS, sm.panels_n / (16 * (int64_t)nt));
-	sm.cw = min64(sm.cw, (int64_t)(SMALL_PANEL_BYTES / ((size_t)(sm.kwords * NR) * sizeof(float))));
+	sm.cw = nk_min64(SMALL_CHUNK_PANELS, sm.panels_n / (16 * (int64_t)nt));
+	sm.cw = nk_min64(sm.cw, (int64_t)(SMALL_PANEL_BYTES / ((size_t)(sm.kwords * NR) * sizeof(float))));
 	if (sm.cw < 1)
 		sm.cw = 1;
-	sm.ntasks = cdiv(sm.panels_n, sm.cw);
+	sm.ntasks = nk_cdiv(sm.panels_n, sm.cw);
 	sm.nt = nt;
 	/* packed A, then the panel states */
 	abytes = (size_t)(sm.panels_m * MR * sm.kwords) * sizeof(float);
@@ -1511,7 +1200,7 @@ int nk_gemm_packed(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa)
 	 * task per thread for big matrices (each task packs all of its B), two for load balance
 	 * otherwise */
 	if (nt > 1 && fma >= GEMM_PAR_MIN_FMA && g->batch < 2 * nt)
-		want = cdiv((fma / g->batch >= GEMM_BIG_FMA ? 1 : 2) * nt, g->batch);
+		want = nk_cdiv((fma / g->batch >= GEMM_BIG_FMA ? 1 : 2) * nt, g->batch);
 	gemm_partition(&pl, want);
 	ntasks = g->batch * pl.tiles_m * pl.tiles_n;
 	nrt_parallel_for(ntasks, fma >= GEMM_PAR_MIN_FMA ? 1 : ntasks, gemm_tasks, &pl);

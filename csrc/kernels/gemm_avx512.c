@@ -8,7 +8,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "nk_fp.h"
+#include "nk_impl.h"
 #include "nk_gemm_impl.h"
 
 #define MR NK_GEMM_MR

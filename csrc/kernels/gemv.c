@@ -15,20 +15,10 @@
 #include <string.h>
 
 #include "nk.h"
-#include "nk_fp.h"
+#include "nk_impl.h"
 #include "nk_gemm_impl.h"
-#include "nk_ws.h"
+#include "nk_workspace.h"
 #include "nrt.h"
-
-static int64_t min64(int64_t a, int64_t b)
-{
-	return a < b ? a : b;
-}
-
-static int64_t cdiv(int64_t a, int64_t b)
-{
-	return (a + b - 1) / b;
-}
 
 static const void *at(const void *p, int64_t off, size_t elem_size)
 {
@@ -187,7 +177,7 @@ static void gemv_dots(const gemv_t *v, int64_t b, int64_t j0, int64_t n)
 			float s = 0;
 
 			for (int64_t k0 = 0; k0 < v->K; k0 += GEMV_KC) {
-				int64_t kn = min64(GEMV_KC, v->K - k0);
+				int64_t kn = nk_min64(GEMV_KC, v->K - k0);
 
 				gemv_load(xf, v->x, v->dtype, ox + k0 * v->incx, v->incx, kn);
 				gemv_load(bf, v->B, v->dtype, oc + k0 * v->rs, v->rs, kn);
@@ -206,10 +196,10 @@ static bool gemv_uses_rows(const gemv_t *v)
 static void gemv_tasks(void *ctx, int64_t t0, int64_t t1)
 {
 	const gemv_t *v = ctx;
-	int64_t jb = gemv_uses_rows(v) ? GEMV_JB : GEMV_JD, per = cdiv(v->N, jb);
+	int64_t jb = gemv_uses_rows(v) ? GEMV_JB : GEMV_JD, per = nk_cdiv(v->N, jb);
 
 	for (int64_t t = t0; t < t1; t++) {
-		int64_t b = t / per, j0 = t % per * jb, n = min64(jb, v->N - j0);
+		int64_t b = t / per, j0 = t % per * jb, n = nk_min64(jb, v->N - j0);
 
 		if (gemv_uses_rows(v))
 			gemv_rows(v, b, j0, n);
@@ -234,7 +224,7 @@ static void gemv_ksplit_tasks(void *ctx, int64_t t0, int64_t t1)
 	const gemv_ksplit_t *s = ctx;
 
 	for (int64_t t = t0; t < t1; t++) {
-		int64_t k0 = t * s->kchunk, k1 = min64(s->v->K, k0 + s->kchunk);
+		int64_t k0 = t * s->kchunk, k1 = nk_min64(s->v->K, k0 + s->kchunk);
 		float *acc = (float *)s->part + t * GEMV_JB;
 		double *dacc = (double *)s->part + t * GEMV_JB;
 
@@ -248,8 +238,8 @@ static void gemv_ksplit_tasks(void *ctx, int64_t t0, int64_t t1)
  * on K only, never on the thread count, so results are reproducible). */
 static int gemv_rows_ksplit(const gemv_t *v)
 {
-	int64_t nsplit = min64(GEMV_KSPLIT_MAX, cdiv(v->K, GEMV_KSPLIT_MIN_ROWS));
-	gemv_ksplit_t s = { .v = v, .kchunk = cdiv(v->K, nsplit) };
+	int64_t nsplit = nk_min64(GEMV_KSPLIT_MAX, nk_cdiv(v->K, GEMV_KSPLIT_MIN_ROWS));
+	gemv_ksplit_t s = { .v = v, .kchunk = nk_cdiv(v->K, nsplit) };
 	size_t es = nk_fp_elem_size(v->dtype);
 
 	s.part = nk_ws_get(NK_WS_PARTIALS, GEMV_KSPLIT_MAX * GEMV_JB * sizeof(double));
@@ -257,12 +247,12 @@ static int gemv_rows_ksplit(const gemv_t *v)
 		nrt_kernel_fail("gemm: out of host memory for the GEMV partial sums");
 		return -1;
 	}
-	nsplit = cdiv(v->K, s.kchunk);
+	nsplit = nk_cdiv(v->K, s.kchunk);
 	for (int64_t b = 0; b < v->batch; b++)
 		for (int64_t j0 = 0; j0 < v->N; j0 += GEMV_JB) {
 			void *y = (char *)v->y + (b * v->bs_y + j0 * v->incy) * (int64_t)es;
 
-			s.b = b, s.j0 = j0, s.n = min64(GEMV_JB, v->N - j0);
+			s.b = b, s.j0 = j0, s.n = nk_min64(GEMV_JB, v->N - j0);
 			nrt_parallel_for(nsplit, 1, gemv_ksplit_tasks, &s);
 			for (int64_t j = 0; j < s.n; j++) {
 				double t = 0;
@@ -297,10 +287,10 @@ int nk_gemv_run(const nk_gemm_args_t *g)
 	if (v.N == 1)
 		v.cs = 0; /* a single column: the dot-product form (its stride is unused) */
 	jb = gemv_uses_rows(&v) ? GEMV_JB : GEMV_JD;
-	ntasks = g->batch * cdiv(v.N, jb);
+	ntasks = g->batch * nk_cdiv(v.N, jb);
 	if (gemv_uses_rows(&v) && ntasks < 2 * nrt_num_threads() && v.K >= 2 * GEMV_KSPLIT_MIN_ROWS &&
 	    v.N * v.K >= (1 << 18))
 		return gemv_rows_ksplit(&v);
-	nrt_parallel_for(ntasks, cdiv(1 << 16, jb * (v.K + 1)), gemv_tasks, &v);
+	nrt_parallel_for(ntasks, nk_cdiv(1 << 16, jb * (v.K + 1)), gemv_tasks, &v);
 	return 0;
 }

@@ -14,6 +14,8 @@
  * points may collide, as in put_) runs serially.  nk_index_ref: one point at a time, serially.
  * nk_index_offsets_run: the element offsets sum_k idx_k[p]*stride_k of advanced indexing (x[i, j]),
  * every index checked (and wrapped from the end) against its dim first.
+ * repeat_interleave (repeats only) and nonzero_static (the first `size` coordinates of nonzero, the rest
+ * filled) close the file.
  */
 #include <math.h>
 #include <string.h>
@@ -372,5 +374,93 @@ int nk_index_offsets_run(void *args)
 		}
 	if (n > 0)
 		nrt_parallel_for(n, IX_GRAIN, io_range, (void *)a);
+	return 0;
+}
+
+/* ---- repeat_interleave (repeats only) ------------------------------------------------------------ */
+static int64_t rep_at(const nk_repeat_interleave_args_t *a, int64_t i)
+{
+	return a->dtype == NK_I64 ? ((const int64_t *)a->repeats)[i] : ((const int32_t *)a->repeats)[i];
+}
+
+static void rep_store(const nk_repeat_interleave_args_t *a, int64_t j, int64_t v)
+{
+	if (a->dtype == NK_I64)
+		((int64_t *)a->out)[j] = v;
+	else
+		((int32_t *)a->out)[j] = (int32_t)v;
+}
+
+int nk_repeat_interleave_ref(void *args)
+{
+	const nk_repeat_interleave_args_t *a = args;
+	int64_t sum = 0;
+	for (int64_t i = 0; i < a->n; i++) {
+		int64_t r = rep_at(a, i);
+		if (r < 0) {
+			nrt_kernel_fail("repeat_interleave: repeats can not be negative (repeats[%lld] = %lld)", (long long)i, (long long)r);
+			return -1;
+		}
+		sum += r;
+	}
+	if (sum != a->total) {
+		nrt_kernel_fail("repeat_interleave: output_size %lld does not match the sum of repeats %lld", (long long)a->total,
+				(long long)sum);
+		return -1;
+	}
+	int64_t j = 0;
+	for (int64_t i = 0; i < a->n; i++)
+		for (int64_t r = rep_at(a, i); r > 0; r--)
+			rep_store(a, j++, i);
+	return 0;
+}
+
+int nk_repeat_interleave_run(void *args)
+{
+	const nk_repeat_interleave_args_t *a = args;
+	if (a->dtype != NK_I64)
+		return nk_repeat_interleave_ref(args);
+	const int64_t *rep = a->repeats;
+	int64_t sum = 0;
+	for (int64_t i = 0; i < a->n; i++) {
+		if (rep[i] < 0) {
+			nrt_kernel_fail("repeat_interleave: repeats can not be negative (repeats[%lld] = %lld)", (long long)i, (long long)rep[i]);
+			return -1;
+		}
+		sum += rep[i];
+	}
+	if (sum != a->total) {
+		nrt_kernel_fail("repeat_interleave: output_size %lld does not match the sum of repeats %lld", (long long)a->total,
+				(long long)sum);
+		return -1;
+	}
+	int64_t *o = a->out;
+	for (int64_t i = 0; i < a->n; i++) {
+		int64_t r = rep[i];
+		for (int64_t k = 0; k < r; k++)
+			o[k] = i;
+		o += r;
+	}
+	return 0;
+}
+
+/* ---- nonzero_static ------------------------------------------------------------------------------- */
+int nk_nonzero_static_run(void *args)
+{
+	const nk_nonzero_static_args_t *a = args;
+	int64_t nd = a->nz.ndim;
+	int64_t k = 0;
+	bool empty = false;
+	for (int d = 0; d < a->nz.ndim; d++)
+		empty |= a->nz.shape[d] == 0;
+	if (!empty) {
+		k = nk_nonzero_count(&a->nz);
+		if (k > a->size)
+			k = a->size;
+		if (k > 0 && nd > 0)
+			nk_nonzero_write(&a->nz, a->out, k);
+	}
+	for (int64_t i = k * nd; i < a->size * nd; i++)
+		a->out[i] = a->fill;
 	return 0;
 }

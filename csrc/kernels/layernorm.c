@@ -21,10 +21,9 @@
 #include <string.h>
 
 #include "nk.h"
-#include "nk_fp.h"
 #include "nk_impl.h"
 #include "nk_lnops_impl.h"
-#include "nk_ws.h"
+#include "nk_workspace.h"
 #include "nrt.h"
 
 
@@ -33,21 +32,9 @@
 
 static const nk_lnops_t *lnops(void);
 
-static int64_t min64(int64_t a, int64_t b)
-{
-	return a < b ? a : b;
-}
-
 static int64_t row_grain(int64_t cols)
 {
 	return cols >= NK_PARALLEL_GRAIN ? 1 : NK_PARALLEL_GRAIN / (cols + 1) + 1;
-}
-
-static void load_f32(float *buf, const void *p, int dtype, int64_t off, int64_t n)
-{
-	size_t es = nk_fp_elem_size(dtype);
-
-	nk_block_load_f32(buf, (const char *)p + off * (int64_t)es, (int64_t)es, dtype, n);
 }
 
 static void load_f64(double *buf, const void *p, int dtype, int64_t off, int64_t n)
@@ -55,13 +42,6 @@ static void load_f64(double *buf, const void *p, int dtype, int64_t off, int64_t
 	size_t es = nk_fp_elem_size(dtype);
 
 	nk_block_load_f64(buf, (const char *)p + off * (int64_t)es, (int64_t)es, dtype, n);
-}
-
-static void store_f32(void *p, int dtype, int64_t off, const float *buf, int64_t n)
-{
-	size_t es = nk_fp_elem_size(dtype);
-
-	nk_block_store_f32((char *)p + off * (int64_t)es, (int64_t)es, dtype, buf, n);
 }
 
 static void store_f64(void *p, int dtype, int64_t off, const double *buf, int64_t n)
@@ -113,14 +93,14 @@ static void row_moments(const nk_layernorm_args_t *a, int64_t r, double *mean, d
 	int64_t base = r * a->cols;
 
 	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
+		int64_t n = nk_min64(CH, a->cols - c);
 
 		load_f64(buf, a->x, a->dtype, base + c, n);
 		s += sum_f64(buf, n);
 	}
 	m = a->cols ? s / (double)a->cols : 0;
 	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
+		int64_t n = nk_min64(CH, a->cols - c);
 
 		load_f64(buf, a->x, a->dtype, base + c, n);
 		for (int64_t j = 0; j < n; j++)
@@ -226,11 +206,11 @@ static void ln_params_load(ln_params_t *p, const void *w, const void *b, int dty
 	if (cols > CH)
 		return;
 	if (w) {
-		load_f32(p->w, w, dtype, 0, cols);
+		nk_fp_load_row_f32(p->w, w, dtype, 0, cols);
 		p->pw = p->w;
 	}
 	if (b) {
-		load_f32(p->b, b, dtype, 0, cols);
+		nk_fp_load_row_f32(p->b, b, dtype, 0, cols);
 		p->pb = p->b;
 	}
 }
@@ -245,43 +225,43 @@ static void ln_row_f32(const nk_layernorm_args_t *a, const ln_params_t *prm, int
 	int64_t base = r * a->cols, C = a->cols;
 
 	if (C <= CH) {
-		load_f32(x, a->x, a->dtype, base, C);
+		nk_fp_load_row_f32(x, a->x, a->dtype, base, C);
 		mean = L->sum(x, C) / (double)C;
 		var = L->sqdev(x, C, (float)mean) / (double)C;
 		rstd = 1.0 / sqrt(var + a->eps);
 		affine_consts(a->dtype, mean, rstd, &sh, &sc, &bi);
 		L->affine(x, x, C, sh, sc, bi, prm->pw, prm->pb, 0);
-		store_f32(a->y, a->dtype, base, x, C);
+		nk_fp_store_row_f32(a->y, a->dtype, base, x, C);
 	} else {
 		double s = 0;
 
 		for (int64_t c = 0; c < C; c += CH) {
-			int64_t n = min64(CH, C - c);
+			int64_t n = nk_min64(CH, C - c);
 
-			load_f32(x, a->x, a->dtype, base + c, n);
+			nk_fp_load_row_f32(x, a->x, a->dtype, base + c, n);
 			s += L->sum(x, n);
 		}
 		mean = s / (double)C;
 		m = (float)mean;
 		for (int64_t c = 0; c < C; c += CH) {
-			int64_t n = min64(CH, C - c);
+			int64_t n = nk_min64(CH, C - c);
 
-			load_f32(x, a->x, a->dtype, base + c, n);
+			nk_fp_load_row_f32(x, a->x, a->dtype, base + c, n);
 			var += L->sqdev(x, n, m);
 		}
 		var /= (double)C;
 		rstd = 1.0 / sqrt(var + a->eps);
 		affine_consts(a->dtype, mean, rstd, &sh, &sc, &bi);
 		for (int64_t c = 0; c < C; c += CH) {
-			int64_t n = min64(CH, C - c);
+			int64_t n = nk_min64(CH, C - c);
 
-			load_f32(x, a->x, a->dtype, base + c, n);
+			nk_fp_load_row_f32(x, a->x, a->dtype, base + c, n);
 			if (a->w)
-				load_f32(w, a->w, a->dtype, c, n);
+				nk_fp_load_row_f32(w, a->w, a->dtype, c, n);
 			if (a->b)
-				load_f32(b, a->b, a->dtype, c, n);
+				nk_fp_load_row_f32(b, a->b, a->dtype, c, n);
 			L->affine(x, x, n, sh, sc, bi, a->w ? w : NULL, a->b ? b : NULL, 0);
-			store_f32(a->y, a->dtype, base + c, x, n);
+			nk_fp_store_row_f32(a->y, a->dtype, base + c, x, n);
 		}
 	}
 	if (a->mean)
@@ -543,7 +523,7 @@ static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, const ln_params_t *p
 
 	for (int pass = 0; pass < (a->dx ? 2 : 1); pass++) {
 		for (int64_t c = 0; c < C; c += f32 ? C : CH) {
-			int64_t n = f32 ? C : min64(CH, C - c);
+			int64_t n = f32 ? C : nk_min64(CH, C - c);
 			const float *dy = dyb, *x = xb, *w = NULL;
 
 			if (f32) {
@@ -551,10 +531,10 @@ static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, const ln_params_t *p
 				x = (const float *)a->x + base;
 				w = a->w;
 			} else if (!once || pass == 0) {
-				load_f32(dyb, a->dy, a->dtype, base + c, n);
-				load_f32(xb, a->x, a->dtype, base + c, n);
+				nk_fp_load_row_f32(dyb, a->dy, a->dtype, base + c, n);
+				nk_fp_load_row_f32(xb, a->x, a->dtype, base + c, n);
 				if (a->w && C > CH)
-					load_f32(wb, a->w, a->dtype, c, n);
+					nk_fp_load_row_f32(wb, a->w, a->dtype, c, n);
 				w = a->w ? (C > CH ? wb : prm->pw) : NULL;
 			} else {
 				w = a->w ? prm->pw : NULL;
@@ -568,7 +548,7 @@ static void ln_dx_row_f32(const nk_layernorm_bwd_args_t *a, const ln_params_t *p
 				L->ln_bwd_dx((float *)a->dx + base, dy, x, w, n, mean, rstd, mg, mgx, stream);
 			} else {
 				L->ln_bwd_dx(dxb, dy, x, w, n, mean, rstd, mg, mgx, 0);
-				store_f32(a->dx, a->dtype, base + c, dxb, n);
+				nk_fp_store_row_f32(a->dx, a->dtype, base + c, dxb, n);
 			}
 		}
 		mg = (float)(sg / (double)C);
@@ -607,7 +587,7 @@ static void ln_bwd_rows_f32(const nk_layernorm_bwd_args_t *a, int64_t r0, int64_
 
 	for (int64_t r = r0; r < r1; r += 16)
 		L->bwd_rows(a->dx ? (float *)a->dx + r * C : NULL, (const float *)a->dy + r * C, (const float *)a->x + r * C,
-			    a->w, min64(16, r1 - r), C, (const float *)a->mean + r, (const float *)a->rstd + r, sw, sb,
+			    a->w, nk_min64(16, r1 - r), C, (const float *)a->mean + r, (const float *)a->rstd + r, sw, sb,
 			    ln_bwd_stream(a));
 }
 
@@ -664,9 +644,9 @@ static void ln_dwdb_block(const nk_layernorm_bwd_args_t *a, int64_t c0, int64_t 
 		float dy[CB], x[CB];
 		float mean = nk_fp_loadf(a->mean, a->dtype, r), rstd = nk_fp_loadf(a->rstd, a->dtype, r);
 
-		load_f32(dy, a->dy, a->dtype, o, n);
+		nk_fp_load_row_f32(dy, a->dy, a->dtype, o, n);
 		if (a->dw) {
-			load_f32(x, a->x, a->dtype, o, n);
+			nk_fp_load_row_f32(x, a->x, a->dtype, o, n);
 			for (int64_t j = 0; j < n; j++)
 				sw[j] += dy[j] * ((x[j] - mean) * rstd);
 		}
@@ -688,7 +668,7 @@ static void ln_dwdb_tasks(void *ctx, int64_t t0, int64_t t1)
 	for (int64_t t = t0; t < t1; t++) {
 		int64_t c0 = t * lc->cb;
 
-		ln_dwdb_block(lc->a, c0, min64(lc->cb, lc->a->cols - c0));
+		ln_dwdb_block(lc->a, c0, nk_min64(lc->cb, lc->a->cols - c0));
 	}
 }
 
@@ -714,7 +694,7 @@ static void ln_fused_tasks(void *ctx, int64_t t0, int64_t t1)
 		ln_params_load(&prm, a->w, NULL, a->dtype, a->cols);
 	for (int64_t t = t0; t < t1; t++) {
 		float *sw = f->part + t * 2 * a->cols, *sb = sw + a->cols;
-		int64_t r1 = min64(a->rows, (t + 1) * f->chunk_rows);
+		int64_t r1 = nk_min64(a->rows, (t + 1) * f->chunk_rows);
 
 		memset(sw, 0, (size_t)(2 * a->cols) * sizeof(float));
 		if (a->dtype == NK_F32) {
@@ -732,7 +712,7 @@ static int ln_bwd_fused(const nk_layernorm_bwd_args_t *a)
 {
 	float *part = nk_ws_get(NK_WS_PARTIALS, LN_PART_FLOATS * sizeof(float));
 	int64_t max_chunks = LN_PART_FLOATS / (2 * a->cols);
-	int64_t chunks = min64(max_chunks, (a->rows + 63) / 64);
+	int64_t chunks = nk_min64(max_chunks, (a->rows + 63) / 64);
 	ln_fused_t f = { .a = a, .part = part };
 
 	if (!part) {
@@ -747,7 +727,7 @@ static int ln_bwd_fused(const nk_layernorm_bwd_args_t *a)
 	nrt_parallel_for(chunks, a->rows * a->cols >= NK_PARALLEL_GRAIN ? 1 : chunks, ln_fused_tasks, &f);
 	/* partials added in chunk order in f64, CB columns at a time (vectorizable) */
 	for (int64_t c0 = 0; c0 < a->cols; c0 += CB) {
-		int64_t n = min64(CB, a->cols - c0);
+		int64_t n = nk_min64(CB, a->cols - c0);
 		double sw[CB] = { 0 }, sb[CB] = { 0 };
 
 		for (int64_t t = 0; t < chunks; t++) {

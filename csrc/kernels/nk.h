@@ -179,27 +179,6 @@ typedef struct {
 int nk_softmax_bwd_run(void *args);
 int nk_softmax_bwd_ref(void *args);
 
-/* ---- layer norm over the last `cols` of a contiguous [rows, cols] ------------------------------ */
-/* w, b may be NULL.  mean and rstd are [rows] in the input dtype. */
-typedef struct {
-	int dtype;
-	int64_t rows, cols;
-	double eps;
-	const void *x, *w, *b;
-	void *y, *mean, *rstd;
-} nk_layernorm_args_t;
-int nk_layernorm_run(void *args);
-int nk_layernorm_ref(void *args);
-/* dx, dw, db may each be NULL (not wanted); dw, db are written (not accumulated). */
-typedef struct {
-	int dtype;
-	int64_t rows, cols;
-	const void *dy, *x, *mean, *rstd, *w;
-	void *dx, *dw, *db;
-} nk_layernorm_bwd_args_t;
-int nk_layernorm_bwd_run(void *args);
-int nk_layernorm_bwd_ref(void *args);
-
 /* ---- embedding ---------------------------------------------------------------------------------- */
 /* out[i, :] = weight[idx[i], :], weight contiguous [V, C], out contiguous [n, C]; idx i64 or i32.
  * An index outside [0, V) fails the kernel with a message giving the index and V. */
@@ -219,28 +198,6 @@ typedef struct {
 	void *grad_weight;
 } nk_embedding_bwd_args_t;
 int nk_embedding_bwd_run(void *args);
-
-/* ---- nll_loss on logp [N, C] (contiguous), target [N] i64 ------------------------------------- */
-enum { NK_REDUCTION_NONE = 0, NK_REDUCTION_MEAN = 1, NK_REDUCTION_SUM = 2 }; /* = at::Reduction */
-/* out: [N] for NONE, else a scalar.  total_weight: scalar (sum of weights of non-ignored targets).
- * weight [C] may be NULL.  A target outside [0, C) other than ignore_index fails the kernel. */
-typedef struct {
-	int dtype;
-	int64_t N, C, ignore_index;
-	int reduction;
-	const void *logp, *target, *weight;
-	void *out, *total_weight;
-} nk_nll_args_t;
-int nk_nll_run(void *args);
-/* grad_in [N, C] is fully written.  grad_out is [N] for NONE, else a scalar. */
-typedef struct {
-	int dtype;
-	int64_t N, C, ignore_index;
-	int reduction;
-	const void *grad_out, *target, *weight, *total_weight;
-	void *grad_in;
-} nk_nll_bwd_args_t;
-int nk_nll_bwd_run(void *args);
 
 /* ---- attention: out = softmax(scale * q k^T + mask) v, tiled, never materializing T x T --------- */
 /* q [B, Hq, Tq, D], k [B, Hkv, Tk, D], v [B, Hkv, Tk, Dv], out [B, Hq, Tq, Dv]; element strides per
@@ -276,33 +233,6 @@ typedef struct {
 } nk_attention_bwd_args_t;
 int nk_attention_bwd_run(void *args);
 int nk_attention_bwd_ref(void *args);
-
-/* ---- random: counter-based (Philox4x32-10) on (seed, offset + element index) ------------------- */
-typedef enum {
-	NK_RNG_UNIFORM,    /* [a, b) */
-	NK_RNG_NORMAL,     /* mean a, std b */
-	NK_RNG_BERNOULLI,  /* 1 with probability a */
-	NK_RNG_RANDINT,    /* integers in [ia, ib) */
-} nk_rng_kind_t;
-typedef struct {
-	nk_iter_t it;      /* one operand (the output), any strides */
-	int kind;
-	double a, b;
-	int64_t ia, ib;
-	uint64_t seed, offset;
-} nk_random_args_t;
-int nk_random_run(void *args);
-/* dropout on contiguous n elements: mask[i] = u >= p (bool), out = x * mask / (1 - p). */
-typedef struct {
-	int dtype;
-	int64_t n;
-	double p;
-	uint64_t seed, offset;
-	const void *x; void *out; void *mask;
-} nk_dropout_args_t;
-int nk_dropout_run(void *args);
-/* Number of offset units consumed by n elements (callers advance the generator's offset by it). */
-uint64_t nk_random_offset_increment(int64_t n);
 
 /* ---- optimizers: fused AdamW / Adam over contiguous n elements ---------------------------------- */
 typedef struct {
@@ -377,6 +307,27 @@ typedef struct {
 int64_t nk_nonzero_count(const nk_nonzero_args_t *a);
 void nk_nonzero_write(const nk_nonzero_args_t *a, int64_t *out, int64_t max_rows);
 
+/* ---- repeat_interleave and nonzero_static (index.c) --------------------------------------------- */
+/* repeat_interleave(repeats): out[total] (dtype of repeats, I32 or I64) holds i repeats[i] times, i < n;
+ * a negative repeat or a sum other than total fails the kernel. */
+typedef struct {
+	int dtype;
+	int64_t n, total;
+	const void *repeats;
+	void *out;
+} nk_repeat_interleave_args_t;
+int nk_repeat_interleave_run(void *args);
+int nk_repeat_interleave_ref(void *args);
+
+/* nonzero_static: out [size, ndim] int64 holds the coordinates of the first size nonzero elements of nz,
+ * the remaining rows fill. */
+typedef struct {
+	nk_nonzero_args_t nz;
+	int64_t size, fill;
+	int64_t *out;
+} nk_nonzero_static_args_t;
+int nk_nonzero_static_run(void *args);
+
 /* ---- scans: cumulative ops along R of a contiguous [O, R, I] (scan.c) ---------------------------- */
 /* in and out have dtype `dtype` (cummax/cummin also write int64 indices to idx); accumulation in aten's
  * acc_type (f64 for f32/f64, f32 for bf16/f16, int64 for integers). */
@@ -407,7 +358,8 @@ int nk_sort_run(void *args);
 int nk_sort_ref(void *args);
 size_t nk_sort_workspace(int64_t R, int64_t lines);
 
-/* ---- triangle mask: out = tril/triu(in) on [B, M, N] with element strides (shape.c) -------------- */
+/* ---- triangles (triangle.c): tril/triu masks and tril/triu_indices ----------------------------- */
+/* tril/triu: out = tril/triu(in) on [B, M, N] with element strides. */
 /* lower: keep j - i <= k (tril), else keep j - i >= k (triu); other elements are 0.  out may equal in. */
 typedef struct {
 	int dtype;
@@ -418,14 +370,30 @@ typedef struct {
 } nk_tri_args_t;
 int nk_tri_run(void *args);
 int nk_tri_ref(void *args);
+/* tril_indices (lower) / triu_indices: out is int64 [2, n], n = nk_tri_indices_count(...), row-major
+ * order of the kept (r, c), as PyTorch. */
+typedef struct {
+	int64_t row, col, offset, n;
+	bool lower;
+	int64_t *out;
+} nk_tri_indices_args_t;
+int64_t nk_tri_indices_count(int64_t row, int64_t col, int64_t offset, bool lower);
+int nk_tri_indices_run(void *args);
+int nk_tri_indices_ref(void *args);
 
 #ifdef __cplusplus
 }
 #endif
 
 /* kernel families with headers of their own */
+#include "nk_activation.h"
 #include "nk_conv.h"
-#include "nk_spatial.h"
+#include "nk_linalg.h"
+#include "nk_loss.h"
 #include "nk_norm.h"
-#include "nk_misc.h"
+#include "nk_optim.h"
+#include "nk_random.h"
+#include "nk_select.h"
+#include "nk_spatial.h"
+#include "nk_special.h"
 #endif /* NK_H */

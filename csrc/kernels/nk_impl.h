@@ -1,8 +1,10 @@
 /* nk_impl.h - internals shared by the kernel library's files (never included outside csrc/kernels).
  *
+ * - nk_min64, nk_cdiv;
  * - bf16/f16 <-> f32 conversions, round-to-nearest-even, bit-exact with c10::BFloat16 / c10::Half;
  * - scalar load/store of any nk dtype as double or int64, with PyTorch's cast rules;
  * - block load/store: a strided run of any dtype to/from a float, double or int64 buffer;
+ * - float-dtype element helpers (nk_fp_*) for the float kernel families, and a vectorizable expf;
  * - Philox4x32-10 (Random123) for the counter-based generators;
  * - the strided loop (nk_loop_t): coalesced nk_iter_t walked row by row, optionally in parallel;
  * - the entry points of the *_avx512.c files (pointwise, reduce, random, optim), used only when
@@ -30,6 +32,18 @@
 #else
 #define NK_VECTORIZE_FILE
 #endif
+
+/* ---- integer helpers ---------------------------------------------------------------------- */
+static inline int64_t nk_min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* ceil(a / b) for a >= 0, b > 0 */
+static inline int64_t nk_cdiv(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
 
 /* ---- bit casts ------------------------------------------------------------------------------- */
 static inline uint32_t nk_f32_bits(float f)
@@ -146,6 +160,100 @@ void nk_block_store_f32(char *dst, int64_t st, int dt, const float *src, int64_t
 void nk_block_store_f64(char *dst, int64_t st, int dt, const double *src, int64_t n);
 void nk_block_store_i64(char *dst, int64_t st, int dt, const int64_t *src, int64_t n);
 
+/* ---- float-dtype elements (GEMM, softmax, layer norm, embedding, loss, attention) ---------------- */
+/* Load/store one element of a float dtype (f32, f64, bf16, f16) as float or double. */
+/* True for the dtypes the float kernels accept. */
+static inline bool nk_fp_is_float(int dtype)
+{
+	return dtype == NK_F32 || dtype == NK_F64 || dtype == NK_BF16 || dtype == NK_F16;
+}
+
+/* Bytes per element of a float dtype. */
+static inline size_t nk_fp_elem_size(int dtype)
+{
+	return dtype == NK_F64 ? 8 : dtype == NK_F32 ? 4 : 2;
+}
+
+/* Element i of a float-dtype array, as float (f64 is narrowed). */
+static inline float nk_fp_loadf(const void *p, int dtype, int64_t i)
+{
+	switch (dtype) {
+	case NK_F32: return ((const float *)p)[i];
+	case NK_F64: return (float)((const double *)p)[i];
+	case NK_BF16: return nk_bf16_to_f32(((const uint16_t *)p)[i]);
+	default: return nk_f16_to_f32(((const uint16_t *)p)[i]);
+	}
+}
+
+static inline void nk_fp_storef(void *p, int dtype, int64_t i, float v)
+{
+	switch (dtype) {
+	case NK_F32: ((float *)p)[i] = v; break;
+	case NK_F64: ((double *)p)[i] = v; break;
+	case NK_BF16: ((uint16_t *)p)[i] = nk_f32_to_bf16(v); break;
+	default: ((uint16_t *)p)[i] = nk_f32_to_f16(v); break;
+	}
+}
+
+/* Element i as double (exact for every float dtype). */
+static inline double nk_fp_loadd(const void *p, int dtype, int64_t i)
+{
+	return dtype == NK_F64 ? ((const double *)p)[i] : (double)nk_fp_loadf(p, dtype, i);
+}
+
+/* Element i as double, or dflt where p is NULL (optional parameters: weights, biases). */
+static inline double nk_fp_loadd_or(const void *p, int dtype, int64_t i, double dflt)
+{
+	return p ? nk_fp_loadd(p, dtype, i) : dflt;
+}
+
+/* Stores v: f64 as is, the others through f32 (as c10 casts double -> bf16/f16). */
+static inline void nk_fp_stored(void *p, int dtype, int64_t i, double v)
+{
+	if (dtype == NK_F64)
+		((double *)p)[i] = v;
+	else
+		nk_fp_storef(p, dtype, i, (float)v);
+}
+
+/* exp(x) for x <= 88.37 (softmax and attention call it with x <= 0), written so that loops over it
+ * vectorize: Cephes polynomial after reduction by ln 2, about 1 ulp.  x < -87.33 gives 0 (exp(-inf) is
+ * exactly 0), NaN gives NaN. */
+static inline float nk_fp_expf(float x)
+{
+	float lo = x < -87.33654f ? -87.33654f : x;
+	float xc = lo > 88.37626f ? 88.37626f : lo;
+	float t = xc * 1.44269504f + 12582912.0f; /* 1.5 * 2^23: rounds to an integer in the low bits */
+	float n = t - 12582912.0f;
+	float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+	float p = 1.9875691500e-4f;
+	float scale = nk_bits_f32((nk_f32_bits(t) - 0x4b400000u + 127u) << 23);
+
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	return x < -87.33654f ? 0.0f : p * scale;
+}
+
+/* n elements of a float-dtype row from element off into buf as f32, and back (the row kernels'
+ * chunk conversions: softmax, layer norm). */
+static inline void nk_fp_load_row_f32(float *buf, const void *p, int dtype, int64_t off, int64_t n)
+{
+	size_t es = nk_fp_elem_size(dtype);
+
+	nk_block_load_f32(buf, (const char *)p + off * (int64_t)es, (int64_t)es, dtype, n);
+}
+
+static inline void nk_fp_store_row_f32(void *p, int dtype, int64_t off, const float *buf, int64_t n)
+{
+	size_t es = nk_fp_elem_size(dtype);
+
+	nk_block_store_f32((char *)p + off * (int64_t)es, (int64_t)es, dtype, buf, n);
+}
+
 /* ---- AVX-512 helpers (pointwise_avx512.c); call only when nk_cpu_avx512() ------------------- */
 bool nk_cpu_avx512(void); /* AVX-512 F/BW/VL/DQ present, reference not forced, NEURON_KERNELS != portable */
 void nk_bf16_to_f32_avx512(float *dst, const uint16_t *src, int64_t n);
@@ -169,7 +277,7 @@ int nk_conv_implicit_f32_avx512(const nk_conv_args_t *a);
 /* [h-cnn] conv_avx512.c: f32 backward weight by register-tiled dot products over the positions, when every
  * tap reads consecutive inputs (stride 1, input as wide as the output).  Same return values. */
 int nk_conv_bwd_weight_f32_avx512(const nk_conv_args_t *a);
-/* [h-cnn] norm_avx512.c: dense f32 segments of norm.c (see there) */
+/* [h-cnn] batchnorm_avx512.c: dense f32 segments of batchnorm.c (see there) */
 double nk_norm_sum_f32_avx512(const float *x, int64_t n);
 void nk_norm_dsums_f32_avx512(const float *dy, const float *x, int64_t n, double m, double *sdy, double *sdx);
 void nk_norm_affine_f32_avx512(float *y, const float *x, int64_t n, float a, float b);

@@ -54,7 +54,7 @@ typedef struct {
 
 extern const nk_lnops_t nk_lnops_avx512; /* only when nk_cpu_avx512() */
 /* The table for this CPU (the portable one when NEURON_KERNELS=ref or without AVX-512); used by
- * layernorm.c and by rms norm in norm.c. */
+ * layernorm.c and by rms norm in rmsnorm.c. */
 const nk_lnops_t *nk_lnops(void);
 
 #endif /* NK_LNOPS_IMPL_H */

@@ -1,4 +1,5 @@
-/* nk_optim.h - fused SGD and Adagrad steps over n dense elements (optim.c); Adam is in nk.h.
+/* nk_optim.h - fused SGD and Adagrad steps over n dense elements (optim.c; Adam is in nk.h), and the
+ * AMP grad scaler (grad_scaler.c).
  *
  * The formulas and operation order of PyTorch's CPU fused kernels (aten/src/ATen/native/cpu/
  * FusedSGDKernel.cpp, FusedAdagradKernel.cpp, their vectorized bodies: fused multiply-adds where they
@@ -40,6 +41,28 @@ typedef struct {
 } nk_adagrad_args_t;
 int nk_adagrad_run(void *args);
 int nk_adagrad_ref(void *args);
+
+/* ---- AMP grad scaler (grad_scaler.c) --------------------------------------------------------- */
+/* x[0..n) *= inv_scale[0] (f32 scalar); found_inf[0] (f32) := 1 if any element of x is inf or NaN
+ * (before scaling).  x: f32, f64, bf16, f16, contiguous. */
+typedef struct {
+	int dtype;
+	int64_t n;
+	void *x;
+	const float *inv_scale;
+	float *found_inf;
+} nk_amp_unscale_args_t;
+int nk_amp_unscale_run(void *args);
+/* scale, growth_tracker (i32), found_inf: one element each (f32).  found_inf: scale *= backoff,
+ * tracker = 0; else tracker + 1 == interval: scale *= growth (if finite), tracker = 0; else tracker++. */
+typedef struct {
+	float *scale;
+	int32_t *growth_tracker;
+	const float *found_inf;
+	double growth, backoff;
+	int64_t interval;
+} nk_amp_update_args_t;
+int nk_amp_update_run(void *args);
 
 #ifdef __cplusplus
 }

@@ -79,7 +79,7 @@ int nk_unpool_ref(void *args);
  * f32/bf16/f16 and double for f64; nearest always computes its scale in float).  Dimensions before the
  * last `nsp` are copied (in == out, one tap).  scale[d] > 0 is the user's scale factor (used when
  * align_corners is false), otherwise in/out.  uint8 2-d linear/cubic take ATen's fixed-point (Pillow)
- * path instead, bit-exact with the CPU (upsample.c). */
+ * path instead, bit-exact with the CPU (interp.c). */
 typedef enum {
 	NK_INTERP_NEAREST,       /* floor(o * scale), ATen's legacy 'nearest' */
 	NK_INTERP_NEAREST_EXACT, /* floor((o + 0.5) * scale) */

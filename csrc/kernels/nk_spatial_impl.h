@@ -1,4 +1,4 @@
-/* nk_spatial_impl.h - element helpers of the spatial family (pool.c, upsample.c, pad.c): load/store
+/* nk_spatial_impl.h - element helpers of the spatial family (pool.c, interp.c, pad.c): load/store
  * one element of any dtype as double or int64, f32 rounding of the float dtypes' compute, and the
  * per-add-rounded accumulation the backward kernels use (as PyTorch's CPU: grad_input[i] += v in the
  * dtype).  Internal to csrc/kernels. */

@@ -176,7 +176,7 @@ bool nk_pointwise_f32_avx512(int op, float a, float b, int64_t ia, float *o, con
 {
 	(void)b;
 	(void)z;
-	/* [h-norm] gelu / silu and their backward: dedicated two-vector loops in act_avx512.c */
+	/* [h-norm] gelu / silu and their backward: dedicated two-vector loops in pointwise_act_avx512.c */
 	if (nk_act_f32_avx512(op, ia, o, x, y, n, stream))
 		return true;
 	const __m512 va = _mm512_set1_ps(a);

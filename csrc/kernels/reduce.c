@@ -33,7 +33,7 @@
 #include <stdatomic.h>
 
 #include "nk_impl.h"
-#include "nk_ws.h"
+#include "nk_workspace.h"
 #include "nrt.h"
 
 NK_VECTORIZE_FILE

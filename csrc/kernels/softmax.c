@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "nk.h"
-#include "nk_fp.h"
 #include "nk_impl.h"
 #include "nk_softmax_impl.h"
 #include "nrt.h"
@@ -21,11 +20,6 @@
 
 #define CH 2048 /* elements per chunk of a row: rows up to CH are read once and exp'd once */
 #define LANES 16
-
-static int64_t min64(int64_t a, int64_t b)
-{
-	return a < b ? a : b;
-}
 
 static int softmax_check(int dtype, int64_t rows, int64_t cols, const void *a, const void *b, const void *c,
 			 const char *who)
@@ -50,21 +44,6 @@ static int64_t row_grain(int64_t cols)
 	return cols >= NK_PARALLEL_GRAIN ? 1 : NK_PARALLEL_GRAIN / (cols + 1) + 1;
 }
 
-/* n elements of a row (dtype) from element off into buf as f32. */
-static void load_f32(float *buf, const void *p, int dtype, int64_t off, int64_t n)
-{
-	size_t es = nk_fp_elem_size(dtype);
-
-	nk_block_load_f32(buf, (const char *)p + off * (int64_t)es, (int64_t)es, dtype, n);
-}
-
-static void store_f32(void *p, int dtype, int64_t off, const float *buf, int64_t n)
-{
-	size_t es = nk_fp_elem_size(dtype);
-
-	nk_block_store_f32((char *)p + off * (int64_t)es, (int64_t)es, dtype, buf, n);
-}
-
 /* A large f32 output (NK_STREAM_MIN_BYTES or more, AVX-512): rows are written with non-temporal
  * stores (no write-allocate read), fenced at the end of each task. */
 static bool stream_out(int dtype, int64_t rows, int64_t cols)
@@ -77,7 +56,7 @@ static void store_row(void *p, int dtype, int64_t off, const float *buf, int64_t
 	if (stream)
 		nk_stream_copy_f32_avx512((float *)p + off, buf, n);
 	else
-		store_f32(p, dtype, off, buf, n);
+		nk_fp_store_row_f32(p, dtype, off, buf, n);
 }
 
 /* ---- row primitives (nk_softmax_impl.h) ------------------------------------------------------- */
@@ -218,31 +197,31 @@ static void softmax_row_f32(const nk_softmax_args_t *a, const nk_rowops_t *ops, 
 		return;
 	}
 	if (a->cols <= CH) { /* bf16, f16: converted once, the f32 row primitive in place */
-		load_f32(buf, a->x, a->dtype, base, a->cols);
+		nk_fp_load_row_f32(buf, a->x, a->dtype, base, a->cols);
 		ops->softmax_row(buf, buf, NULL, a->cols, a->log, 0);
-		store_f32(a->y, a->dtype, base, buf, a->cols);
+		nk_fp_store_row_f32(a->y, a->dtype, base, buf, a->cols);
 		return;
 	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
+		int64_t n = nk_min64(CH, a->cols - c);
 		float m;
 
-		load_f32(buf, a->x, a->dtype, base + c, n);
+		nk_fp_load_row_f32(buf, a->x, a->dtype, base + c, n);
 		m = ops->max(buf, n);
 		mx = m > mx ? m : mx;
 	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
+		int64_t n = nk_min64(CH, a->cols - c);
 
-		load_f32(buf, a->x, a->dtype, base + c, n);
+		nk_fp_load_row_f32(buf, a->x, a->dtype, base + c, n);
 		sum += ops->exp_sum(buf, n, mx);
 	}
 	lse = logf(sum);
 	inv = 1.0f / sum;
 	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
+		int64_t n = nk_min64(CH, a->cols - c);
 
-		load_f32(buf, a->x, a->dtype, base + c, n);
+		nk_fp_load_row_f32(buf, a->x, a->dtype, base + c, n);
 		if (a->log) {
 			for (int64_t j = 0; j < n; j++)
 				buf[j] = (buf[j] - mx) - lse;
@@ -251,7 +230,7 @@ static void softmax_row_f32(const nk_softmax_args_t *a, const nk_rowops_t *ops, 
 			for (int64_t j = 0; j < n; j++)
 				buf[j] *= inv;
 		}
-		store_f32(a->y, a->dtype, base + c, buf, n);
+		nk_fp_store_row_f32(a->y, a->dtype, base + c, buf, n);
 	}
 }
 
@@ -313,8 +292,8 @@ static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, const nk_rowops_
 	if (a->cols <= CH) { /* one chunk: dy and y are read once */
 		int64_t n = a->cols;
 
-		load_f32(dy, a->dy, a->dtype, base, n);
-		load_f32(y, a->y, a->dtype, base, n);
+		nk_fp_load_row_f32(dy, a->dy, a->dtype, base, n);
+		nk_fp_load_row_f32(y, a->y, a->dtype, base, n);
 		if (a->log) {
 			dot = lanes_sum(dy, n);
 			ops->exp_sum(y, n, 0.0f); /* y = exp(log-probability) */
@@ -329,21 +308,21 @@ static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, const nk_rowops_
 		return;
 	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
+		int64_t n = nk_min64(CH, a->cols - c);
 
-		load_f32(dy, a->dy, a->dtype, base + c, n);
+		nk_fp_load_row_f32(dy, a->dy, a->dtype, base + c, n);
 		if (!a->log) {
-			load_f32(y, a->y, a->dtype, base + c, n);
+			nk_fp_load_row_f32(y, a->y, a->dtype, base + c, n);
 			for (int64_t j = 0; j < n; j++)
 				dy[j] *= y[j];
 		}
 		dot += lanes_sum(dy, n);
 	}
 	for (int64_t c = 0; c < a->cols; c += CH) {
-		int64_t n = min64(CH, a->cols - c);
+		int64_t n = nk_min64(CH, a->cols - c);
 
-		load_f32(dy, a->dy, a->dtype, base + c, n);
-		load_f32(y, a->y, a->dtype, base + c, n);
+		nk_fp_load_row_f32(dy, a->dy, a->dtype, base + c, n);
+		nk_fp_load_row_f32(y, a->y, a->dtype, base + c, n);
 		if (a->log) {
 			ops->exp_sum(y, n, 0.0f); /* y = exp(log-probability) */
 			for (int64_t j = 0; j < n; j++)
@@ -352,7 +331,7 @@ static void softmax_bwd_row_f32(const nk_softmax_bwd_args_t *a, const nk_rowops_
 			for (int64_t j = 0; j < n; j++)
 				dy[j] = y[j] * (dy[j] - dot);
 		}
-		store_f32(a->dx, a->dtype, base + c, dy, n);
+		nk_fp_store_row_f32(a->dx, a->dtype, base + c, dy, n);
 	}
 }
 

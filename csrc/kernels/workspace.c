@@ -1,10 +1,10 @@
-/* workspace.c - per-thread kernel scratch (nk_ws.h): one record per thread behind a pthread key, whose
+/* workspace.c - per-thread kernel scratch (nk_workspace.h): one record per thread behind a pthread key, whose
  * destructor frees it when the thread exits. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "nk_ws.h"
+#include "nk_workspace.h"
 
 typedef struct {
 	void *p[NK_WS_SLOTS];

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "nk.h"
-#include "nk_fp.h"
+#include "nk_impl.h"
 
 #ifndef NK_TEST_SMALL
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

@@ -1,15 +1,20 @@
-/* test_index.c - the indexing, scan, sort and triangle kernels (index.c, scan.c, sort.c, shape.c):
- * each optimized entry point against its reference and against naive loops written here, over
- * dtypes, strided layouts and edge cases (empty, collisions, NaN, ties, wrap-around, bad indices). */
+/* test_index.c - the indexing kernels (index.c): gather / scatter / index_select / advanced-indexing
+ * offsets / nonzero against the reference and against naive loops written here, over dtypes, strided
+ * layouts and edge cases (empty, collisions, NaN, wrap-around, bad indices); repeat_interleave and
+ * nonzero_static against direct formulas. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctest.h"
+#include "nk_impl.h"
 #include "nk_test.h"
 #include "nrt.h"
 #include "nrt_impl.h"
 
 static const int all_dtypes[] = { NK_F32, NK_F64, NK_BF16, NK_F16, NK_I64, NK_I32, NK_I16, NK_I8, NK_U8, NK_BOOL };
+
 #define NDT ((int)(sizeof all_dtypes / sizeof all_dtypes[0]))
 
 /* an allocation count: at least 1 */
@@ -236,161 +241,89 @@ static void test_nonzero(void)
 	CHECK(nk_nonzero_count(&z) == 1, "0-d nonzero");
 }
 
-/* ---- scans --------------------------------------------------------------------------------------- */
-static void check_scan(int dt, int op, int64_t O, int64_t R, int64_t I)
+static const int small_dtypes[] = { NK_F32, NK_F64, NK_BF16, NK_F16, NK_I64, NK_I32, NK_I16, NK_I8, NK_U8 };
+
+#define NSDT ((int)(sizeof small_dtypes / sizeof small_dtypes[0]))
+
+static void *rand_small(int dt, int64_t n)
 {
-	int64_t n = O * R * I;
 	size_t es = nk_dtype_size(dt);
-	void *in = rand_elems(dt, n, -3, 4), *out = calloc((size_t)cnt(n), es), *out2 = calloc((size_t)cnt(n), es);
-	int64_t *idx = calloc((size_t)cnt(n), 8), *idx2 = calloc((size_t)cnt(n), 8);
-	if (nk_is_float(dt) && n > 3)
-		nk_store_f64((char *)in + 2 * es, dt, NAN);
-	nk_scan_args_t a = { .op = op, .dtype = dt, .O = O, .R = R, .I = I, .in = in, .out = out, .idx = idx };
-	nk_scan_args_t b = a;
-	b.out = out2, b.idx = idx2;
-	CHECK(nk_scan_run(&a) == 0 && nk_scan_ref(&b) == 0, "scan run");
-	bool ok = memcmp(out, out2, (size_t)n * es) == 0;
-	if (op == NK_SCAN_MAX || op == NK_SCAN_MIN)
-		ok &= memcmp(idx, idx2, (size_t)n * 8) == 0;
-	for (int64_t o = 0; o < O && ok; o++)
-		for (int64_t i = 0; i < I; i++) {
-			double acc = op == NK_SCAN_PROD ? 1 : 0, best = 0;
-			int64_t iacc = op == NK_SCAN_PROD ? 1 : 0;
-			int64_t bi = 0;
-			for (int64_t r = 0; r < R; r++) {
-				int64_t k = (o * R + r) * I + i;
-				double x = elem(in, dt, k), got = elem(out, dt, k), want;
-				if ((op == NK_SCAN_SUM || op == NK_SCAN_PROD) && !nk_is_float(dt)) {
-					int64_t v = nk_load_i64((char *)in + k * (int64_t)es, dt);
-					iacc = op == NK_SCAN_SUM ? (int64_t)((uint64_t)iacc + (uint64_t)v) : (int64_t)((uint64_t)iacc * (uint64_t)v);
-					char tmp[8] = { 0 };
-					nk_store_i64(tmp, dt, iacc);
-					want = elem(tmp, dt, 0);
-				} else if (op == NK_SCAN_SUM || op == NK_SCAN_PROD) {
-					acc = op == NK_SCAN_SUM ? acc + x : acc * x;
-					if (dt == NK_BF16 || dt == NK_F16) /* aten's acc_type is float there */
-						acc = (float)acc;
-					if (dt == NK_BOOL)
-						acc = acc != 0;
-					char tmp[8];
-					if (nk_is_float(dt))
-						nk_store_f64(tmp, dt, acc);
-					else
-						nk_store_i64(tmp, dt, (int64_t)acc);
-					want = elem(tmp, dt, 0);
-				} else {
-					bool take = r == 0 || isnan(x) || (!isnan(best) && (op == NK_SCAN_MAX ? x >= best : x <= best));
-					if (take)
-						best = x, bi = r;
-					want = best;
-					ok &= idx[k] == bi;
+	char *p = calloc((size_t)(n > 0 ? n : 1), es);
+	for (int64_t i = 0; i < n; i++) {
+		int64_t v = nkt_randint(dt == NK_U8 ? 0 : -9, 10);
+		if (nk_is_float(dt))
+			nk_store_f64(p + i * (int64_t)es, dt, (double)v * 0.25);
+		else
+			nk_store_i64(p + i * (int64_t)es, dt, v);
+	}
+	return p;
+}
+
+static void test_repeat_interleave(void)
+{
+	for (int w = 0; w < 2; w++) {
+		int dt = w ? NK_I64 : NK_I32;
+		for (int64_t n = 0; n < 20; n += 3) {
+			int64_t rep[32], total = 0;
+			int32_t rep32[32];
+			for (int64_t i = 0; i < n; i++)
+				rep[i] = nkt_randint(0, 5), rep32[i] = (int32_t)rep[i], total += rep[i];
+			int64_t *o1 = calloc((size_t)total + 1, 8), *o2 = calloc((size_t)total + 1, 8);
+			nk_repeat_interleave_args_t a = { .dtype = dt, .n = n, .total = total, .repeats = w ? (void *)rep : (void *)rep32, .out = o1 };
+			CHECK(nk_repeat_interleave_run(&a) == 0, "repeat_interleave run");
+			a.out = o2;
+			CHECK(nk_repeat_interleave_ref(&a) == 0, "repeat_interleave ref");
+			CHECK(memcmp(o1, o2, (size_t)total * nk_dtype_size(dt)) == 0, "repeat_interleave run != ref");
+			int64_t j = 0;
+			for (int64_t i = 0; i < n; i++)
+				for (int64_t k = 0; k < rep[i]; k++, j++) {
+					int64_t v = w ? o1[j] : ((int32_t *)o1)[j];
+					CHECK(v == i, "repeat_interleave out[%lld] = %lld, want %lld", (long long)j, (long long)v, (long long)i);
 				}
-				ok &= same_elem(got, want);
-			}
+			free(o1), free(o2);
 		}
-	CHECK(ok, "scan op %d %s [%lld, %lld, %lld]", op, dname(dt), (long long)O, (long long)R, (long long)I);
-	free(in), free(out), free(out2), free(idx), free(idx2);
-}
-
-static void test_scans(void)
-{
-	static const int64_t shapes[][3] = { { 1, 1, 1 }, { 2, 7, 3 }, { 5, 40, 1 }, { 1, 0, 4 }, { 30, 33, 20 } };
-	for (int s = 0; s < 5; s++)
-		for (int d = 0; d < NDT; d++)
-			for (int op = NK_SCAN_SUM; op <= NK_SCAN_MIN; op++)
-				check_scan(all_dtypes[d], op, shapes[s][0], shapes[s][1], shapes[s][2]);
-	/* logcumsumexp against the naive formula */
-	double x[6] = { -INFINITY, 0.5, -2, 30, -INFINITY, 1 }, y[6], acc = -INFINITY;
-	nk_scan_args_t a = { .op = NK_SCAN_LOGSUMEXP, .dtype = NK_F64, .O = 1, .R = 6, .I = 1, .in = x, .out = y };
-	CHECK(nk_scan_run(&a) == 0, "logcumsumexp run");
-	bool ok = true;
-	for (int r = 0; r < 6; r++) {
-		acc = acc == -INFINITY ? x[r] : x[r] == -INFINITY ? acc : log(exp(acc - 30) + exp(x[r] - 30)) + 30;
-		ok &= fabs(y[r] - acc) <= 1e-12 * (1 + fabs(acc)) || (y[r] == acc);
 	}
-	CHECK(ok, "logcumsumexp");
+	/* a negative repeat and a wrong total fail the kernel without writing past out */
+	nrt_kernel_fail_clear();
+	int64_t rep[3] = { 1, -1, 2 }, out[4] = { 7, 7, 7, 7 };
+	nk_repeat_interleave_args_t a = { .dtype = NK_I64, .n = 3, .total = 2, .repeats = rep, .out = out };
+	CHECK(nk_repeat_interleave_run(&a) != 0 && nk_repeat_interleave_ref(&a) != 0, "negative repeat accepted");
+	CHECK(strstr(nrt_kernel_fail_message(), "repeats can not be negative") != NULL, "message: %s", nrt_kernel_fail_message());
+	rep[1] = 1;
+	CHECK(nk_repeat_interleave_run(&a) != 0 && nk_repeat_interleave_ref(&a) != 0 && out[0] == 7, "bad total accepted");
+	nrt_kernel_fail_clear();
 }
 
-/* ---- sort ------------------------------------------------------------------------------------------ */
-static void check_sort(int dt, bool desc, int64_t O, int64_t R, int64_t I, bool in_place)
+static void test_nonzero_static(void)
 {
-	int64_t n = O * R * I;
-	size_t es = nk_dtype_size(dt);
-	void *in = rand_elems(dt, n, -6, 7), *out = calloc((size_t)cnt(n), es), *out2 = calloc((size_t)cnt(n), es);
-	void *in_copy = malloc((size_t)cnt(n) * es);
-	int64_t *idx = calloc((size_t)cnt(n), 8), *idx2 = calloc((size_t)cnt(n), 8);
-	if (nk_is_float(dt) && n > 5) {
-		nk_store_f64((char *)in + 1 * es, dt, NAN);
-		nk_store_f64((char *)in + 5 * es, dt, -INFINITY);
+	for (int di = 0; di < NSDT; di++) {
+		int dt = small_dtypes[di];
+		size_t es = nk_dtype_size(dt);
+		int64_t R = 5, C = 7;
+		char *x = rand_small(dt, R * C);
+		int64_t cnt = 0;
+		for (int64_t i = 0; i < R * C; i++)
+			cnt += nk_is_float(dt) ? nk_load_f64(x + i * (int64_t)es, dt) != 0 : nk_load_i64(x + i * (int64_t)es, dt) != 0;
+		for (int64_t size = 0; size < R * C + 4; size += 5) {
+			int64_t *o = calloc((size_t)(2 * size + 1), 8);
+			nk_nonzero_static_args_t a = { .nz = { .dtype = dt, .ndim = 2, .shape = { R, C }, .strides = { C, 1 }, .x = x },
+						       .size = size, .fill = -3, .out = o };
+			CHECK(nk_nonzero_static_run(&a) == 0, "nonzero_static");
+			int64_t k = 0;
+			for (int64_t i = 0; i < R * C && k < size; i++) {
+				bool nz = nk_is_float(dt) ? nk_load_f64(x + i * (int64_t)es, dt) != 0 : nk_load_i64(x + i * (int64_t)es, dt) != 0;
+				if (nz) {
+					CHECK(o[2 * k] == i / C && o[2 * k + 1] == i % C, "nonzero_static row %lld", (long long)k);
+					k++;
+				}
+			}
+			CHECK(k == (cnt < size ? cnt : size), "nonzero_static count");
+			for (; k < size; k++)
+				CHECK(o[2 * k] == -3 && o[2 * k + 1] == -3, "nonzero_static fill row %lld", (long long)k);
+			free(o);
+		}
+		free(x);
 	}
-	memcpy(in_copy, in, (size_t)n * es);
-	size_t ws = nk_sort_workspace(R, O * I);
-	void *work = ws ? malloc(ws) : NULL;
-	nk_sort_args_t a = { .dtype = dt, .descending = desc, .O = O, .R = R, .I = I, .in = in,
-			     .out = in_place ? in : out, .idx = idx, .work = work };
-	nk_sort_args_t b = { .dtype = dt, .descending = desc, .O = O, .R = R, .I = I, .in = in_copy, .out = out2, .idx = idx2 };
-	CHECK(nk_sort_run(&a) == 0 && nk_sort_ref(&b) == 0, "sort run");
-	const void *res = in_place ? in : out;
-	bool ok = memcmp(res, out2, (size_t)n * es) == 0 && memcmp(idx, idx2, (size_t)n * 8) == 0;
-	/* sorted, stable, and a permutation through idx */
-	for (int64_t o = 0; o < O && ok; o++)
-		for (int64_t i = 0; i < I; i++)
-			for (int64_t r = 0; r < R; r++) {
-				int64_t k = (o * R + r) * I + i;
-				ok &= same_elem(elem(res, dt, k), elem(in_copy, dt, (o * R + idx[k]) * I + i));
-				if (r == 0)
-					continue;
-				double p = elem(res, dt, k - I), c = elem(res, dt, k);
-				bool pn = isnan(p), cn = isnan(c);
-				if (desc)
-					ok &= pn || (!cn && p >= c);
-				else
-					ok &= cn || (!pn && p <= c);
-				if (same_elem(p, c))
-					ok &= idx[k - I] < idx[k];
-			}
-	CHECK(ok, "sort %s desc=%d [%lld, %lld, %lld] in_place=%d", dname(dt), desc, (long long)O, (long long)R,
-	      (long long)I, in_place);
-	free(in), free(out), free(out2), free(in_copy), free(idx), free(idx2), free(work);
-}
-
-static void test_sort(void)
-{
-	static const int64_t shapes[][3] = { { 1, 1, 1 }, { 3, 17, 2 }, { 2, 100, 1 }, { 1, 0, 3 }, { 2, 1500, 2 } };
-	for (int s = 0; s < 5; s++)
-		for (int d = 0; d < NDT; d++)
-			for (int desc = 0; desc < 2; desc++)
-				check_sort(all_dtypes[d], desc, shapes[s][0], shapes[s][1], shapes[s][2], s == 1);
-}
-
-/* ---- tril / triu --------------------------------------------------------------------------------- */
-static void test_tri(void)
-{
-	static const int64_t ks[] = { -3, -1, 0, 1, 2, 9 };
-	int64_t B = 2, M = 5, N = 7;
-	for (int d = 0; d < NDT; d++)
-		for (int lower = 0; lower < 2; lower++)
-			for (int t = 0; t < 6; t++) {
-				int dt = all_dtypes[d];
-				size_t es = nk_dtype_size(dt);
-				void *in = rand_elems(dt, B * M * N, 1, 5), *o1 = calloc((size_t)(B * M * N), es), *o2 = calloc((size_t)(B * M * N), es);
-				/* input read transposed in the last two dims: [B, M, N] view of a [B, N, M] buffer */
-				nk_tri_args_t a = { .dtype = dt, .lower = lower, .k = ks[t], .B = B, .M = M, .N = N, .in = in,
-						    .si = { M * N, 1, M }, .out = o1, .so = { M * N, N, 1 } };
-				nk_tri_args_t b = a;
-				b.out = o2;
-				CHECK(nk_tri_run(&a) == 0 && nk_tri_ref(&b) == 0, "tri run");
-				bool ok = memcmp(o1, o2, (size_t)(B * M * N) * es) == 0;
-				for (int64_t bb = 0; bb < B; bb++)
-					for (int64_t i = 0; i < M; i++)
-						for (int64_t j = 0; j < N; j++) {
-							bool keep = lower ? j - i <= ks[t] : j - i >= ks[t];
-							double want = keep ? elem(in, dt, bb * M * N + j * M + i) : 0;
-							ok &= elem(o1, dt, (bb * M + i) * N + j) == want;
-						}
-				CHECK(ok, "tri %s lower=%d k=%lld", dname(dt), lower, (long long)ks[t]);
-				free(in), free(o1), free(o2);
-			}
 }
 
 int main(void)
@@ -401,8 +334,7 @@ int main(void)
 	RUN(test_index_bad);
 	RUN(test_index_offsets);
 	RUN(test_nonzero);
-	RUN(test_scans);
-	RUN(test_sort);
-	RUN(test_tri);
+	RUN(test_repeat_interleave);
+	RUN(test_nonzero_static);
 	return ctest_finish();
 }

@@ -1,5 +1,6 @@
 /* test_loss.c - nll_loss forward/backward against aten's definitions written out naively: reductions
- * none/mean/sum, class weights, ignore_index, total_weight, all-ignored mean = NaN, bad targets. */
+ * none/mean/sum, class weights, ignore_index, total_weight, all-ignored mean = NaN, bad targets.
+ * The margin losses against central differences. */
 #include <stdio.h>
 #include <string.h>
 
@@ -125,11 +126,82 @@ static void test_nll_bad_target(void)
 	CHECK(nk_nll_run(&f) == 0, "ignore_index is not a bad target");
 }
 
+/* ---- margin losses ------------------------------------------------------------------------------- */
+
+static double mm_loss_f64(const double *x, const int64_t *t, const double *w, int64_t N, int64_t C, int64_t p, int reduction)
+{
+	double out = 0;
+	nk_multi_margin_args_t a = { .dtype = NK_F64, .N = N, .C = C, .p = p, .margin = 1.0, .reduction = reduction, .x = x, .target = t, .w = w, .out = &out };
+
+	nk_multi_margin_run(&a);
+	return out;
+}
+
+static void test_margin_losses(void)
+{
+	enum { N = 4, C = 5 };
+	double x[N * C], w[C], gi[N * C], go = 1.0, h = 1e-6, out[N];
+	int64_t t[N] = { 0, 3, 4, 2 }, tl[N * C];
+
+	for (int i = 0; i < N * C; i++)
+		x[i] = nkt_uniform(-1, 1);
+	for (int c = 0; c < C; c++)
+		w[c] = nkt_uniform(0.5, 1.5);
+	for (int64_t p = 1; p <= 2; p++)
+		for (int red = 1; red <= 2; red++) {
+			nk_multi_margin_args_t a = { .dtype = NK_F64, .N = N, .C = C, .p = p, .margin = 1.0, .reduction = red, .x = x, .target = t,
+						     .w = w, .grad_out = &go, .grad_in = gi };
+			CHECK(nk_multi_margin_bwd_run(&a) == 0, "mm bwd");
+			for (int i = 0; i < N * C; i++) {
+				double s = x[i], num;
+
+				x[i] = s + h;
+				num = mm_loss_f64(x, t, w, N, C, p, red);
+				x[i] = s - h;
+				num = (num - mm_loss_f64(x, t, w, N, C, p, red)) / (2 * h);
+				x[i] = s;
+				CHECK(fabs(num - gi[i]) < 1e-6, "multi_margin p=%lld red=%d grad[%d]: %g vs %g", (long long)p, red, i, num, gi[i]);
+			}
+		}
+	/* reduction none sums to reduction sum */
+	nk_multi_margin_args_t a = { .dtype = NK_F64, .N = N, .C = C, .p = 1, .margin = 1.0, .reduction = NK_REDUCTION_NONE, .x = x, .target = t, .out = out };
+	CHECK(nk_multi_margin_run(&a) == 0, "mm none");
+	CHECK(fabs(out[0] + out[1] + out[2] + out[3] - mm_loss_f64(x, t, NULL, N, C, 1, NK_REDUCTION_SUM)) < 1e-12, "none sums to sum");
+	int64_t bad[N] = { 0, 5, 1, 1 };
+	a.target = bad;
+	CHECK(nk_multi_margin_run(&a) != 0, "target out of range fails");
+
+	/* multilabel: labels {1, 3} / {0} / {} / {4, 2, 0} */
+	static const int64_t labels[N][C] = { { 1, 3, -1, 0, 0 }, { 0, -1, 2, 2, 2 }, { -1, 1, 1, 1, 1 }, { 4, 2, 0, -1, 3 } };
+	double ist[N * C], loss, lp;
+	memcpy(tl, labels, sizeof tl);
+	nk_multilabel_margin_args_t m = { .dtype = NK_F64, .N = N, .C = C, .reduction = NK_REDUCTION_SUM, .x = x, .target = tl, .out = &loss,
+					  .is_target = ist, .grad_out = &go, .grad_in = gi };
+	CHECK(nk_multilabel_margin_run(&m) == 0 && nk_multilabel_margin_bwd_run(&m) == 0, "multilabel");
+	CHECK(ist[1] == 1 && ist[3] == 1 && ist[0] == 0 && ist[5] == 1 && ist[6] == 0 && ist[10] == 0, "is_target");
+	for (int i = 0; i < N * C; i++) {
+		double s = x[i], num;
+
+		m.out = &lp;
+		x[i] = s + h;
+		nk_multilabel_margin_run(&m);
+		num = lp;
+		x[i] = s - h;
+		nk_multilabel_margin_run(&m);
+		num = (num - lp) / (2 * h);
+		x[i] = s;
+		CHECK(fabs(num - gi[i]) < 1e-6, "multilabel grad[%d]: %g vs %g", i, num, gi[i]);
+	}
+	tl[0] = 7;
+	CHECK(nk_multilabel_margin_run(&m) != 0, "multilabel target out of range fails");
+}
+
 int main(void)
 {
 	nkt_seed(5);
 	RUN(test_nll_vs_naive);
 	RUN(test_nll_all_ignored);
 	RUN(test_nll_bad_target);
+	RUN(test_margin_losses);
 	return ctest_finish();
 }

@@ -1,7 +1,8 @@
 /* test_optim.c - fused Adam/AdamW: three steps against torch.optim (2.13, CPU, single-tensor) values,
  * and nk_adam_run against nk_adam_ref (bit for bit) for every dtype and flag combination, including
  * sizes that split over the pool; fused SGD and Adagrad (nk_optim.h): run against ref the same way, a
- * hand-computed step, bad arguments.  (The Python tests compare all four with PyTorch's fused CPU ops.) */
+ * hand-computed step, bad arguments.  (The Python tests compare all four with PyTorch's fused CPU ops.)
+ * The AMP grad scaler kernels (grad_scaler.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "nk_impl.h"
 #include "nk_optim.h"
 #include "nrt.h"
+#include "nk_test.h"
 
 static uint64_t rng = 0x853c49e6748fea9bull;
 
@@ -174,6 +176,38 @@ static void test_portable_paths(void)
 	CHECK(system(cmd) == 0, "%s with NEURON_KERNELS=portable failed", self_exe);
 }
 
+/* ---- grad scaler --------------------------------------------------------------------------------- */
+
+static void test_amp(void)
+{
+	float g[100], inv = 0.5f, found = 0;
+	uint16_t hb[3] = { 0x3f80, 0x7f80, 0x4000 }; /* bf16 1, inf, 2 */
+	nk_amp_unscale_args_t a = { .dtype = NK_F32, .n = 100, .x = g, .inv_scale = &inv, .found_inf = &found };
+
+	for (int i = 0; i < 100; i++)
+		g[i] = (float)i;
+	CHECK(nk_amp_unscale_run(&a) == 0 && found == 0 && g[10] == 5.0f && g[99] == 49.5f, "unscale finite");
+	g[50] = NAN;
+	CHECK(nk_amp_unscale_run(&a) == 0 && found == 1.0f, "unscale finds NaN");
+	a.dtype = NK_BF16, a.n = 3, a.x = hb, found = 0;
+	CHECK(nk_amp_unscale_run(&a) == 0 && found == 1.0f && hb[0] == 0x3f00 && hb[2] == 0x3f80, "unscale bf16 inf");
+
+	float scale = 1024.0f, fi = 0;
+	int32_t tracker = 0;
+	nk_amp_update_args_t u = { .scale = &scale, .growth_tracker = &tracker, .found_inf = &fi, .growth = 2.0, .backoff = 0.5, .interval = 3 };
+	nk_amp_update_run(&u);
+	nk_amp_update_run(&u);
+	CHECK(scale == 1024.0f && tracker == 2, "tracker counts");
+	nk_amp_update_run(&u);
+	CHECK(scale == 2048.0f && tracker == 0, "scale grows at the interval");
+	fi = 1;
+	nk_amp_update_run(&u);
+	CHECK(scale == 1024.0f && tracker == 0, "scale backs off on inf");
+	fi = 0, scale = 3e38f, tracker = 2;
+	nk_amp_update_run(&u);
+	CHECK(scale == 3e38f && tracker == 0, "an infinite grown scale is not taken");
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
@@ -183,5 +217,6 @@ int main(int argc, char **argv)
 	RUN(test_errors);
 	RUN(test_sgd_adagrad);
 	RUN(test_portable_paths);
+	RUN(test_amp);
 	return ctest_finish();
 }

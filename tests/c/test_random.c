@@ -1,7 +1,9 @@
 /* test_random.c - counter-based random kernels: Philox4x32-10 known answers, run == reference,
  * results independent of thread count (the test re-runs itself with NEURON_NUM_THREADS=1 and 3),
  * of layout and of how a fill is split into launches, distribution sanity (range, mean, std, rates),
- * and dropout (mask rate ~ 1-p, scaling, p = 0 and p = 1). */
+ * and dropout (mask rate ~ 1-p, scaling, p = 0 and p = 1).
+ * The other distributions (random_dist.c): run vs ref bit-identical, moments, reproducible; randperm is
+ * a permutation, multinomial samples valid categories and fails bad rows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,8 @@
 #include "nk.h"
 #include "nk_impl.h"
 #include "nrt.h"
+#include "nk_test.h"
+#include "nrt_impl.h"
 
 /* A 1-D iterator over n elements of dt at p with byte stride st. */
 static nk_random_args_t rargs(void *p, int dt, int64_t n, int64_t st, int kind, double a, double b)
@@ -274,6 +278,130 @@ static void test_dropout(void)
 	free(x), free(y), free(y2), free(m), free(m2), free(h);
 }
 
+static int64_t cnt(int64_t n)
+{
+	return n > 0 ? n : 1;
+}
+
+static double elem(const void *p, int dt, int64_t i)
+{
+	const char *c = (const char *)p + i * (int64_t)nk_dtype_size(dt);
+	return nk_is_float(dt) ? nk_load_f64(c, dt) : (double)nk_load_i64(c, dt);
+}
+
+/* ---- distributions: run vs ref bit-identical, moments, reproducible ------------------------------ */
+static void test_dist(void)
+{
+	const int64_t n = NK_TEST_SMALL ? 20000 : 200000;
+	static const struct { int kind; double a, b, mean, var; } cases[] = {
+		{ NK_DIST_EXPONENTIAL, 2.0, 0, 0.5, 0.25 },
+		{ NK_DIST_GEOMETRIC, 0.25, 0, 4.0, 12.0 },
+		{ NK_DIST_LOG_NORMAL, 0.0, 0.5, 1.1331484530668263, 0.3646958540698618 },
+		{ NK_DIST_CAUCHY, 1.0, 2.0, NAN, NAN }, /* median 1, quartiles 1 -+ 2 */
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		for (int dti = 0; dti < 2; dti++) {
+			int dt = dti ? NK_F32 : NK_F64;
+			size_t es = nk_dtype_size(dt);
+			char *o1 = malloc((size_t)n * es), *o2 = malloc((size_t)n * es);
+			nk_dist_args_t a = { .kind = cases[c].kind, .a = cases[c].a, .b = cases[c].b, .seed = 1234, .offset = 8 };
+			a.it.ndim = 1, a.it.nops = 1, a.it.shape[0] = n, a.it.strides[0][0] = (int64_t)es, a.it.dtype[0] = (int8_t)dt;
+			a.it.data[0] = o1;
+			CHECK(nk_dist_run(&a) == 0, "dist run");
+			a.it.data[0] = o2;
+			CHECK(nk_dist_ref(&a) == 0, "dist ref");
+			CHECK(memcmp(o1, o2, (size_t)n * es) == 0, "dist kind %d %s: run == ref", cases[c].kind, nk_dtype_name(dt));
+			if (!isnan(cases[c].mean)) {
+				double s = 0, s2 = 0;
+				for (int64_t i = 0; i < n; i++) {
+					double v = elem(o1, dt, i);
+					s += v, s2 += v * v;
+				}
+				double m = s / (double)n, var = s2 / (double)n - m * m, se = sqrt(cases[c].var / (double)n);
+				CHECK(fabs(m - cases[c].mean) < 6 * se, "dist kind %d mean %g want %g", cases[c].kind, m, cases[c].mean);
+				CHECK(fabs(var - cases[c].var) < 0.05 * cases[c].var, "dist kind %d var %g want %g", cases[c].kind, var,
+				      cases[c].var);
+			} else {
+				int64_t below = 0, inq = 0;
+				for (int64_t i = 0; i < n; i++) {
+					double v = elem(o1, dt, i);
+					below += v < 1.0;
+					inq += v > -1.0 && v < 3.0;
+				}
+				CHECK(fabs((double)below / (double)n - 0.5) < 0.01 && fabs((double)inq / (double)n - 0.5) < 0.01,
+				      "cauchy median/quartiles: %g %g", (double)below / (double)n, (double)inq / (double)n);
+			}
+			free(o1), free(o2);
+		}
+	}
+	/* geometric on an integer dtype: >= 1 */
+	int32_t g[1000];
+	nk_dist_args_t a = { .kind = NK_DIST_GEOMETRIC, .a = 0.5, .seed = 9 };
+	a.it.ndim = 1, a.it.nops = 1, a.it.shape[0] = 1000, a.it.strides[0][0] = 4, a.it.dtype[0] = NK_I32, a.it.data[0] = (char *)g;
+	CHECK(nk_dist_run(&a) == 0, "geometric i32");
+	bool ok = true;
+	for (int i = 0; i < 1000; i++)
+		ok &= g[i] >= 1;
+	CHECK(ok, "geometric >= 1");
+	a.a = 1.5;
+	nrt_kernel_fail_clear();
+	CHECK(nk_dist_run(&a) != 0, "geometric p = 1.5 fails");
+	nrt_kernel_fail_clear();
+}
+
+static void test_randperm_multinomial(void)
+{
+	static const int64_t ns[] = { 0, 1, 2, 17, 1000 };
+	for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+		int64_t n = ns[t];
+		int64_t *o = malloc((size_t)cnt(n) * 8), *w = malloc((size_t)cnt(n) * 8), *o2 = malloc((size_t)cnt(n) * 8);
+		char *seen = calloc((size_t)cnt(n), 1);
+		nk_randperm_args_t a = { .dtype = NK_I64, .n = n, .out = o, .work = w, .seed = 5, .offset = 0 };
+		CHECK(nk_randperm_run(&a) == 0, "randperm");
+		bool ok = true;
+		for (int64_t i = 0; i < n; i++) {
+			ok &= o[i] >= 0 && o[i] < n && !seen[o[i]];
+			if (o[i] >= 0 && o[i] < n)
+				seen[o[i]] = 1;
+		}
+		a.out = o2;
+		CHECK(nk_randperm_run(&a) == 0 && (n == 0 || memcmp(o, o2, (size_t)n * 8) == 0), "randperm reproducible");
+		CHECK(ok, "randperm(%lld) is a permutation", (long long)n);
+		free(o), free(w), free(o2), free(seen);
+	}
+	/* multinomial: frequencies follow the weights; without replacement: distinct, never zero weight */
+	enum { D = 3, C = 5, S = 20000 };
+	float p[D * C] = { 1, 2, 3, 4, 0, 0, 0, 1, 0, 0, 5, 5, 0, 0, 10 };
+	int64_t *out = malloc(sizeof(int64_t) * D * S);
+	double *work = malloc(sizeof(double) * 2 * D * C);
+	nk_multinomial_args_t m = { .dtype = NK_F32, .D = D, .C = C, .S = S, .replacement = true, .p = p, .out = out, .work = work,
+				    .seed = 3 };
+	CHECK(nk_multinomial_run(&m) == 0, "multinomial");
+	for (int d = 0; d < D; d++) {
+		double tot = 0, f[C] = { 0 };
+		for (int c = 0; c < C; c++)
+			tot += p[d * C + c];
+		for (int s = 0; s < S; s++)
+			f[out[d * S + s]] += 1.0 / S;
+		for (int c = 0; c < C; c++)
+			CHECK(fabs(f[c] - p[d * C + c] / tot) < 0.02, "multinomial row %d cat %d: %g vs %g", d, c, f[c], p[d * C + c] / tot);
+	}
+	m.replacement = false, m.S = 2, m.D = 1;
+	for (int rep = 0; rep < 50; rep++) {
+		m.seed = (uint64_t)rep;
+		CHECK(nk_multinomial_run(&m) == 0 && out[0] != out[1] && p[out[0]] > 0 && p[out[1]] > 0, "multinomial w/o replacement");
+	}
+	m.S = 5; /* only 4 nonzero categories */
+	nrt_kernel_fail_clear();
+	CHECK(nk_multinomial_run(&m) != 0 && strstr(nrt_kernel_fail_message(), "multinomial"), "too few categories: %s",
+	      nrt_kernel_fail_message());
+	p[2] = NAN, m.S = 1;
+	nrt_kernel_fail_clear();
+	CHECK(nk_multinomial_run(&m) != 0 && strstr(nrt_kernel_fail_message(), "nan"), "NaN weight: %s", nrt_kernel_fail_message());
+	nrt_kernel_fail_clear();
+	free(out), free(work);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "--hash") == 0) {
@@ -287,5 +415,7 @@ int main(int argc, char **argv)
 	RUN(test_dropout);
 	RUN(test_thread_independence);
 	RUN(test_portable_paths);
+	RUN(test_dist);
+	RUN(test_randperm_multinomial);
 	return ctest_finish();
 }

@@ -1,7 +1,7 @@
-/* norm_avx512.c - dense f32 segment helpers of norm.c (batch / group norm) with AVX-512: the f64 sums of
+/* batchnorm_avx512.c - dense f32 segment helpers of batchnorm.c (batch / group norm) with AVX-512: the f64 sums of
  * dy and dy*(x - m) (eight f64 lanes, two accumulators each, then summed across lanes), and the per-channel
  * affine forms y = x*a + b and dx = dy*a + x*b + c in f32 with the same operations and rounding order as
- * norm.c's scalar loops (multiplies and adds, not fused); the plain sum widens every element to f64 and
+ * batchnorm.c's scalar loops (multiplies and adds, not fused); the plain sum widens every element to f64 and
  * the squared deviations use reduce_avx512.c's nk_rd_sumsq_f32_avx512.
  * Call only when nk_cpu_avx512(). */
 #include <immintrin.h>

@@ -1,11 +1,14 @@
-/* shape.c - data-movement kernels that are not plain copies: tril/triu (keep one triangle of the last
- * two dims, zero the rest).
+/* triangle.c - the triangle kernels: tril/triu (keep one triangle of the last two dims, zero the rest)
+ * and tril_indices / triu_indices.
  *
  * nk_tri_run: [B, M, N] with element strides for in and out (any layout; out may be in itself, for the
  * in-place variants).  Row i keeps columns j with j - i <= k (tril) or j - i >= k (triu): element
  * bytes are copied, the rest set to zero bytes (0 in every dtype).  Threading: rows (b, i) over the
  * pool.  nk_tri_ref: element by element.
+ * nk_tri_indices_run walks the kept (r, c) directly; its reference tests every candidate element.
  */
+#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "nk.h"
@@ -89,4 +92,68 @@ int nk_tri_ref(void *args)
 					memset(o, 0, (size_t)es);
 			}
 	return 0;
+}
+
+/* ---- tril_indices / triu_indices -------------------------------------------------------------- */
+/* Column range [c0, c1) of row r that is kept. */
+static void tri_cols(const nk_tri_indices_args_t *a, int64_t r, int64_t *c0, int64_t *c1)
+{
+	int64_t lo, hi;
+	if (a->lower) {
+		lo = 0;
+		hi = r + a->offset + 1;
+	} else {
+		lo = r + a->offset;
+		hi = a->col;
+	}
+	if (lo < 0)
+		lo = 0;
+	if (hi > a->col)
+		hi = a->col;
+	if (hi < lo)
+		hi = lo;
+	*c0 = lo, *c1 = hi;
+}
+
+int nk_tri_indices_run(void *args)
+{
+	const nk_tri_indices_args_t *a = args;
+	int64_t k = 0;
+	for (int64_t r = 0; r < a->row && k < a->n; r++) {
+		int64_t c0, c1;
+		tri_cols(a, r, &c0, &c1);
+		for (int64_t c = c0; c < c1 && k < a->n; c++, k++) {
+			a->out[k] = r;
+			a->out[a->n + k] = c;
+		}
+	}
+	return 0;
+}
+
+int nk_tri_indices_ref(void *args)
+{
+	const nk_tri_indices_args_t *a = args;
+	int64_t k = 0;
+	for (int64_t r = 0; r < a->row; r++)
+		for (int64_t c = 0; c < a->col; c++) {
+			bool keep = a->lower ? c - r <= a->offset : c - r >= a->offset;
+			if (keep && k < a->n) {
+				a->out[k] = r;
+				a->out[a->n + k] = c;
+				k++;
+			}
+		}
+	return 0;
+}
+
+int64_t nk_tri_indices_count(int64_t row, int64_t col, int64_t offset, bool lower)
+{
+	nk_tri_indices_args_t a = { .row = row, .col = col, .offset = offset, .lower = lower };
+	int64_t n = 0;
+	for (int64_t r = 0; r < row; r++) {
+		int64_t c0, c1;
+		tri_cols(&a, r, &c0, &c1);
+		n += c1 - c0;
+	}
+	return n;
 }

@@ -1,4 +1,4 @@
-/* grid.c - 2-d grid sampling (grid_sampler_2d) and its backward, as ATen's CPU (GridSampler.h).
+/* grid_sample.c - 2-d grid sampling (grid_sampler_2d) and its backward, as ATen's CPU (GridSampler.h).
  *
  * A grid point (gx, gy) in [-1, 1] is unnormalized to pixel coordinates (align_corners: -1/+1 are the
  * corner pixel centres, else the image edges), then padded: border clips to [0, size-1], reflection

@@ -1,4 +1,4 @@
-/* upsample.c - separable interpolation (nearest, nearest-exact, linear, cubic) over [NC, D, H, W]
+/* interp.c - separable interpolation (nearest, nearest-exact, linear, cubic) over [NC, D, H, W]
  * planes and its backward.
  *
  * Each output index o along a dimension of input size I and output size O has taps (input index,
@@ -24,7 +24,7 @@
 
 #include "nk.h"
 #include "nk_spatial_impl.h"
-#include "nk_ws.h"
+#include "nk_workspace.h"
 #include "nrt.h"
 
 typedef struct {

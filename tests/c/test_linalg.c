@@ -1,7 +1,6 @@
-/* test_small.c - the small-op kernels (small.c): tril/triu_indices run vs ref vs a naive count over
- * shapes and offsets incl. empty; trace run vs ref (strided, every dtype, zero length, integer
- * wraparound); cross run vs ref vs a direct formula over every dtype, odd O/I and zero-size;
- * repeat_interleave, nonzero_static, renorm against direct formulas; cdist against a direct sum and
+/* test_linalg.c - the small linear-algebra and distance kernels (linalg.c, distance.c): trace run vs
+ * ref (strided, every dtype, zero length, integer wraparound); cross run vs ref vs a direct formula over
+ * every dtype, odd O/I and zero-size; renorm against a direct formula; cdist against a direct sum and
  * central differences, pdist against cdist. */
 #include <math.h>
 #include <stdio.h>
@@ -9,12 +8,13 @@
 #include <string.h>
 
 #include "ctest.h"
-#include "nk_test.h"
 #include "nk_impl.h"
+#include "nk_test.h"
 #include "nrt.h"
 #include "nrt_impl.h"
 
 static const int dtypes[] = { NK_F32, NK_F64, NK_BF16, NK_F16, NK_I64, NK_I32, NK_I16, NK_I8, NK_U8 };
+
 #define NDT ((int)(sizeof dtypes / sizeof dtypes[0]))
 
 static void *rand_elems(int dt, int64_t n)
@@ -29,30 +29,6 @@ static void *rand_elems(int dt, int64_t n)
 			nk_store_i64(p + i * (int64_t)es, dt, v);
 	}
 	return p;
-}
-
-static void test_tri(void)
-{
-	for (int lower = 0; lower < 2; lower++)
-		for (int64_t row = 0; row < 8; row++)
-			for (int64_t col = 0; col < 9; col += 2)
-				for (int64_t off = -10; off <= 10; off += 3) {
-					int64_t n = nk_tri_indices_count(row, col, off, lower);
-					int64_t naive = 0;
-					for (int64_t r = 0; r < row; r++)
-						for (int64_t c = 0; c < col; c++)
-							naive += lower ? c - r <= off : c - r >= off;
-					CHECK(n == naive, "tri count %d %lld %lld %lld: %lld vs %lld", lower, (long long)row, (long long)col,
-					      (long long)off, (long long)n, (long long)naive);
-					int64_t *o1 = calloc((size_t)(2 * n + 1), 8), *o2 = calloc((size_t)(2 * n + 1), 8);
-					nk_tri_indices_args_t a = { .row = row, .col = col, .offset = off, .n = n, .lower = lower, .out = o1 };
-					CHECK(nk_tri_indices_run(&a) == 0, "tri run");
-					a.out = o2;
-					CHECK(nk_tri_indices_ref(&a) == 0, "tri ref");
-					CHECK(memcmp(o1, o2, (size_t)(2 * n) * 8) == 0, "tri run != ref %d %lld %lld %lld", lower, (long long)row,
-					      (long long)col, (long long)off);
-					free(o1), free(o2);
-				}
 }
 
 static void test_trace(void)
@@ -119,73 +95,6 @@ static void test_cross(void)
 					}
 			free(x), free(y), free(o1), free(o2);
 		}
-	}
-}
-
-static void test_repeat_interleave(void)
-{
-	for (int w = 0; w < 2; w++) {
-		int dt = w ? NK_I64 : NK_I32;
-		for (int64_t n = 0; n < 20; n += 3) {
-			int64_t rep[32], total = 0;
-			int32_t rep32[32];
-			for (int64_t i = 0; i < n; i++)
-				rep[i] = nkt_randint(0, 5), rep32[i] = (int32_t)rep[i], total += rep[i];
-			int64_t *o1 = calloc((size_t)total + 1, 8), *o2 = calloc((size_t)total + 1, 8);
-			nk_repeat_interleave_args_t a = { .dtype = dt, .n = n, .total = total, .repeats = w ? (void *)rep : (void *)rep32, .out = o1 };
-			CHECK(nk_repeat_interleave_run(&a) == 0, "repeat_interleave run");
-			a.out = o2;
-			CHECK(nk_repeat_interleave_ref(&a) == 0, "repeat_interleave ref");
-			CHECK(memcmp(o1, o2, (size_t)total * nk_dtype_size(dt)) == 0, "repeat_interleave run != ref");
-			int64_t j = 0;
-			for (int64_t i = 0; i < n; i++)
-				for (int64_t k = 0; k < rep[i]; k++, j++) {
-					int64_t v = w ? o1[j] : ((int32_t *)o1)[j];
-					CHECK(v == i, "repeat_interleave out[%lld] = %lld, want %lld", (long long)j, (long long)v, (long long)i);
-				}
-			free(o1), free(o2);
-		}
-	}
-	/* a negative repeat and a wrong total fail the kernel without writing past out */
-	nrt_kernel_fail_clear();
-	int64_t rep[3] = { 1, -1, 2 }, out[4] = { 7, 7, 7, 7 };
-	nk_repeat_interleave_args_t a = { .dtype = NK_I64, .n = 3, .total = 2, .repeats = rep, .out = out };
-	CHECK(nk_repeat_interleave_run(&a) != 0 && nk_repeat_interleave_ref(&a) != 0, "negative repeat accepted");
-	CHECK(strstr(nrt_kernel_fail_message(), "repeats can not be negative") != NULL, "message: %s", nrt_kernel_fail_message());
-	rep[1] = 1;
-	CHECK(nk_repeat_interleave_run(&a) != 0 && nk_repeat_interleave_ref(&a) != 0 && out[0] == 7, "bad total accepted");
-	nrt_kernel_fail_clear();
-}
-
-static void test_nonzero_static(void)
-{
-	for (int di = 0; di < NDT; di++) {
-		int dt = dtypes[di];
-		size_t es = nk_dtype_size(dt);
-		int64_t R = 5, C = 7;
-		char *x = rand_elems(dt, R * C);
-		int64_t cnt = 0;
-		for (int64_t i = 0; i < R * C; i++)
-			cnt += nk_is_float(dt) ? nk_load_f64(x + i * (int64_t)es, dt) != 0 : nk_load_i64(x + i * (int64_t)es, dt) != 0;
-		for (int64_t size = 0; size < R * C + 4; size += 5) {
-			int64_t *o = calloc((size_t)(2 * size + 1), 8);
-			nk_nonzero_static_args_t a = { .nz = { .dtype = dt, .ndim = 2, .shape = { R, C }, .strides = { C, 1 }, .x = x },
-						       .size = size, .fill = -3, .out = o };
-			CHECK(nk_nonzero_static_run(&a) == 0, "nonzero_static");
-			int64_t k = 0;
-			for (int64_t i = 0; i < R * C && k < size; i++) {
-				bool nz = nk_is_float(dt) ? nk_load_f64(x + i * (int64_t)es, dt) != 0 : nk_load_i64(x + i * (int64_t)es, dt) != 0;
-				if (nz) {
-					CHECK(o[2 * k] == i / C && o[2 * k + 1] == i % C, "nonzero_static row %lld", (long long)k);
-					k++;
-				}
-			}
-			CHECK(k == (cnt < size ? cnt : size), "nonzero_static count");
-			for (; k < size; k++)
-				CHECK(o[2 * k] == -3 && o[2 * k + 1] == -3, "nonzero_static fill row %lld", (long long)k);
-			free(o);
-		}
-		free(x);
 	}
 }
 
@@ -312,11 +221,8 @@ static void test_pdist(void)
 int main(void)
 {
 	nkt_seed(5);
-	RUN(test_tri);
 	RUN(test_trace);
 	RUN(test_cross);
-	RUN(test_repeat_interleave);
-	RUN(test_nonzero_static);
 	RUN(test_renorm);
 	RUN(test_cdist);
 	RUN(test_pdist);

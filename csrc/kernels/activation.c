@@ -1,4 +1,4 @@
-/* act.c - small activations and their backward on a strided iterator (hardshrink, softshrink, logit
+/* activation.c - small activations and their backward on a strided iterator (hardshrink, softshrink, logit
  * backward, glu, prelu: nk_act_op_t), and rrelu's training forward with Philox noise.
  *
  * nk_act_run walks the coalesced iterator row by row (nk_loop_parallel); a row is converted to f64 in
@@ -9,7 +9,6 @@
 #include <math.h>
 
 #include "nk.h"
-#include "nk_fp.h"
 #include "nk_impl.h"
 #include "nrt.h"
 

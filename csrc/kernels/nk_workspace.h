@@ -1,10 +1,10 @@
-/* nk_ws.h - per-thread scratch memory for the kernels that need some (packed GEMM panels, attention
+/* nk_workspace.h - per-thread scratch memory for the kernels that need some (packed GEMM panels, attention
  * tiles, split-reduction partials).  A buffer is allocated on a thread's first use of its slot, grown
  * on demand, kept for the thread's next calls and freed when the thread exits, so kernels do not
  * allocate on their hot path and threads that never run these kernels pay nothing.  Internal to
  * csrc/kernels. */
-#ifndef NK_WS_H
-#define NK_WS_H
+#ifndef NK_WORKSPACE_H
+#define NK_WORKSPACE_H
 
 #include <stddef.h>
 
@@ -14,7 +14,7 @@ enum {
 	NK_WS_GEMM_C,    /* f32 accumulation block (bf16/f16 C) */
 	NK_WS_ATTENTION, /* attention tiles */
 	NK_WS_PARTIALS,  /* per-chunk partial sums of split reductions (caller thread) */
-	NK_WS_SPATIAL,   /* upsample.c: f32 gradient plane (bf16/f16 backward), uint8 intermediate image */
+	NK_WS_SPATIAL,   /* interp.c: f32 gradient plane (bf16/f16 backward), uint8 intermediate image */
 	NK_WS_SLOTS
 };
 
@@ -22,4 +22,4 @@ enum {
  * memory for it (the caller then fails the kernel).  Contents are not preserved when it grows. */
 void *nk_ws_get(int slot, size_t bytes);
 
-#endif /* NK_WS_H */
+#endif /* NK_WORKSPACE_H */
