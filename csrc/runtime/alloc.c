@@ -675,7 +675,15 @@ int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr)
 		rest = NULL;
 	}
 	b->allocated = true;
-	b->prod_seq = nrt_queue_submitted(q); /* the next record queued is the op it is allocated for */
+	b->id = ++a->next_id;
+	b->nw = 0;
+	if (!nrt_op_active() || !nrt_op_note_block(b->ptr, b->id, true)) {
+		/* outside a bracket the next record queued is the op it is allocated for */
+		uint64_t s = nrt_queue_submitted(q);
+
+		b->w[0] = (struct nrt_writer){ q, s, s };
+		b->nw = 1;
+	}
 	b->requested = nbytes;
 	b->nuses = 0;
 	map_insert(b);
@@ -730,6 +738,9 @@ int nrt_free(void *ptr)
 	if (!(b = lock_block(ptr, "nrt_free", &a)))
 		return NRT_ERR_INVALID;
 	map_remove(b);
+	free(b->poison);
+	b->poison = NULL;
+	b->nw = 0;
 	stat_sub(&a->st.allocation, 1);
 	stat_sub(&a->st.allocated_bytes, (int64_t)b->size);
 	stat_sub(&a->st.requested_bytes, (int64_t)b->requested);
@@ -789,35 +800,139 @@ unlock:
 	return rc;
 }
 
-int nrt_check_readable(const void *ptr)
+/* ---- poison (op brackets: op.c) ------------------------------------------------------------------- */
+/* Whether b is poisoned (under its device's lock): its sticky poison, or a producer that failed or was
+ * skipped.  Producers whose records have all run cleanly are dropped; a failed one becomes the sticky
+ * poison once its error has been reported. */
+static bool block_poisoned_locked(struct nrt_block *b, char *msg, size_t cap, struct nrt_queue **open,
+				  struct nrt_writer *bad)
+{
+	int k = 0;
+	bool hit = false;
+
+	*open = NULL;
+	if (b->poison) {
+		snprintf(msg, cap, "%s", b->poison);
+		return true;
+	}
+	for (int i = 0; i < b->nw; i++) {
+		struct nrt_writer *w = &b->w[i];
+		bool pending;
+
+		if (!hit && nrt_queue_record_failed(w, msg, cap, &pending, bad)) {
+			hit = true;
+			if (pending)
+				*open = w->q;
+			else
+				b->poison = strdup(msg); /* without memory: found again through w next time */
+			if (b->poison)
+				continue;
+		} else if (!hit && nrt_queue_reached(w->q, w->last + 1)) {
+			continue; /* ran cleanly: resolved */
+		}
+		b->w[k++] = *w;
+	}
+	b->nw = k;
+	return hit;
+}
+
+/* Adds producer w to b (under its device's lock).  With no room, w merges into a producer on the same
+ * queue (the range between them is covered too: a failure there poisons b, never the other way), or
+ * replaces the oldest. */
+static void block_add_writer(struct nrt_block *b, const struct nrt_writer *w)
 {
 	char msg[NRT_ERRMSG_MAX];
+	struct nrt_queue *open;
+	struct nrt_writer bad;
+
+	if (block_poisoned_locked(b, msg, sizeof msg, &open, &bad) && b->poison)
+		return; /* poisoned for good */
+	for (int i = 0; i < b->nw; i++) {
+		if (b->w[i].q == w->q && b->w[i].first <= w->first && w->last <= b->w[i].last)
+			return;
+	}
+	if (b->nw < NRT_BLOCK_WRITERS) {
+		b->w[b->nw++] = *w;
+		return;
+	}
+	for (int i = b->nw - 1; i >= 0; i--) {
+		if (b->w[i].q == w->q) {
+			b->w[i].first = b->w[i].first < w->first ? b->w[i].first : w->first;
+			b->w[i].last = b->w[i].last > w->last ? b->w[i].last : w->last;
+			return;
+		}
+	}
+	memmove(&b->w[0], &b->w[1], (size_t)(b->nw - 1) * sizeof b->w[0]);
+	b->w[b->nw - 1] = *w;
+}
+
+void nrt_alloc_op_end(const struct nrt_op_block *blk, int n, const struct nrt_writer *w, int nw)
+{
+	for (int i = 0; i < n; i++) {
+		struct nrt_alloc *a;
+		struct nrt_block *b;
+		int dev = -1;
+
+		if (!map_find(blk[i].ptr, &dev) || !(a = alloc_at(dev)))
+			continue; /* not a device block (host memory), or freed inside the op */
+		pthread_mutex_lock(&a->lock);
+		pthread_mutex_lock(&map.lock);
+		b = map_find_locked(blk[i].ptr);
+		pthread_mutex_unlock(&map.lock);
+		if (b && b->dev == dev && (!blk[i].fresh || b->id == blk[i].id)) {
+			if (blk[i].fresh)
+				b->nw = 0;
+			for (int j = 0; j < nw; j++)
+				block_add_writer(b, &w[j]);
+		}
+		pthread_mutex_unlock(&a->lock);
+	}
+}
+
+int nrt_alloc_poison(const void *ptr, struct nrt_queue **open, struct nrt_writer *bad)
+{
+	char msg[NRT_ERRMSG_MAX];
+	struct nrt_alloc *a;
 	struct nrt_block *b;
+	bool hit = false;
+	int dev = -1;
+
+	*open = NULL;
+	if (!map_find(ptr, &dev) || !(a = alloc_at(dev)))
+		return NRT_OK;
+	pthread_mutex_lock(&a->lock);
+	pthread_mutex_lock(&map.lock);
+	b = map_find_locked(ptr);
+	pthread_mutex_unlock(&map.lock);
+	if (b && b->dev == dev)
+		hit = block_poisoned_locked(b, msg, sizeof msg, open, bad);
+	pthread_mutex_unlock(&a->lock);
+	return hit ? nrt_set_error(NRT_ERR_KERNEL, "%s", msg) : NRT_OK;
+}
+
+int nrt_check_readable(const void *ptr)
+{
 	struct nrt_queue *q = NULL;
-	uint64_t seq = 0;
-	bool open;
+	struct nrt_writer bad;
+	int rc;
 
 	if (nrt_bad_fork())
 		return nrt_fork_error();
 	if (!ptr || !atomic_load_explicit(&nrt_poison_seen, memory_order_relaxed))
 		return NRT_OK;
-	pthread_mutex_lock(&map.lock);
-	if ((b = map_find_locked(ptr))) {
-		q = b->q;
-		seq = b->prod_seq;
+	rc = nrt_alloc_poison(ptr, &q, &bad);
+	if (rc && q && q != nrt_current_queue()) {
+		/* this read reports the error: finish the queue first (what is queued behind the failure is
+		 * skipped, into the range) and clear it, as a synchronize would, so it is reported once and
+		 * the queue runs again */
+		char msg[NRT_ERRMSG_MAX];
+
+		snprintf(msg, sizeof msg, "%s", nrt_last_error());
+		nrt_queue_wait_seq(q, nrt_queue_submitted(q));
+		(void)nrt_queue_take_error(q);
+		rc = nrt_set_error(NRT_ERR_KERNEL, "%s", msg);
 	}
-	pthread_mutex_unlock(&map.lock);
-	if (q && nrt_queue_record_failed(q, seq, msg, sizeof msg, &open)) {
-		if (open && q != nrt_current_queue()) {
-			/* this read reports the error: finish the queue first (what is queued behind the failure
-			 * is skipped, into the range) and clear it, as a synchronize would, so it is reported
-			 * once and the queue runs again */
-			nrt_queue_wait_seq(q, nrt_queue_submitted(q));
-			(void)nrt_queue_take_error(q);
-		}
-		return nrt_set_error(NRT_ERR_KERNEL, "%s", msg);
-	}
-	return NRT_OK;
+	return rc;
 }
 
 int nrt_ptr_device(const void *ptr, int *dev)

@@ -2,8 +2,9 @@
  * started its threads is refused (see nrt_in_forked_child).
  *
  * The prepare handler takes every lock of the runtime in its one order (the init lock, each device's
- * queue list, each queue's launch, parking and error locks, the allocators, the pointer map, the trace,
- * pinned host memory, the fusion registry: the order the runtime's own paths nest them in) and the
+ * queue list, each queue's launch lock, the allocators, the pointer map, each queue's parking and
+ * error locks, the trace, pinned host memory, the fusion registry: the order the runtime's own paths
+ * nest them in) and the
  * parent and child handlers release them, so the child's copy of every lock is free: a child of a
  * process whose other threads were allocating, launching or reading statistics at the fork uses the
  * device (when no runtime thread existed) instead of hanging on a lock nobody will release.  The
@@ -22,8 +23,9 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 static void atfork_prepare(void)
 {
 	nrt_device_fork_locks(true);
-	nrt_queue_fork_locks(true);
+	nrt_queue_fork_locks(0, true);
 	nrt_alloc_fork_locks(true);
+	nrt_queue_fork_locks(1, true);
 	nrt_host_fork_locks(true);
 	nrt_fuse_fork_locks(true);
 }
@@ -32,8 +34,9 @@ static void atfork_release(void)
 {
 	nrt_fuse_fork_locks(false);
 	nrt_host_fork_locks(false);
+	nrt_queue_fork_locks(1, false);
 	nrt_alloc_fork_locks(false);
-	nrt_queue_fork_locks(false);
+	nrt_queue_fork_locks(0, false);
 	nrt_device_fork_locks(false);
 }
 

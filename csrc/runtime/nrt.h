@@ -127,10 +127,26 @@ int nrt_record_queue(void *ptr, nrt_queue_t *q);
  * often it is asked and whichever thread reported the error first.  NRT_OK for any other pointer.
  * ptr is a pointer nrt_malloc returned.  If the error has not been reported yet, this reports it: it
  * waits for the queue and clears its sticky error, as nrt_queue_synchronize would.
- * A block's producer is the first record queued on its queue after the allocation (the op the output
- * was allocated for); outputs written in place and a later kernel of a multi-kernel op are not
- * tracked. */
+ * Inside an op bracket (below) a block's producers are the op's records; outside one, the first record
+ * queued on its queue after the allocation. */
 int nrt_check_readable(const void *ptr);
+
+/* Op brackets: what one op of the layer above launches, allocates and writes.  Between nrt_op_begin and
+ * nrt_op_end (nested brackets belong to the outermost) the records the calling thread queues are the
+ * op's (those on the queue of its first record), the blocks it allocates are its outputs and
+ * nrt_op_write names the blocks it writes in place (out=, self of an in-place op).  At nrt_op_end they
+ * are all produced by the op: poisoned if any of its records fails or is skipped, whichever kernel of
+ * the op it was and whatever other threads queue meanwhile; an output of an op that launched nothing
+ * (empty) has no producer.  A block stays poisoned until freed, however often it is written again.
+ * nrt_op_begin returns whether any kernel has failed in this process so far; only then do reads need
+ * nrt_op_read: NRT_ERR_KERNEL with the error for a poisoned block whose error has been reported (the op
+ * must not run: it would read garbage), NRT_OK otherwise; a block whose error is still pending passes
+ * its poison on to the op's outputs instead (the op's records are skipped behind the error, unless
+ * another thread reports it first).  Pointers that are not device blocks are ignored. */
+bool nrt_op_begin(void);
+int nrt_op_read(const void *ptr);
+void nrt_op_write(void *ptr);
+void nrt_op_end(void);
 int nrt_empty_cache(int dev);
 int nrt_ptr_device(const void *ptr, int *dev); /* NRT_ERR_INVALID if not a live device block */
 

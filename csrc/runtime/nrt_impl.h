@@ -14,6 +14,7 @@
 
 #define NRT_MAX_DEVICES 64
 #define NRT_ERRMSG_MAX 1024
+#define NRT_BLOCK_WRITERS 4 /* unresolved producers kept per block (alloc.c) */
 
 /* Monotonic clock in ns (nrt_now_ns is the public name). */
 static inline int64_t nrt_mono_ns(void)
@@ -56,10 +57,10 @@ int nrt_fork_error(void);
 void nrt_note_thread_start(void);
 /* Installs the atfork handlers (nrt_init calls it; idempotent). */
 void nrt_fork_register(void);
-/* The atfork handlers' lock and release of each file's locks (lock order: device, queue, alloc, host,
- * fuse; released in reverse). */
+/* The atfork handlers' lock and release of each file's locks (lock order: device, queue phase 0, alloc,
+ * queue phase 1, host, fuse; released in reverse). */
 void nrt_device_fork_locks(bool lock);
-void nrt_queue_fork_locks(bool lock);
+void nrt_queue_fork_locks(int phase, bool lock);
 void nrt_alloc_fork_locks(bool lock);
 void nrt_host_fork_locks(bool lock);
 void nrt_fuse_fork_locks(bool lock);
@@ -161,9 +162,16 @@ int nrt_queue_start(struct nrt_queue *q, int dev, int id, int priority);
 int nrt_queue_wait_for(struct nrt_queue *q, struct nrt_queue *src, uint64_t seq);
 /* Some queue has recorded a failed or skipped record (nrt_check_readable's fast path). */
 extern atomic_bool nrt_poison_seen;
-/* If record number seq of q failed or was skipped, copies its error into msg and returns true; *open
- * tells that the error is still pending (not yet reported by a synchronizing call). */
-bool nrt_queue_record_failed(struct nrt_queue *q, uint64_t seq, char *msg, size_t cap, bool *open);
+/* A range of record numbers [first, last] of q. */
+struct nrt_writer {
+	struct nrt_queue *q;
+	uint64_t first, last;
+};
+/* If a record of w failed or was skipped, copies the error into msg, the bad range into *bad and
+ * returns true; *open tells that the error is still pending (not yet reported by a synchronizing
+ * call). */
+bool nrt_queue_record_failed(const struct nrt_writer *w, char *msg, size_t cap, bool *open,
+			     struct nrt_writer *bad);
 /* The queue whose worker runs the current thread (NULL on other threads). */
 struct nrt_queue *nrt_current_queue(void);
 
@@ -180,6 +188,37 @@ bool nrt_queue_on_worker(void);
 /* The tail of q now (acquire). */
 uint64_t nrt_queue_tail_now(struct nrt_queue *q);
 void nrt_queue_trace_record(struct nrt_queue *q, const char *name, int64_t t0, int64_t t1);
+
+/* ---- op.c: the calling thread's op bracket ------------------------------------------------------ */
+struct nrt_op_state {
+	int depth;
+	struct nrt_queue *q;     /* the queue of the op's first record */
+	uint64_t first, last;    /* its records there */
+	int nrec;
+	struct nrt_op_block *blk; /* allocated or written */
+	int nblk, cap;
+	struct nrt_writer inh[NRT_BLOCK_WRITERS]; /* pending bad ranges the op read */
+	int ninh;
+};
+extern _Thread_local struct nrt_op_state nrt_op;
+static inline bool nrt_op_active(void)
+{
+	return nrt_op.depth > 0;
+}
+/* queue.c: record number seq of q was queued by this thread inside the bracket. */
+static inline void nrt_op_note_record(struct nrt_queue *q, uint64_t seq)
+{
+	if (!nrt_op.nrec++) {
+		nrt_op.q = q;
+		nrt_op.first = seq;
+	} else if (q != nrt_op.q) {
+		nrt_op.nrec--; /* another queue: not tracked */
+		return;
+	}
+	nrt_op.last = seq;
+}
+/* alloc.c: the op allocated (fresh) or writes block ptr; false if the list cannot grow. */
+bool nrt_op_note_block(void *ptr, uint64_t id, bool fresh);
 
 /* ---- event.c ----------------------------------------------------------------------------------- */
 struct nrt_event {
@@ -214,7 +253,10 @@ struct nrt_block {
 	int dev;
 	int qid;               /* owning queue */
 	struct nrt_queue *q;   /* the owning queue (structs are never freed) */
-	uint64_t prod_seq;     /* allocated: q's tail at nrt_malloc, the record number of its producer */
+	uint64_t id;           /* allocation number (per device), tells a reused struct apart */
+	struct nrt_writer w[NRT_BLOCK_WRITERS]; /* its producers still unresolved (poison: see op.c) */
+	int nw;
+	char *poison;          /* the error of a producer that failed or was skipped (sticky until free) */
 	uint64_t free_seq;     /* free: q's submitted count when last freed; the memory may go back to the
 				  arena only once q's head has reached it (queued kernels may still use it) */
 	bool small;            /* pool */
@@ -236,6 +278,7 @@ struct nrt_alloc {
 	struct nrt_pool_tree small, large;
 	struct nrt_block *pending;     /* freed blocks waiting for other queues */
 	atomic_int npending;           /* lets syncs skip the lock when nothing is pending */
+	uint64_t next_id;              /* allocation numbers */
 	struct nrt_block *spare;       /* recycled block structs */
 	nrt_mem_stats_t st;
 };
@@ -248,6 +291,18 @@ void nrt_alloc_process_pending(int dev);
 int64_t nrt_alloc_live_bytes(int dev);
 /* Makes t the source of dev's segments; NRT_ERR_INVALID (nothing changed) while dev holds any. */
 int nrt_alloc_set_target(int dev, const nrt_target_t *t);
+/* Op brackets (op.c): the blocks of the op ending, with the records it queued and the pending bad
+ * ranges it read; alloc.c gives each block the op as a producer. */
+struct nrt_op_block {
+	void *ptr;
+	uint64_t id;
+	bool fresh; /* allocated by the op (else written in place) */
+};
+void nrt_alloc_op_end(const struct nrt_op_block *blk, int n, const struct nrt_writer *w, int nw);
+/* ptr's poison: NRT_OK if clean (or not a device block); NRT_ERR_KERNEL (message set) if poisoned,
+ * with *open the queue whose error is still pending (NULL if reported) and *bad its range. */
+int nrt_alloc_poison(const void *ptr, struct nrt_queue **open, struct nrt_writer *bad);
+
 /* [p, p + len) lies inside one free cached block of dev (no live tensor holds any of it). */
 bool nrt_alloc_range_free(int dev, const void *p, size_t len);
 

@@ -135,17 +135,24 @@ static bool skip_record(struct nrt_queue *q, uint64_t seq)
 	return skip;
 }
 
-bool nrt_queue_record_failed(struct nrt_queue *q, uint64_t seq, char *msg, size_t cap, bool *open)
+bool nrt_queue_record_failed(const struct nrt_writer *w, char *msg, size_t cap, bool *open,
+			     struct nrt_writer *bad)
 {
+	struct nrt_queue *q = w->q;
 	bool found = false;
 
 	*open = false;
+	if (!atomic_load_explicit(&nrt_poison_seen, memory_order_acquire))
+		return false;
 	pthread_mutex_lock(&q->err_lock);
 	for (int i = q->nbad - 1; i >= 0 && !found; i--) {
-		if (q->bad[i].first <= seq && seq <= q->bad[i].last) {
+		if (q->bad[i].first <= w->last && w->first <= q->bad[i].last) {
 			snprintf(msg, cap, "%s", q->bad[i].msg);
 			found = true;
 			*open = i == q->nbad - 1 && atomic_load(&q->err_flag);
+			bad->q = q;
+			bad->first = q->bad[i].first;
+			bad->last = q->bad[i].last;
 		}
 	}
 	pthread_mutex_unlock(&q->err_lock);
@@ -499,6 +506,8 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 			r->kind = kind;
 			atomic_store(&q->tail, tail + 1);
 			pthread_mutex_unlock(&q->prod_lock); /* others may queue behind this record */
+			if (nrt_op_active() && kind != NRT_REC_INTERNAL)
+				nrt_op_note_record(q, tail);
 			cur_queue = q;
 			exec_one(q, tail);
 			cur_queue = prev;
@@ -530,6 +539,8 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 	if (seq)
 		*seq = tail + 1;
 	pthread_mutex_unlock(&q->prod_lock);
+	if (nrt_op_active() && kind != NRT_REC_INTERNAL)
+		nrt_op_note_record(q, tail);
 	if (atomic_load(&q->worker_parked)) {
 		pthread_mutex_lock(&q->lock);
 		pthread_cond_signal(&q->work_cv);
@@ -849,10 +860,13 @@ static pthread_mutex_t *err_lock_of(struct nrt_queue *q)
 	return &q->err_lock;
 }
 
-void nrt_queue_fork_locks(bool lock)
+/* Phase 0: the launch locks (a launcher's kernel may allocate); phase 1, after the allocators (which
+ * look up bad ranges under their lock): the parking, error and trace locks. */
+void nrt_queue_fork_locks(int phase, bool lock)
 {
-	if (lock) {
-		fork_lock_all(prod_lock_of, true);
+	if (phase == 0) {
+		fork_lock_all(prod_lock_of, lock);
+	} else if (lock) {
 		fork_lock_all(park_lock_of, true);
 		fork_lock_all(err_lock_of, true);
 		pthread_mutex_lock(&trace.lock);
@@ -860,6 +874,5 @@ void nrt_queue_fork_locks(bool lock)
 		pthread_mutex_unlock(&trace.lock);
 		fork_lock_all(err_lock_of, false);
 		fork_lock_all(park_lock_of, false);
-		fork_lock_all(prod_lock_of, false);
 	}
 }

@@ -451,6 +451,132 @@ static void test_poisoned_outputs(void)
 	nrt_free(w);
 }
 
+/* Op brackets (issue 16, 13): in-place outputs of failed and skipped ops, ops of several kernels, ops
+ * reading poisoned data after the report, and the producer attribution when ops share a queue. */
+struct bracket_args {
+	atomic_int *step;
+	void *out;
+	int rc;
+};
+
+static void *bracket_thread(void *p)
+{
+	struct bracket_args *a = p;
+	nrt_queue_t *q = nrt_queue_default(0);
+	atomic_int n = 0;
+	struct count_args c = { &n };
+
+	nrt_op_begin();
+	a->rc = nrt_malloc(q, 4096, &a->out);
+	atomic_store(a->step, 1);
+	while (atomic_load(a->step) != 2)
+		sleep_ms(1);
+	a->rc |= nrt_queue_launch(q, k_count, &c, sizeof c, "test::op_a");
+	nrt_op_end();
+	return NULL;
+}
+
+static void test_op_brackets(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	atomic_int n = 0, step = 0;
+	struct count_args c = { &n };
+	struct bracket_args ta = { &step, NULL, 0 };
+	void *x = NULL, *w = NULL, *y = NULL, *z = NULL, *e = NULL, *f = NULL;
+	int idx = 5, rc;
+	pthread_t t;
+
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "clean start");
+	CHECK(nrt_malloc(q, 4096, &x) == NRT_OK && nrt_malloc(q, 4096, &w) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "test::fill") == NRT_OK, "launch");
+	CHECK(nrt_queue_synchronize(q) == NRT_OK && nrt_check_readable(x) == NRT_OK, "x is data");
+
+	/* in place: x written by the failed op, w by one skipped behind it */
+	nrt_op_begin();
+	nrt_op_write(x);
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::index_copy_") == NRT_OK, "launch");
+	nrt_op_end();
+	nrt_op_begin();
+	nrt_op_write(w);
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "aten::add_") == NRT_OK, "launch");
+	nrt_op_end();
+	rc = nrt_queue_synchronize(q);
+	CHECK(rc == NRT_ERR_KERNEL && !strcmp(nrt_last_error(), "aten::index_copy_: bad index 5"), "rc %d", rc);
+	rc = nrt_check_readable(x);
+	CHECK(rc == NRT_ERR_KERNEL && !strcmp(nrt_last_error(), "aten::index_copy_: bad index 5"),
+	      "written in place by the failed op: rc %d '%s'", rc, nrt_last_error());
+	CHECK(nrt_check_readable(w) == NRT_ERR_KERNEL, "written in place by a skipped op");
+	/* poisoned for good: a later in-place op that succeeds does not make it data */
+	nrt_op_begin();
+	nrt_op_write(x);
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "aten::mul_") == NRT_OK, "launch");
+	nrt_op_end();
+	CHECK(nrt_queue_synchronize(q) == NRT_OK && nrt_check_readable(x) == NRT_ERR_KERNEL, "still poisoned");
+
+	/* an op of two kernels whose second fails: its output is poisoned (the first kernel was its producer) */
+	nrt_op_begin();
+	CHECK(nrt_malloc(q, 4096, &y) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "aten::topk") == NRT_OK, "launch");
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::topk") == NRT_OK, "launch");
+	nrt_op_end();
+	CHECK(nrt_queue_synchronize(q) == NRT_ERR_KERNEL, "reported");
+	rc = nrt_check_readable(y);
+	CHECK(rc == NRT_ERR_KERNEL && strstr(nrt_last_error(), "aten::topk: bad index 5"), "second kernel: rc %d", rc);
+
+	/* reading a poisoned block after the report: the op is refused with the error */
+	nrt_op_begin();
+	rc = nrt_op_read(y);
+	nrt_op_end();
+	CHECK(rc == NRT_ERR_KERNEL && strstr(nrt_last_error(), "aten::topk: bad index 5"), "read after report: rc %d", rc);
+	CHECK(nrt_op_read(&n) == NRT_OK, "host memory is never poisoned");
+	/* ...and while the error is pending, the reader's output inherits it even if the error is reported
+	 * (here by the reader's own thread) before the reader's kernel runs */
+	nrt_free(y);
+	nrt_op_begin();
+	CHECK(nrt_malloc(q, 4096, &y) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::gather") == NRT_OK, "launch");
+	nrt_op_end();
+	while (nrt_queue_query(q) == NRT_ERR_NOT_READY)
+		sleep_ms(1);
+	nrt_op_begin();
+	CHECK(nrt_op_read(y) == NRT_OK, "pending: not refused");
+	CHECK(nrt_malloc(q, 4096, &z) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_synchronize(q) == NRT_ERR_KERNEL, "reported before the reader's kernel");
+	CHECK(nrt_queue_launch(q, k_count, &c, sizeof c, "aten::add") == NRT_OK, "launch");
+	nrt_op_end();
+	CHECK(nrt_queue_synchronize(q) == NRT_OK, "the reader ran");
+	rc = nrt_check_readable(z);
+	CHECK(rc == NRT_ERR_KERNEL && strstr(nrt_last_error(), "aten::gather"), "inherited: rc %d", rc);
+
+	/* attribution: an op that launched nothing has no producer; of two ops sharing the queue, the one
+	 * that failed is named and the other's output is clean */
+	nrt_op_begin();
+	CHECK(nrt_malloc(q, 4096, &e) == NRT_OK, "%s", nrt_last_error());
+	nrt_op_end();
+	CHECK(pthread_create(&t, NULL, bracket_thread, &ta) == 0, "thread");
+	while (atomic_load(&step) != 1)
+		sleep_ms(1);
+	nrt_op_begin();
+	CHECK(nrt_malloc(q, 4096, &f) == NRT_OK, "%s", nrt_last_error());
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::index_select") == NRT_OK, "launch");
+	nrt_op_end();
+	CHECK(nrt_queue_synchronize(q) == NRT_ERR_KERNEL, "reported");
+	atomic_store(&step, 2);
+	pthread_join(t, NULL);
+	CHECK(ta.rc == NRT_OK && nrt_queue_synchronize(q) == NRT_OK, "op a ran");
+	CHECK(nrt_check_readable(e) == NRT_OK, "an empty op's output is not the next op's: '%s'", nrt_last_error());
+	CHECK(nrt_check_readable(ta.out) == NRT_OK, "the other thread's op succeeded: '%s'", nrt_last_error());
+	rc = nrt_check_readable(f);
+	CHECK(rc == NRT_ERR_KERNEL && strstr(nrt_last_error(), "aten::index_select"), "the failed op's: rc %d", rc);
+	nrt_free(x);
+	nrt_free(w);
+	nrt_free(y);
+	nrt_free(z);
+	nrt_free(e);
+	nrt_free(f);
+	nrt_free(ta.out);
+}
+
 /* A child forked while the queue is busy (a kernel running, more queued) is refused at once, never hangs;
  * its frees succeed without touching the runtime (issue 16, 12).  The parent's queue is unaffected. */
 static int fork_child_checks(void *inherited)
@@ -1106,6 +1232,7 @@ int main(void)
 	RUN(test_queue_ids_and_query);
 	RUN(test_sticky_error);
 	RUN(test_poisoned_outputs);
+	RUN(test_op_brackets);
 	RUN(test_fork_refused_in_child);
 	RUN(test_inline_launch);
 	RUN(test_launch_blocking);
