@@ -15,6 +15,7 @@
 #define NRT_MAX_DEVICES 64
 #define NRT_ERRMSG_MAX 1024
 #define NRT_BLOCK_WRITERS 4 /* unresolved producers kept per block (alloc.c) */
+#define NRT_OP_ORPHANS 16   /* outputs of empty ops waiting for a producer (op.c) */
 
 /* Monotonic clock in ns (nrt_now_ns is the public name). */
 static inline int64_t nrt_mono_ns(void)
@@ -190,6 +191,11 @@ uint64_t nrt_queue_tail_now(struct nrt_queue *q);
 void nrt_queue_trace_record(struct nrt_queue *q, const char *name, int64_t t0, int64_t t1);
 
 /* ---- op.c: the calling thread's op bracket ------------------------------------------------------ */
+struct nrt_op_block {
+	void *ptr;
+	uint64_t id;
+	bool fresh; /* allocated by the op (else written in place) */
+};
 struct nrt_op_state {
 	int depth;
 	struct nrt_queue *q;     /* the queue of the op's first record */
@@ -199,6 +205,10 @@ struct nrt_op_state {
 	int nblk, cap;
 	struct nrt_writer inh[NRT_BLOCK_WRITERS]; /* pending bad ranges the op read */
 	int ninh;
+	/* outputs of ops that launched nothing (empty): the thread's next record outside any bracket is
+	 * their producer (a program launched through the C API writes them); its next op's is not */
+	struct nrt_op_block orphan[NRT_OP_ORPHANS];
+	int norphan;
 };
 extern _Thread_local struct nrt_op_state nrt_op;
 static inline bool nrt_op_active(void)
@@ -208,6 +218,7 @@ static inline bool nrt_op_active(void)
 /* queue.c: record number seq of q was queued by this thread inside the bracket. */
 static inline void nrt_op_note_record(struct nrt_queue *q, uint64_t seq)
 {
+	nrt_op.norphan = 0;
 	if (!nrt_op.nrec++) {
 		nrt_op.q = q;
 		nrt_op.first = seq;
@@ -217,6 +228,8 @@ static inline void nrt_op_note_record(struct nrt_queue *q, uint64_t seq)
 	}
 	nrt_op.last = seq;
 }
+/* queue.c: record number seq of q, queued outside any bracket, produces the orphans. */
+void nrt_op_adopt_orphans(struct nrt_queue *q, uint64_t seq);
 /* alloc.c: the op allocated (fresh) or writes block ptr; false if the list cannot grow. */
 bool nrt_op_note_block(void *ptr, uint64_t id, bool fresh);
 
@@ -293,11 +306,6 @@ int64_t nrt_alloc_live_bytes(int dev);
 int nrt_alloc_set_target(int dev, const nrt_target_t *t);
 /* Op brackets (op.c): the blocks of the op ending, with the records it queued and the pending bad
  * ranges it read; alloc.c gives each block the op as a producer. */
-struct nrt_op_block {
-	void *ptr;
-	uint64_t id;
-	bool fresh; /* allocated by the op (else written in place) */
-};
 void nrt_alloc_op_end(const struct nrt_op_block *blk, int n, const struct nrt_writer *w, int nw);
 /* ptr's poison: NRT_OK if clean (or not a device block); NRT_ERR_KERNEL (message set) if poisoned,
  * with *open the queue whose error is still pending (NULL if reported) and *bad its range. */

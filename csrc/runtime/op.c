@@ -4,11 +4,15 @@
  * The bracket is thread-local: nrt_queue_push notes the records the thread queues inside it (on the
  * queue of the first one), nrt_malloc and nrt_op_write note its blocks, nrt_op_read notes the pending
  * bad ranges of what it reads.  At the outermost nrt_op_end alloc.c makes the op's records (and the bad
- * ranges it read) producers of each of its blocks (nrt_alloc_op_end).  The block list grows on the heap
+ * ranges it read) producers of each of its blocks (nrt_alloc_op_end).  The outputs of an op that
+ * queued nothing (empty) wait as orphans: the thread's next record outside any bracket produces them
+ * (a compiled program launched through the C API into tensors allocated for it), its next bracketed
+ * record frees them of that (an op of its own).  The block list grows on the heap
  * (an op over a list of tensors writes them all) and is kept for the thread's next ops; a thread-exit
  * destructor frees it.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "nrt_impl.h"
 
@@ -99,5 +103,25 @@ void nrt_op_end(void)
 		w[nw++] = nrt_op.inh[i];
 	if (nw && nrt_op.nblk) /* else: fresh blocks stay without producer, written ones as they were */
 		nrt_alloc_op_end(nrt_op.blk, nrt_op.nblk, w, nw);
+	if (!nrt_op.nrec) {
+		for (int i = 0; i < nrt_op.nblk; i++) {
+			if (!nrt_op.blk[i].fresh)
+				continue;
+			if (nrt_op.norphan == NRT_OP_ORPHANS) /* the oldest stays without producer */
+				memmove(&nrt_op.orphan[0], &nrt_op.orphan[1], sizeof nrt_op.orphan - sizeof nrt_op.orphan[0]);
+			else
+				nrt_op.norphan++;
+			nrt_op.orphan[nrt_op.norphan - 1] = nrt_op.blk[i];
+		}
+	}
 	nrt_op.nblk = 0;
+}
+
+void nrt_op_adopt_orphans(struct nrt_queue *q, uint64_t seq)
+{
+	struct nrt_writer w = { q, seq, seq };
+	int n = nrt_op.norphan;
+
+	nrt_op.norphan = 0;
+	nrt_alloc_op_end(nrt_op.orphan, n, &w, 1);
 }

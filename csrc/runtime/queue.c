@@ -471,6 +471,16 @@ static int ensure_worker(struct nrt_queue *q)
 	return NRT_OK;
 }
 
+/* The calling thread queued record number seq on q: part of its op bracket, or the producer of the
+ * outputs its last empty ops left (op.c). */
+static inline void note_record(struct nrt_queue *q, uint64_t seq)
+{
+	if (nrt_op_active())
+		nrt_op_note_record(q, seq);
+	else if (nrt_op.norphan)
+		nrt_op_adopt_orphans(q, seq);
+}
+
 int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size_t args_size,
 		   const char *name, int kind, uint64_t *seq, bool inline_ok)
 {
@@ -506,8 +516,8 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 			r->kind = kind;
 			atomic_store(&q->tail, tail + 1);
 			pthread_mutex_unlock(&q->prod_lock); /* others may queue behind this record */
-			if (nrt_op_active() && kind != NRT_REC_INTERNAL)
-				nrt_op_note_record(q, tail);
+			if (kind != NRT_REC_INTERNAL)
+				note_record(q, tail);
 			cur_queue = q;
 			exec_one(q, tail);
 			cur_queue = prev;
@@ -539,8 +549,8 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 	if (seq)
 		*seq = tail + 1;
 	pthread_mutex_unlock(&q->prod_lock);
-	if (nrt_op_active() && kind != NRT_REC_INTERNAL)
-		nrt_op_note_record(q, tail);
+	if (kind != NRT_REC_INTERNAL)
+		note_record(q, tail);
 	if (atomic_load(&q->worker_parked)) {
 		pthread_mutex_lock(&q->lock);
 		pthread_cond_signal(&q->work_cv);

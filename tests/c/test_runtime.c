@@ -568,6 +568,18 @@ static void test_op_brackets(void)
 	CHECK(nrt_check_readable(ta.out) == NRT_OK, "the other thread's op succeeded: '%s'", nrt_last_error());
 	rc = nrt_check_readable(f);
 	CHECK(rc == NRT_ERR_KERNEL && strstr(nrt_last_error(), "aten::index_select"), "the failed op's: rc %d", rc);
+	/* ...but an empty op's output is produced by the thread's next record outside any bracket (a
+	 * compiled program launched through the C API into tensors allocated for it) */
+	void *g = NULL;
+	nrt_op_begin();
+	CHECK(nrt_malloc(q, 4096, &g) == NRT_OK, "%s", nrt_last_error());
+	nrt_op_end();
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "neuron::compiled") == NRT_OK, "launch");
+	CHECK(nrt_queue_synchronize(q) == NRT_ERR_KERNEL, "reported");
+	rc = nrt_check_readable(g);
+	CHECK(rc == NRT_ERR_KERNEL && strstr(nrt_last_error(), "neuron::compiled"), "unbracketed producer: rc %d", rc);
+	CHECK(nrt_check_readable(e) == NRT_OK, "not the earlier empty output, claimed by no record");
+	nrt_free(g);
 	nrt_free(x);
 	nrt_free(w);
 	nrt_free(y);
