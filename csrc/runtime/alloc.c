@@ -677,7 +677,7 @@ int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr)
 	b->allocated = true;
 	b->id = ++a->next_id;
 	b->nw = 0;
-	if (!nrt_op_active() || !nrt_op_note_block(b->ptr, b->id, true)) {
+	if (!nrt_op_active() || !nrt_op_note_block(b->ptr, b->id, q->dev, true)) {
 		/* outside a bracket the next record queued is the op it is allocated for */
 		uint64_t s = nrt_queue_submitted(q);
 
@@ -873,8 +873,12 @@ void nrt_alloc_op_end(const struct nrt_op_block *blk, int n, const struct nrt_wr
 		struct nrt_block *b;
 		int dev = -1;
 
-		if (!map_find(blk[i].ptr, &dev) || !(a = alloc_at(dev)))
+		if (blk[i].fresh)
+			dev = blk[i].dev; /* no lookup: the device lock keeps the block in the map or out */
+		else if (!map_find(blk[i].ptr, &dev))
 			continue; /* not a device block (host memory), or freed inside the op */
+		if (!(a = alloc_at(dev)))
+			continue;
 		pthread_mutex_lock(&a->lock);
 		pthread_mutex_lock(&map.lock);
 		b = map_find_locked(blk[i].ptr);

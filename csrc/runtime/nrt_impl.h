@@ -194,6 +194,7 @@ void nrt_queue_trace_record(struct nrt_queue *q, const char *name, int64_t t0, i
 struct nrt_op_block {
 	void *ptr;
 	uint64_t id;
+	int dev;    /* fresh blocks: the device (written ones: -1, looked up) */
 	bool fresh; /* allocated by the op (else written in place) */
 };
 struct nrt_op_state {
@@ -231,7 +232,7 @@ static inline void nrt_op_note_record(struct nrt_queue *q, uint64_t seq)
 /* queue.c: record number seq of q, queued outside any bracket, produces the orphans. */
 void nrt_op_adopt_orphans(struct nrt_queue *q, uint64_t seq);
 /* alloc.c: the op allocated (fresh) or writes block ptr; false if the list cannot grow. */
-bool nrt_op_note_block(void *ptr, uint64_t id, bool fresh);
+bool nrt_op_note_block(void *ptr, uint64_t id, int dev, bool fresh);
 
 /* ---- event.c ----------------------------------------------------------------------------------- */
 struct nrt_event {

@@ -31,7 +31,7 @@ static void list_key_create(void)
 	(void)pthread_key_create(&list_key, list_free);
 }
 
-bool nrt_op_note_block(void *ptr, uint64_t id, bool fresh)
+bool nrt_op_note_block(void *ptr, uint64_t id, int dev, bool fresh)
 {
 	struct nrt_op_state *o = &nrt_op;
 
@@ -48,6 +48,7 @@ bool nrt_op_note_block(void *ptr, uint64_t id, bool fresh)
 	}
 	o->blk[o->nblk].ptr = ptr;
 	o->blk[o->nblk].id = id;
+	o->blk[o->nblk].dev = dev;
 	o->blk[o->nblk].fresh = fresh;
 	o->nblk++;
 	return true;
@@ -66,7 +67,7 @@ bool nrt_op_begin(void)
 void nrt_op_write(void *ptr)
 {
 	if (ptr && nrt_op.depth)
-		(void)nrt_op_note_block(ptr, 0, false); /* without room the write is not tracked */
+		(void)nrt_op_note_block(ptr, 0, -1, false); /* without room the write is not tracked */
 }
 
 int nrt_op_read(const void *ptr)
