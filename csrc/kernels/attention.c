@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk.h"
 #include "nk_attention_impl.h"
 #include "nk_gemm_impl.h"
@@ -619,7 +620,7 @@ int nk_attention_tiled(const nk_attention_args_t *a, const nk_gemm_isa_t *isa, c
 
 static const nk_attops_t *att_best_ops(void)
 {
-	return nk_cpu_avx512() ? &nk_attops_avx512 : &nk_attops_ref;
+	return nk_kernels()->attention;
 }
 
 int nk_attention_run(void *args)

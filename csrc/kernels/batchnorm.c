@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk.h"
 #include "nk_impl.h"
 #include "nk_lnops_impl.h"
@@ -35,7 +36,7 @@ static double seg_sum(const void *p, int dtype, int64_t off, int64_t n)
 	double buf[CH], s = 0;
 	size_t es = nk_fp_elem_size(dtype);
 
-	if (dtype == NK_F32 && nk_cpu_avx512()) /* [h-cnn] */
+	if (dtype == NK_F32 && nk_family_avx512(NK_FAM_NORM)) /* [h-cnn] */
 		return nk_norm_sum_f32_avx512((const float *)p + off, n);
 	for (int64_t j = 0; j < n; j += CH) {
 		int64_t m = nk_min64(CH, n - j);
@@ -53,7 +54,7 @@ static double seg_sqdev(const void *p, int dtype, int64_t off, int64_t n, double
 	double buf[CH], s = 0;
 	size_t es = nk_fp_elem_size(dtype);
 
-	if (dtype == NK_F32 && nk_cpu_avx512()) /* [h-cnn] */
+	if (dtype == NK_F32 && nk_family_avx512(NK_FAM_NORM)) /* [h-cnn] */
 		return nk_rd_sumsq_f32_avx512((const float *)p + off, n, m);
 	for (int64_t j = 0; j < n; j += CH) {
 		int64_t c = nk_min64(CH, n - j);
@@ -71,7 +72,7 @@ static void seg_dsums(const void *dy, const void *x, int dtype, int64_t off, int
 	double b1[CH], b2[CH], s1 = 0, s2 = 0;
 	size_t es = nk_fp_elem_size(dtype);
 
-	if (dtype == NK_F32 && nk_cpu_avx512()) { /* [h-cnn] */
+	if (dtype == NK_F32 && nk_family_avx512(NK_FAM_NORM)) { /* [h-cnn] */
 		nk_norm_dsums_f32_avx512((const float *)dy + off, (const float *)x + off, n, m, sdy, sdx);
 		return;
 	}
@@ -106,7 +107,7 @@ static void seg_affine(void *y, const void *x, int dtype, int64_t off, int64_t n
 	}
 	float buf[CH], a = (float)alpha, b = (float)beta;
 
-	if (dtype == NK_F32 && nk_cpu_avx512()) { /* [h-cnn] */
+	if (dtype == NK_F32 && nk_family_avx512(NK_FAM_NORM)) { /* [h-cnn] */
 		nk_norm_affine_f32_avx512((float *)ys, (const float *)xs, n, a, b);
 		return;
 	}
@@ -137,7 +138,7 @@ static void seg_bwd(void *dx, const void *dy, const void *x, int dtype, int64_t 
 	}
 	float g[CH], xv[CH], fa = (float)a, fb = (float)b, fc = (float)c;
 
-	if (dtype == NK_F32 && nk_cpu_avx512()) { /* [h-cnn] */
+	if (dtype == NK_F32 && nk_family_avx512(NK_FAM_NORM)) { /* [h-cnn] */
 		nk_norm_bwd_f32_avx512((float *)os, (const float *)ds, (const float *)xs, n, fa, fb, fc);
 		return;
 	}

@@ -19,6 +19,7 @@
  */
 #include <string.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk_impl.h"
 #include "nrt.h"
 
@@ -692,7 +693,7 @@ int nk_conv_run(void *args)
 		return 0;
 	if (a->mode == NK_CONV_BWD_DATA && (g.N == 0 || g.C == 0 || g.ivol == 0))
 		return 0;
-	if (a->dtype == NK_F32 && nk_cpu_avx512()) { /* [h-cnn] implicit GEMM (conv_avx512.c) */
+	if (a->dtype == NK_F32 && nk_family_avx512(NK_FAM_CONV)) { /* [h-cnn] implicit GEMM (conv_avx512.c) */
 		int r = a->mode == NK_CONV_BWD_WEIGHT ? nk_conv_bwd_weight_f32_avx512(a) : nk_conv_implicit_f32_avx512(a);
 
 		if (r)

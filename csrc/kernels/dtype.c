@@ -3,6 +3,7 @@
  * buffer).  See nk_impl.h for the contracts. */
 #include <string.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk_impl.h"
 
 NK_VECTORIZE_FILE
@@ -127,7 +128,7 @@ void nk_block_load_f32(float *dst, const char *src, int64_t st, int dt, int64_t 
 		return;
 	case NK_BF16:
 		if (st == 2) {
-			if (nk_cpu_avx512()) {
+			if (nk_family_avx512(NK_FAM_CAST)) {
 				nk_bf16_to_f32_avx512(dst, (const uint16_t *)src, n);
 				return;
 			}
@@ -237,7 +238,7 @@ void nk_block_store_f32(char *dst, int64_t st, int dt, const float *src, int64_t
 		return;
 	case NK_BF16:
 		if (st == 2) {
-			if (nk_cpu_avx512()) {
+			if (nk_family_avx512(NK_FAM_CAST)) {
 				nk_f32_to_bf16_avx512((uint16_t *)dst, src, n);
 				return;
 			}

@@ -4,8 +4,8 @@
  *   - the portable reference nk_gemm_ref (also when NEURON_KERNELS=ref),
  *   - the GEMV path of gemv.c for M == 1 or N == 1 (no packing),
  *   - the packed, cache-blocked driver (BLIS-style) for f32/bf16/f16/f64 with the micro-kernels and packers
- *     of the best ISA table (nk_gemm_isa_select: AVX-512 in gemm_avx512.c, else the portable ones of
- *     gemm_ref.c).
+ *     of the ISA table the dispatch context holds (dispatch.c: AVX-512 in gemm_avx512.c, else the
+ *     portable ones of gemm_ref.c).
  * The micro-kernel contract (packed panels, edge tiles, strides) is written out in docs/kernels.md.
  * Threading (nrt_parallel_for): with few batch entries and a small packed A (at most 1 MiB: M x K of
  * a few hundred rows), tasks are column chunks over all rows, claimed dynamically, each packing its own
@@ -166,23 +166,6 @@ int nk_gemm_ref(void *args)
 		return 0;
 	nrt_parallel_for(g->batch * g->M, nk_cdiv(1 << 16, g->N * (g->K + 1)), gemm_ref_rows, (void *)g);
 	return 0;
-}
-
-nk_gemm_isa_t nk_gemm_isa_select(void)
-{
-	nk_gemm_isa_t isa = nk_gemm_isa_ref;
-
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-		isa = nk_gemm_isa_avx512;
-		if (!__builtin_cpu_supports("avx512bf16"))
-			isa.sbgemm = NULL, isa.sbgemm_bf16c = NULL, isa.sbgemm_a = NULL, isa.sbgemm_bf16c_a = NULL,
-			isa.dot_bf16 = NULL;
-	}
-#endif
-	return isa;
 }
 
 /* ---- the packed driver -------------------------------------------------------------------------- */

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk.h"
 #include "nk_impl.h"
 #include "nk_lnops_impl.h"
@@ -297,7 +298,7 @@ static void ln_rows(void *ctx, int64_t r0, int64_t r1)
 
 	if (a->dtype == NK_F32) {
 		int64_t C = a->cols;
-		int stream = a->rows * C * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512();
+		int stream = a->rows * C * 4 >= NK_STREAM_MIN_BYTES && nk_family_avx512(NK_FAM_LAYERNORM);
 
 		lnops()->fwd_rows((float *)a->y + r0 * C, (const float *)a->x + r0 * C, a->w, a->b, r1 - r0, C, a->eps,
 				  a->mean ? (float *)a->mean + r0 : NULL, a->rstd ? (float *)a->rstd + r0 : NULL, stream);
@@ -474,7 +475,7 @@ static void fwd_rows(float *y, const float *x, const float *w, const float *b, i
 }
 
 /* The row primitives: these portable ones, or the AVX-512 ones of layernorm_avx512.c. */
-static const nk_lnops_t lnops_ref = {
+const nk_lnops_t nk_lnops_ref = {
 	.sum = lanes_sum,
 	.sqdev = lanes_sqdev,
 	.dot = lanes_dot,
@@ -493,7 +494,7 @@ static const nk_lnops_t lnops_ref = {
 
 const nk_lnops_t *nk_lnops(void)
 {
-	return nk_cpu_avx512() ? &nk_lnops_avx512 : &lnops_ref;
+	return nk_kernels()->layernorm;
 }
 
 static const nk_lnops_t *lnops(void)
@@ -504,7 +505,7 @@ static const nk_lnops_t *lnops(void)
 /* Non-temporal dx stores for a large f32 output (fenced at the end of each task). */
 static int ln_bwd_stream(const nk_layernorm_bwd_args_t *a)
 {
-	return a->dtype == NK_F32 && a->rows * a->cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512();
+	return a->dtype == NK_F32 && a->rows * a->cols * 4 >= NK_STREAM_MIN_BYTES && nk_family_avx512(NK_FAM_LAYERNORM);
 }
 
 /* dx of row r (if a->dx) and, when sw/sb are given, the row's dw/db terms added to them.  Two passes

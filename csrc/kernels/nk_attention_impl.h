@@ -68,7 +68,7 @@ void nk_att_bwd_cols_avx512(float *S, float *dP, int64_t n, const float *lse, co
 void nk_att_bwd_rows_avx512(float *S, float *dP, int64_t n, const float *lse, const float *dd);
 
 extern const nk_attops_t nk_attops_ref;
-extern const nk_attops_t nk_attops_avx512; /* only when nk_cpu_avx512() */
+extern const nk_attops_t nk_attops_avx512; /* only where the dispatch context chose it */
 
 /* The tiled forward / backward (f32, bf16, f16) with the given tables; nk_attention_run and
  * nk_attention_bwd_run pass the best ones (the tests also the portable ones).  Arguments as for

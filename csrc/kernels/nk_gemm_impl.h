@@ -186,8 +186,8 @@ void nk_gemm_pack_b_avx512(const void *src, int dtype, int64_t rs, int64_t cs, i
 void nk_dgemm_pack_a(const double *src, int64_t rs, int64_t cs, int m, int64_t k, double *dst);
 void nk_dgemm_pack_b(const double *src, int64_t rs, int64_t cs, int64_t k, int64_t n, double *dst);
 
-/* The tables: portable, and AVX-512 (only to be used when the CPU has avx512f; sbgemm only with
- * avx512bf16 - nk_gemm_isa_select checks both). */
+/* The tables: portable (gemm_ref.c), and AVX-512 (gemm_avx512.c; sbgemm needs avx512bf16).  The one in
+ * use is the dispatch context's (dispatch.c); nk_gemm_isa_select returns a copy of it. */
 extern const nk_gemm_isa_t nk_gemm_isa_ref;
 extern const nk_gemm_isa_t nk_gemm_isa_avx512;
 nk_gemm_isa_t nk_gemm_isa_select(void);

@@ -7,8 +7,8 @@
  * - float-dtype element helpers (nk_fp_*) for the float kernel families, and a vectorizable expf;
  * - Philox4x32-10 (Random123) for the counter-based generators;
  * - the strided loop (nk_loop_t): coalesced nk_iter_t walked row by row, optionally in parallel;
- * - the entry points of the *_avx512.c files (pointwise, reduce, random, optim), used only when
- *   nk_cpu_avx512() (NEURON_KERNELS=portable turns them off, NEURON_KERNELS=ref everything optimized),
+ * - the entry points of the *_avx512.c files (pointwise, reduce, random, optim), used only where the
+ *   dispatch context (dispatch.c) chose AVX-512 for their family,
  *   and the references that nk.h does not declare (copy, random, dropout).
  */
 #ifndef NK_IMPL_H
@@ -254,8 +254,10 @@ static inline void nk_fp_store_row_f32(void *p, int dtype, int64_t off, const fl
 	nk_block_store_f32((char *)p + off * (int64_t)es, (int64_t)es, dtype, buf, n);
 }
 
-/* ---- AVX-512 helpers (pointwise_avx512.c); call only when nk_cpu_avx512() ------------------- */
-bool nk_cpu_avx512(void); /* AVX-512 F/BW/VL/DQ present, reference not forced, NEURON_KERNELS != portable */
+/* ---- AVX-512 helpers (pointwise_avx512.c); call only where the dispatch context chose AVX-512 -- */
+/* (nk_family_avx512 in nk_dispatch_impl.h).  nk_cpu_avx512: the level in force is AVX-512 or above (the
+ * CPU has F/BW/VL/DQ, the reference is not forced, NEURON_KERNELS allows it); for tests. */
+bool nk_cpu_avx512(void);
 void nk_bf16_to_f32_avx512(float *dst, const uint16_t *src, int64_t n);
 void nk_f32_to_bf16_avx512(uint16_t *dst, const float *src, int64_t n);
 /* o[i] = op(x[i], y[i], z[i]) on dense f32 buffers for the ops it vectorizes; returns false (and

@@ -52,8 +52,9 @@ typedef struct {
 		       float *sw, int stream);
 } nk_lnops_t;
 
-extern const nk_lnops_t nk_lnops_avx512; /* only when nk_cpu_avx512() */
-/* The table for this CPU (the portable one when NEURON_KERNELS=ref or without AVX-512); used by
+extern const nk_lnops_t nk_lnops_ref;
+extern const nk_lnops_t nk_lnops_avx512; /* only where the dispatch context chose it */
+/* The dispatch context's table (the portable one when NEURON_KERNELS=ref or without AVX-512); used by
  * layernorm.c and by rms norm in rmsnorm.c. */
 const nk_lnops_t *nk_lnops(void);
 

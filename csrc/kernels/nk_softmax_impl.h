@@ -26,8 +26,8 @@ void nk_softmax_row_ref(const float *x, float *y, float *tmp, int64_t n, int log
 void nk_softmax_bwd_row_ref(const float *dy, const float *y, float *dx, int64_t n, int log, int stream);
 
 extern const nk_rowops_t nk_rowops_ref;
-extern const nk_rowops_t nk_rowops_avx512; /* only when nk_cpu_avx512() */
-/* The best table for this CPU; the portable one when NEURON_KERNELS=ref. */
+extern const nk_rowops_t nk_rowops_avx512; /* only where the dispatch context chose it */
+/* The dispatch context's table; the portable one when NEURON_KERNELS=ref. */
 const nk_rowops_t *nk_rowops(void);
 
 #endif /* NK_SOFTMAX_IMPL_H */

@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk_foreach.h"
 #include "nk_optim.h"
 #include "nk_impl.h"
@@ -188,7 +189,7 @@ static void adam_f32(const adam_ctx_t *c, float *p, float *m, float *v, float *v
 		}
 		return;
 	}
-	if (nk_cpu_avx512()) {
+	if (nk_family_avx512(NK_FAM_OPTIM)) {
 		nk_adam_f32_consts_t k = {(float)c->grad_scale, c->maximize ? -1.0f : 1.0f, (float)c->wd,
 					  (float)c->decay, (float)c->beta1_w, (float)c->beta2, (float)c->one_m_beta2,
 					  (float)c->bc2_sqrt, (float)c->eps, (float)c->neg_step_size, c->scaled, c->l2,
@@ -575,7 +576,7 @@ static int fe_range(const nk_foreach_args_t *a, int i, int64_t begin, int64_t en
 		float *o = (float *)p[0];
 		bool ybc = a->nops > 2 && a->esize[2] == 0, zbc = a->nops > 3 && a->esize[3] == 0;
 		int64_t n = end - begin;
-		if (!(nk_cpu_avx512() && nk_foreach_f32_avx512(a->op, (float)t->a, o, p[1], p[2], p[3], ybc, zbc, n)))
+		if (!(nk_family_avx512(NK_FAM_POINTWISE) && nk_foreach_f32_avx512(a->op, (float)t->a, o, p[1], p[2], p[3], ybc, zbc, n)))
 			fe_f32_loops(a->op, (float)t->a, o, p[1], p[2], p[3], ybc, zbc, n);
 		return 0;
 	}

@@ -13,6 +13,7 @@
  */
 #include <stdatomic.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk_impl.h"
 #include "nrt.h"
 
@@ -244,7 +245,7 @@ static int pw_prepare(pw_ctx_t *c, const nk_pointwise_args_t *a)
 	c->is = pw_iscalar(a->ia, a->a);
 	if (a->op == NK_OP_FILL && c->is_bool)
 		c->is = a->a != 0 || a->ia != 0;
-	c->avx512 = nk_cpu_avx512();
+	c->avx512 = nk_family_avx512(NK_FAM_POINTWISE);
 	/* aten's div_trunc on two bf16/f16 tensors computes trunc(a / b) in scalar_t: the quotient is
 	 * rounded to the dtype before truncation (with a float scalar divisor it is not). */
 	c->round_q = a->op == NK_OP_DIV_TRUNC && (c->out_dt == NK_BF16 || c->out_dt == NK_F16) &&

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk.h"
 #include "nk_spatial_impl.h"
 #include "nrt.h"
@@ -265,7 +266,7 @@ int nk_pool_run(void *args)
 
 	if (pool_prepare(a, &c))
 		return -1;
-	c.fast = a->dtype == NK_F32 && a->mode == NK_POOL_MAX && nk_cpu_avx512();
+	c.fast = a->dtype == NK_F32 && a->mode == NK_POOL_MAX && nk_family_avx512(NK_FAM_POOL);
 	if (a->NC && a->out[0] * a->out[1] * a->out[2] != 0)
 		nrt_parallel_for(a->NC, NK_PARALLEL_GRAIN / plane_work(a->out, a->in) + 1, pool_planes, &c);
 	return 0;

@@ -18,6 +18,7 @@
  * log/cos (within a few ulp of the reference's logf/cosf; the same for every thread count, but not
  * bit-identical to the reference or to CPUs without AVX-512); everything else is bit-identical.
  */
+#include "nk_dispatch_impl.h"
 #include "nk_impl.h"
 #include "nrt.h"
 
@@ -117,7 +118,7 @@ static int rng_prepare(rng_ctx_t *c, const nk_random_args_t *a)
 	c->ia = a->ia;
 	c->seed = a->seed;
 	c->offset = a->offset;
-	c->avx512 = nk_cpu_avx512();
+	c->avx512 = nk_family_avx512(NK_FAM_RANDOM);
 	if (a->kind < NK_RNG_UNIFORM || a->kind > NK_RNG_RANDINT) {
 		nrt_kernel_fail("nk_random: unknown kind %d", a->kind);
 		return -1;
@@ -271,7 +272,7 @@ static inline void dropout_elem(const nk_dropout_args_t *a, int64_t i, uint32_t 
 /* Elements [i0, i1) of the run: vectorized for f32, else 16 counters' words at a time. */
 static void dropout_range(const nk_dropout_args_t *a, int64_t i0, int64_t i1)
 {
-	bool avx512 = nk_cpu_avx512();
+	bool avx512 = nk_family_avx512(NK_FAM_RANDOM);
 	if (avx512 && a->dtype == NK_F32) {
 		uint64_t thresh = (uint64_t)ceil(a->p * 0x1p53);
 		float scale = (float)(a->p < 1 ? 1.0 / (1.0 - a->p) : 0.0);

@@ -32,6 +32,7 @@
  */
 #include <stdatomic.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk_impl.h"
 #include "nk_workspace.h"
 #include "nrt.h"
@@ -317,7 +318,7 @@ static int rd_prepare(rd_ctx_t *c, const nk_reduce_args_t *a)
 	}
 	c->kind = rd_kind(a->op, a->dtype_in);
 	c->esz = (int64_t)nk_dtype_size(a->dtype_in);
-	c->avx512 = nk_cpu_avx512();
+	c->avx512 = nk_family_avx512(NK_FAM_REDUCE);
 	c->dram = a->O * a->R * a->I * c->esz >= RD_DRAM_MIN;
 	if (a->O * a->I == 0)
 		return 0;

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk.h"
 #include "nk_impl.h"
 #include "nk_lnops_impl.h"
@@ -33,7 +34,7 @@ static int rstd_dtype(int dtype)
 
 static int rms_stream(int dtype, int64_t rows, int64_t cols)
 {
-	return dtype == NK_F32 && rows * cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512();
+	return dtype == NK_F32 && rows * cols * 4 >= NK_STREAM_MIN_BYTES && nk_family_avx512(NK_FAM_LAYERNORM);
 }
 
 static int64_t rms_grain(int64_t cols)

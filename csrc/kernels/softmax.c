@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "nk_dispatch_impl.h"
 #include "nk.h"
 #include "nk_impl.h"
 #include "nk_softmax_impl.h"
@@ -48,7 +49,7 @@ static int64_t row_grain(int64_t cols)
  * stores (no write-allocate read), fenced at the end of each task. */
 static bool stream_out(int dtype, int64_t rows, int64_t cols)
 {
-	return dtype == NK_F32 && rows * cols * 4 >= NK_STREAM_MIN_BYTES && nk_cpu_avx512();
+	return dtype == NK_F32 && rows * cols * 4 >= NK_STREAM_MIN_BYTES && nk_family_avx512(NK_FAM_SOFTMAX);
 }
 
 static void store_row(void *p, int dtype, int64_t off, const float *buf, int64_t n, bool stream)
@@ -177,7 +178,7 @@ const nk_rowops_t nk_rowops_ref = {
 
 const nk_rowops_t *nk_rowops(void)
 {
-	return nk_cpu_avx512() ? &nk_rowops_avx512 : &nk_rowops_ref;
+	return nk_kernels()->softmax;
 }
 
 /* ---- forward ------------------------------------------------------------------------------------ */
