@@ -6,7 +6,8 @@
  * then j - max(l, 0) + max(-l, 0) (ATen's padding kernels).  Reflection needs l, r < I (checked by the
  * glue; the kernel fails on an index that would leave the plane).  Forward copies elements (any
  * dtype); backward (float dtypes) zeroes gx and adds gy in output order, rounding each add to the
- * dtype as the CPU does.  Threading: planes over the pool; _ref twins run serially.
+ * dtype as the CPU does.  Threading: planes over the pool.  The _ref twins are naive code of their own
+ * (each output element's source from the mirror/clamp definition), not the run loops.
  */
 #include <string.h>
 
@@ -129,17 +130,6 @@ int nk_pad_run(void *args)
 	return 0;
 }
 
-int nk_pad_ref(void *args)
-{
-	const nk_pad_args_t *a = args;
-
-	if (pad_check(a, false))
-		return -1;
-	if (a->out[0] * a->out[1] * a->out[2] != 0)
-		pad_planes((void *)a, 0, a->NC);
-	return 0;
-}
-
 int nk_pad_bwd_run(void *args)
 {
 	const nk_pad_args_t *a = args;
@@ -152,13 +142,61 @@ int nk_pad_bwd_run(void *args)
 	return 0;
 }
 
+/* ---- references: the definitions, one output element at a time --------------------------------------- */
+/* Input index of output o along a dim: p = o - l reflected about 0 and I - 1 (reflect) or clamped to
+ * [0, I) (replicate); written independently of src_index's piecewise form. */
+static int64_t ref_src(int mode, int64_t o, int64_t I, int64_t l)
+{
+	int64_t p = o - l;
+
+	if (mode == NK_PAD_REPLICATE)
+		return p < 0 ? 0 : p >= I ? I - 1 : p;
+	if (p < 0)
+		p = -p;
+	if (p >= I)
+		p = 2 * (I - 1) - p;
+	return p;
+}
+
+static int64_t ref_in_offset(const nk_pad_args_t *a, int64_t nc, int64_t od, int64_t oh, int64_t ow)
+{
+	int64_t id = ref_src(a->mode, od, a->in[0], a->lo[0]), ih = ref_src(a->mode, oh, a->in[1], a->lo[1]);
+	int64_t iw = ref_src(a->mode, ow, a->in[2], a->lo[2]);
+
+	return ((nc * a->in[0] + id) * a->in[1] + ih) * a->in[2] + iw;
+}
+
+int nk_pad_ref(void *args)
+{
+	const nk_pad_args_t *a = args;
+	size_t es;
+	int64_t o = 0;
+
+	if (pad_check(a, false))
+		return -1;
+	es = sp_esize(a->dtype);
+	for (int64_t nc = 0; nc < a->NC; nc++)
+		for (int64_t od = 0; od < a->out[0]; od++)
+			for (int64_t oh = 0; oh < a->out[1]; oh++)
+				for (int64_t ow = 0; ow < a->out[2]; ow++, o++)
+					sp_cp(a->y, o, a->x, ref_in_offset(a, nc, od, oh, ow), es);
+	return 0;
+}
+
 int nk_pad_bwd_ref(void *args)
 {
 	const nk_pad_args_t *a = args;
+	int64_t o = 0, n = a->NC * a->in[0] * a->in[1] * a->in[2];
 
 	if (pad_check(a, true))
 		return -1;
-	if (a->in[0] * a->in[1] * a->in[2] != 0)
-		pad_bwd_planes((void *)a, 0, a->NC);
+	if (n == 0)
+		return 0;
+	memset(a->y, 0, (size_t)n * sp_esize(a->dtype));
+	for (int64_t nc = 0; nc < a->NC; nc++)
+		for (int64_t od = 0; od < a->out[0]; od++)
+			for (int64_t oh = 0; oh < a->out[1]; oh++)
+				for (int64_t ow = 0; ow < a->out[2]; ow++, o++)
+					sp_add(a->y, a->dtype, ref_in_offset(a, nc, od, oh, ow), sp_ld(a->x, a->dtype, o));
 	return 0;
 }

@@ -12,7 +12,9 @@
  * padded extent (count_include_pad) or the clipped one; adaptive avg divides by each extent in turn.
  * Backward adds in output order within a plane, rounding each add to the dtype (as the CPU does).
  * f32 max pooling with AVX-512 runs pool_avx512.c (same values and indices, 16 outputs at a time).
- * Threading: planes (NC) over the pool; _ref twins run serially.
+ * Threading: planes (NC) over the pool.  The _ref twins are independent naive code (the definitions,
+ * one output element at a time, every window position visited), compared with the run paths in
+ * tests/c/test_spatial.c.
  */
 #include <math.h>
 #include <string.h>
@@ -272,18 +274,6 @@ int nk_pool_run(void *args)
 	return 0;
 }
 
-int nk_pool_ref(void *args)
-{
-	const nk_pool_args_t *a = args;
-	pool_ctx_t c;
-
-	if (pool_prepare(a, &c))
-		return -1;
-	if (a->out[0] * a->out[1] * a->out[2] != 0)
-		pool_planes(&c, 0, a->NC);
-	return 0;
-}
-
 /* ---- backward --------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -413,18 +403,6 @@ int nk_pool_bwd_run(void *args)
 	return 0;
 }
 
-int nk_pool_bwd_ref(void *args)
-{
-	const nk_pool_bwd_args_t *a = args;
-	pool_bwd_ctx_t c;
-
-	if (pool_bwd_prepare(a, &c))
-		return -1;
-	if (a->in[0] * a->in[1] * a->in[2] != 0)
-		pool_bwd_planes(&c, 0, a->NC);
-	return 0;
-}
-
 /* ---- max unpooling ---------------------------------------------------------------------------- */
 
 static void unpool_planes(void *ctx, int64_t p0, int64_t p1)
@@ -470,13 +448,250 @@ int nk_unpool_run(void *args)
 	return 0;
 }
 
+/* The definition, over all planes at once: y = 0, then each x[nc][i] written at idx[nc][i] in order. */
 int nk_unpool_ref(void *args)
 {
 	const nk_unpool_args_t *a = args;
+	size_t es;
 
 	if (unpool_prepare(a))
 		return -1;
-	if (a->out_plane)
-		unpool_planes((void *)a, 0, a->NC);
+	es = sp_esize(a->dtype);
+	if (a->NC * a->out_plane == 0)
+		return 0;
+	memset(a->y, 0, (size_t)(a->NC * a->out_plane) * es);
+	for (int64_t k = 0; k < a->NC * a->in_plane; k++) {
+		int64_t nc = k / a->in_plane;
+
+		memcpy((char *)a->y + (size_t)(nc * a->out_plane + a->idx[k]) * es, (const char *)a->x + (size_t)k * es, es);
+	}
+	return 0;
+}
+
+/* ---- references: the definitions, one output element at a time ------------------------------------- */
+/* Independent of the run paths above: every window position k of every dimension is visited (index
+ * o*s - p + k*dil, skipped outside the input, or outside the padded extent for AVG's count), adaptive
+ * windows come from their floor/ceil definition; the arithmetic (f32 sums in window order, the dtype's
+ * divides) is PyTorch's CPU one, so results match the run bit for bit. */
+typedef struct {
+	int64_t base[3], step[3], cnt[3]; /* window positions base + j*step, j < cnt, per dim */
+	int64_t n[3];                     /* positions inside the input */
+	int64_t ext[3];                   /* AVG: positions inside the padded extent */
+	int64_t first[3];                 /* MAX: the run's start index of an empty window (unreachable) */
+} ref_win_t;
+
+static void ref_window(const nk_pool_args_t *a, const int64_t *o, ref_win_t *w)
+{
+	bool adaptive = a->mode == NK_POOL_ADAPTIVE_MAX || a->mode == NK_POOL_ADAPTIVE_AVG;
+
+	for (int d = 0; d < 3; d++) {
+		int64_t I = a->in[d], O = a->out[d];
+
+		w->n[d] = w->ext[d] = 0;
+		if (adaptive) {
+			int64_t lo = (int64_t)floor((double)(o[d] * I) / (double)O);
+			int64_t hi = (int64_t)ceil((double)((o[d] + 1) * I) / (double)O);
+
+			w->base[d] = w->first[d] = lo, w->step[d] = 1, w->cnt[d] = w->n[d] = hi - lo;
+			continue;
+		}
+		w->base[d] = o[d] * a->s[d] - a->p[d];
+		w->step[d] = a->mode == NK_POOL_MAX ? a->dil[d] : 1;
+		w->cnt[d] = a->k[d];
+		w->first[d] = w->base[d];
+		while (w->first[d] < 0)
+			w->first[d] += w->step[d];
+		for (int64_t j = 0; j < a->k[d]; j++) {
+			int64_t i = w->base[d] + j * w->step[d];
+
+			w->ext[d] += i < I + a->p[d];
+			w->n[d] += i >= 0 && i < I;
+		}
+	}
+}
+
+/* Input index of window position (i, j, l), or -1 outside the input. */
+static int64_t ref_pos(const nk_pool_args_t *a, const ref_win_t *w, int64_t i, int64_t j, int64_t l)
+{
+	int64_t q[3] = { i, j, l }, e = 0;
+
+	for (int d = 0; d < 3; d++) {
+		int64_t v = w->base[d] + q[d] * w->step[d];
+
+		if (v < 0 || v >= a->in[d])
+			return -1;
+		e = e * a->in[d] + v;
+	}
+	return e;
+}
+
+static void pool_ref_elem(const nk_pool_args_t *a, int64_t nc, const int64_t *o, int64_t oi)
+{
+	int dt = a->dtype;
+	size_t es = sp_esize(dt);
+	int64_t IH = a->in[1], IW = a->in[2], ipl = a->in[0] * IH * IW;
+	const char *x = (const char *)a->x + (size_t)(nc * ipl) * es;
+	bool isint = !sp_is_float(dt), f64 = dt == NK_F64;
+	ref_win_t w;
+
+	ref_window(a, o, &w);
+	int64_t n = w.n[0] * w.n[1] * w.n[2];
+	if (a->mode == NK_POOL_MAX || a->mode == NK_POOL_ADAPTIVE_MAX) {
+		int64_t best = (w.first[0] * IH + w.first[1]) * IW + w.first[2], mi = INT64_MIN;
+		double mv = -INFINITY;
+		bool any = false;
+
+		for (int64_t i = 0; i < w.cnt[0]; i++)
+			for (int64_t j = 0; j < w.cnt[1]; j++)
+				for (int64_t l = 0; l < w.cnt[2]; l++) {
+					int64_t e = ref_pos(a, &w, i, j, l);
+
+					if (e < 0)
+						continue;
+					if (!any)
+						best = e, any = true;
+					if (isint ? sp_ldi(x, dt, e) > mi : (sp_ld(x, dt, e) > mv || isnan(sp_ld(x, dt, e)))) {
+						best = e;
+						if (isint)
+							mi = sp_ldi(x, dt, e);
+						else
+							mv = sp_ld(x, dt, e);
+					}
+				}
+		a->idx[nc * a->out[0] * a->out[1] * a->out[2] + oi] = best;
+		char *y = (char *)a->y + (size_t)(nc * a->out[0] * a->out[1] * a->out[2]) * es;
+		if (!any) {
+			if (isint)
+				sp_sti(y, dt, oi, dt == NK_U8 ? 0 : INT64_MIN);
+			else
+				sp_st(y, dt, oi, -INFINITY);
+		} else {
+			sp_cp(y, oi, x, best, es);
+		}
+		return;
+	}
+	char *y = (char *)a->y + (size_t)(nc * a->out[0] * a->out[1] * a->out[2]) * es;
+	bool adaptive = a->mode == NK_POOL_ADAPTIVE_AVG;
+	int64_t div = a->divisor && !adaptive ? a->divisor
+		      : a->count_include_pad && !adaptive ? w.ext[0] * w.ext[1] * w.ext[2] : n;
+	if (n == 0) {
+		if (isint)
+			sp_sti(y, dt, oi, 0);
+		else
+			sp_st(y, dt, oi, 0);
+		return;
+	}
+	int64_t si = 0;
+	double sf = 0;
+	for (int64_t i = 0; i < w.cnt[0]; i++)
+		for (int64_t j = 0; j < w.cnt[1]; j++)
+			for (int64_t l = 0; l < w.cnt[2]; l++) {
+				int64_t e = ref_pos(a, &w, i, j, l);
+
+				if (e < 0)
+					continue;
+				if (isint) {
+					si += sp_ldi(x, dt, e);
+					continue;
+				}
+				sf = sp_r(f64, sf + sp_ld(x, dt, e));
+				if (a->acc_dtype)
+					sf = sp_rdt(dt, sf);
+			}
+	if (isint) {
+		sp_sti(y, dt, oi, adaptive ? si / w.n[0] / w.n[1] / w.n[2] : si / div);
+		return;
+	}
+	if (adaptive) {
+		for (int d = 0; d < 3; d++) {
+			sf = sp_r(f64, sf / (double)w.n[d]);
+			if (a->acc_dtype)
+				sf = sp_rdt(dt, sf);
+		}
+	} else {
+		sf = sp_r(f64, sf / (double)div);
+	}
+	sp_st(y, dt, oi, sf);
+}
+
+int nk_pool_ref(void *args)
+{
+	const nk_pool_args_t *a = args;
+	pool_ctx_t c;
+
+	if (pool_prepare(a, &c))
+		return -1;
+	for (int64_t nc = 0; nc < a->NC; nc++) {
+		int64_t oi = 0, o[3];
+
+		for (o[0] = 0; o[0] < a->out[0]; o[0]++)
+			for (o[1] = 0; o[1] < a->out[1]; o[1]++)
+				for (o[2] = 0; o[2] < a->out[2]; o[2]++, oi++)
+					pool_ref_elem(a, nc, o, oi);
+	}
+	return 0;
+}
+
+/* Backward: gx zeroed, then each output element's gradient added where its window read (max: at its
+ * index; avg: gy / divisor at every position of the window inside the input), in output order. */
+int nk_pool_bwd_ref(void *args)
+{
+	const nk_pool_bwd_args_t *a = args;
+	pool_bwd_ctx_t c;
+	int dt;
+	size_t es;
+	int64_t ipl, opl;
+
+	if (pool_bwd_prepare(a, &c))
+		return -1;
+	dt = a->dtype, es = sp_esize(dt);
+	ipl = a->in[0] * a->in[1] * a->in[2], opl = a->out[0] * a->out[1] * a->out[2];
+	if (ipl == 0)
+		return 0;
+	memset(a->gx, 0, (size_t)(a->NC * ipl) * es);
+	nk_pool_args_t g = { .dtype = dt, .mode = a->mode, .NC = a->NC, .count_include_pad = a->count_include_pad,
+			     .divisor = a->divisor };
+	bool f64 = dt == NK_F64, adaptive = a->mode == NK_POOL_ADAPTIVE_AVG;
+	for (int d = 0; d < 3; d++)
+		g.in[d] = a->in[d], g.out[d] = a->out[d], g.k[d] = a->k[d], g.s[d] = a->s[d], g.p[d] = a->p[d],
+		g.dil[d] = a->dil[d];
+	for (int64_t nc = 0; nc < a->NC; nc++) {
+		char *gx = (char *)a->gx + (size_t)(nc * ipl) * es;
+		const char *gy = (const char *)a->gy + (size_t)(nc * opl) * es;
+		int64_t oi = 0, o[3];
+
+		if (a->mode == NK_POOL_MAX || a->mode == NK_POOL_ADAPTIVE_MAX) {
+			for (oi = 0; oi < opl; oi++)
+				sp_add(gx, dt, a->idx[nc * opl + oi], sp_ld(gy, dt, oi));
+			continue;
+		}
+		for (o[0] = 0; o[0] < a->out[0]; o[0]++)
+			for (o[1] = 0; o[1] < a->out[1]; o[1]++)
+				for (o[2] = 0; o[2] < a->out[2]; o[2]++, oi++) {
+					ref_win_t w;
+					double v = sp_ld(gy, dt, oi);
+
+					ref_window(&g, o, &w);
+					if (w.n[0] * w.n[1] * w.n[2] == 0)
+						continue;
+					if (adaptive) {
+						for (int d = 0; d < 3; d++)
+							v = sp_rdt(dt, sp_r(f64, v / (double)w.n[d]));
+					} else {
+						int64_t div = a->divisor ? a->divisor
+							      : a->count_include_pad ? w.ext[0] * w.ext[1] * w.ext[2]
+										     : w.n[0] * w.n[1] * w.n[2];
+						v = sp_rdt(dt, sp_r(f64, v / (double)div));
+					}
+					for (int64_t i = 0; i < w.cnt[0]; i++)
+						for (int64_t j = 0; j < w.cnt[1]; j++)
+							for (int64_t l = 0; l < w.cnt[2]; l++) {
+								int64_t e = ref_pos(&g, &w, i, j, l);
+
+								if (e >= 0)
+									sp_add(gx, dt, e, v);
+							}
+				}
+	}
 	return 0;
 }

@@ -6,7 +6,7 @@
  *     NaN runs give the later index;
  *   - logcumsumexp folds log_add_exp(x, acc) from -inf in the acc_type.
  * Input and output have the same dtype (the glue casts first, as aten does for dtype=).
- * Threading: the O*I lines over the pool (each line is sequential).  nk_scan_ref: lines serially.
+ * Threading: the O*I lines over the pool (each line is sequential).  nk_scan_ref: the definitions, written apart.
  */
 #include <math.h>
 #include <string.h>
@@ -112,12 +112,72 @@ static int scan_check(const nk_scan_args_t *a)
 	return 0;
 }
 
+/* The reference: element (o, r, i) from the definitions, walking each line in r with its own running
+ * state: sums/products in the acc type, cummax/cummin as "the last NaN so far, else the last position
+ * of the running extreme", logcumsumexp by log_add_exp.  Written apart from scan_line. */
 int nk_scan_ref(void *args)
 {
 	const nk_scan_args_t *a = args;
+	int dt;
+	size_t es;
+
 	if (scan_check(a))
 		return -1;
-	scan_lines((void *)a, 0, a->O * a->I);
+	dt = a->dtype, es = nk_dtype_size(dt);
+	for (int64_t o = 0; o < a->O; o++)
+		for (int64_t i = 0; i < a->I; i++) {
+			int64_t bi = 0, nan_at = -1;
+			double d = a->op == NK_SCAN_PROD ? 1 : a->op == NK_SCAN_LOGSUMEXP ? -INFINITY : 0;
+			float f = (float)d;
+			uint64_t u = a->op == NK_SCAN_PROD ? 1 : 0;
+
+			for (int64_t r = 0; r < a->R; r++) {
+				int64_t e = (o * a->R + r) * a->I + i;
+				const char *x = (const char *)a->in + e * (int64_t)es;
+				char *y = (char *)a->out + e * (int64_t)es;
+
+				if (a->op == NK_SCAN_MAX || a->op == NK_SCAN_MIN) {
+					bool mx = a->op == NK_SCAN_MAX;
+					const char *b = (const char *)a->in + ((o * a->R + bi) * a->I + i) * (int64_t)es;
+
+					if (nk_is_float(dt)) {
+						double v = nk_load_f64(x, dt), best = nk_load_f64(b, dt);
+
+						if (isnan(v))
+							nan_at = r;
+						if (nan_at >= 0)
+							bi = nan_at;
+						else if (r == 0 || (mx ? v >= best : v <= best))
+							bi = r;
+						b = (const char *)a->in + ((o * a->R + bi) * a->I + i) * (int64_t)es;
+						nk_store_f64(y, dt, nk_load_f64(b, dt));
+					} else {
+						int64_t v = nk_load_i64(x, dt), best = nk_load_i64(b, dt);
+
+						if (r == 0 || (mx ? v >= best : v <= best))
+							bi = r;
+						b = (const char *)a->in + ((o * a->R + bi) * a->I + i) * (int64_t)es;
+						nk_store_i64(y, dt, nk_load_i64(b, dt));
+					}
+					a->idx[e] = bi;
+				} else if (dt == NK_F32 || dt == NK_F64) {
+					double v = nk_load_f64(x, dt);
+
+					d = a->op == NK_SCAN_SUM ? d + v : a->op == NK_SCAN_PROD ? d * v : scan_log_add_exp(v, d);
+					nk_store_f64(y, dt, d);
+				} else if (nk_is_float(dt)) {
+					float v = nk_load_f32(x, dt);
+
+					f = a->op == NK_SCAN_SUM ? f + v : a->op == NK_SCAN_PROD ? f * v : scan_log_add_expf(v, f);
+					nk_store_f32(y, dt, f);
+				} else {
+					uint64_t v = (uint64_t)nk_load_i64(x, dt);
+
+					u = a->op == NK_SCAN_SUM ? u + v : u * v;
+					nk_store_i64(y, dt, (int64_t)u);
+				}
+			}
+		}
 	return 0;
 }
 
