@@ -18,50 +18,16 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
-#include <ATen/ops/_index_put_impl_ops.h>
-#include <ATen/ops/abs.h>
-#include <ATen/ops/addmm.h>
-#include <ATen/ops/all.h>
-#include <ATen/ops/amax.h>
-#include <ATen/ops/amin.h>
 #include <ATen/ops/aminmax.h>
-#include <ATen/ops/arange.h>
-#include <ATen/ops/clamp.h>
-#include <ATen/ops/clamp_max.h>
-#include <ATen/ops/clamp_min.h>
-#include <ATen/ops/dot.h>
-#include <ATen/ops/elu_backward_ops.h>
-#include <ATen/ops/elu_ops.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/ops/eq.h>
-#include <ATen/ops/exp.h>
-#include <ATen/ops/exp2.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/index_ops.h>
 #include <ATen/ops/index_select.h>
-#include <ATen/ops/isinf.h>
-#include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/linspace.h>
-#include <ATen/ops/log1p.h>
-#include <ATen/ops/logspace.h>
-#include <ATen/ops/maximum.h>
-#include <ATen/ops/mean.h>
-#include <ATen/ops/nan_to_num_ops.h>
-#include <ATen/ops/ne.h>
-#include <ATen/ops/nll_loss_backward.h>
-#include <ATen/ops/nll_loss_forward.h>
-#include <ATen/ops/ones_like.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/scalar_tensor.h>
-#include <ATen/ops/sign.h>
 #include <ATen/ops/sort.h>
-#include <ATen/ops/std.h>
-#include <ATen/ops/sum.h>
-#include <ATen/ops/var.h>
-#include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
-#include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -629,6 +595,10 @@ static at::Tensor bincount_f(const at::Tensor &self, const std::optional<at::Ten
 static at::Tensor histc_f(const at::Tensor &self, int64_t bins, const c10::Scalar &min, const c10::Scalar &max)
 {
 	NEURON_TRACK("aten::histc");
+	// integer inputs, as CUDA takes them (Transformers' MoE routing counts expert ids so): bounds
+	// truncated to the dtype, counts in the dtype; binned in float64, exact for |values| < 2^53
+	if (at::isIntegralType(self.scalar_type(), false))
+		return histc_f(self.to(at::kDouble), bins, min.to<int64_t>(), max.to<int64_t>()).to(self.scalar_type());
 	TORCH_CHECK(at::isFloatingType(self.scalar_type()), "torch.histogramdd: input tensor and bins tensors should",
 		    " have the same dtype, but got input ", self.scalar_type(), " and bins ", self.scalar_type());
 	TORCH_CHECK(bins > 0, "torch.histc(): bins must be > 0, but got ", bins, " for dimension 0");

@@ -140,3 +140,18 @@ def test_search_and_counts_match_cpu(dtype, no_fallback):
     else:
         for lo, hi in ((0, 0), (-2, 2), (-1.3, 0.7)):
             _same(torch.histc(_dev(x), bins=5, min=lo, max=hi), torch.histc(x, bins=5, min=lo, max=hi))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.uint8])
+def test_histc_of_integers(dtype, no_fallback):
+    # issue 19: Transformers' MoE routing counts expert ids with torch.histc on an int tensor, as CUDA allows
+    # (counts in the input's dtype, bounds truncated to it).  The CPU has no integer kernel: the expectation is
+    # the CPU's float64 histogram in the input's dtype.
+    x = _make((257,), dtype, 0, 8)
+    for bins, lo, hi in ((8, 0, 7), (8, 0, 8), (5, 0, 0), (3, 2, 5), (4, 1.7, 6.2)):
+        want = torch.histc(x.double(), bins=bins, min=int(lo), max=int(hi)).to(dtype)
+        _same(torch.histc(_dev(x), bins=bins, min=lo, max=hi), want)
+    out = torch.empty(8, dtype=dtype, device="neuron")
+    torch.histc(_dev(x), bins=8, min=0, max=7, out=out)
+    _same(out, torch.histc(x.double(), bins=8, min=0, max=7).to(dtype))
+
