@@ -80,7 +80,8 @@ def _to_device_strided(t, dev):
         if t.numel() == 0 or n < extent:  # (a storage smaller than the view would be a bug upstream)
             r = t.detach().to(dev)
         else:
-            flat = torch.as_strided(t.detach(), (n,), (1,), 0).to(dev)
+            flat = torch.as_strided(t.detach(), (n,), (1,), 0)
+            flat = flat.clone() if torch.device(dev) == t.device else flat.to(dev)
             r = flat.as_strided(t.shape, t.stride(), t.storage_offset())
     return r.requires_grad_(t.requires_grad)
 
@@ -484,7 +485,10 @@ def run_contracts(op, sample, timeout, tol, shape_only, inplace_only=False):
     if ip is not None:
 
         def inplace():
-            ci = tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, cpu_args[0])
+            # (a copy with the same storage layout, as dev_copy makes for the device: an in-place
+            # as_strided_ of a partial view reads the storage beyond the view)
+            ci = tree_map(lambda x: _to_device_strided(x, x.device).detach()
+                          if isinstance(x, torch.Tensor) else x, cpu_args[0])
             ca = (ci,) + cpu_args[1:]
             da = dev_copy()
             di = da[0]
