@@ -18,7 +18,8 @@ if str(ROOT) not in sys.path:
 
 from tests.models.__main__ import run_one  # noqa: E402
 
-SLICE = ["gpt2", "llama", "qwen3", "bert", "t5", "bart", "whisper", "vit", "clip", "data2vec_audio"]
+SLICE = ["gpt2", "llama", "qwen3", "bert", "t5", "bart", "whisper", "vit", "clip", "data2vec_audio",
+         "mixtral"]  # (mixtral: MoE routing calls torch.histc on an integer tensor)
 
 
 @pytest.mark.parametrize("name", SLICE)
@@ -26,8 +27,8 @@ def test_model_matches_cpu_natively_in_every_mode(name, compile_cache_dir):
     res = run_one(name, timeout=600)
     assert "process_error" not in res and "build_error" not in res, res
     modes = res["modes"]
-    expected = {"forward", "train", "compiled"} | ({"generate"} if name in ("gpt2", "llama", "qwen3", "t5", "bart",
-                                                                            "whisper") else set())
+    generative = ("gpt2", "llama", "qwen3", "t5", "bart", "whisper", "mixtral")
+    expected = {"forward", "train", "compiled"} | ({"generate"} if name in generative else set())
     assert set(modes) == expected
     bad = {m: {k: v for k, v in st.items() if k != "trace"} for m, st in modes.items() if st["status"] != "native"}
     assert not bad, f"{name}: " + "; ".join(f"{m}: {st}" for m, st in bad.items()) + "\n" + \
