@@ -52,6 +52,13 @@ def neuron_ops():
     torchneuron.clear_op_tracking()
 
 
+@pytest.fixture
+def no_fallback(neuron_ops):
+    """Fails the test if any op of it ran on the CPU through the fallback."""
+    yield
+    assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
+
+
 @pytest.fixture(autouse=True)
 def _clean_backend_env(monkeypatch):
     """NEURON_FALLBACK is read at each fallback: keep a value from the calling shell out of the

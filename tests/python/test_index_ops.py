@@ -99,12 +99,6 @@ FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
 
 
-@pytest.fixture
-def no_fallback(neuron_ops):
-    yield
-    assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
-
-
 def _make(shape, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     if dtype.is_floating_point:

@@ -183,11 +183,6 @@ def test_dropout_statistics(device):
 
 # ---- the distributions of random_dist.c (ops_random.cpp), randperm and multinomial
 
-@pytest.fixture
-def no_fallback(neuron_ops):
-    yield
-    assert not neuron_ops.get_fallback_ops(), neuron_ops.get_fallback_ops()
-
 def test_random_distributions_are_reproducible_and_sane(no_fallback):
     n = 200_000
 
