@@ -333,6 +333,17 @@ static c10::Scalar reduce_identity(int op, at::ScalarType t)
 	}
 }
 
+// The mean of scatter_reduce / index_reduce, as aten: divide by the number of contributions where
+// it is > 0 (floor division for integers).  count holds that number per element of out.
+static void divide_by_count(at::Tensor &out, at::Tensor &count)
+{
+	count.masked_fill_(count.eq(0), 1);
+	if (at::isFloatingType(out.scalar_type()))
+		out.div_(count);
+	else
+		out.div_(count, "floor");
+}
+
 static at::Tensor &scatter_reduce_two_o(const at::Tensor &self, int64_t dim, const at::Tensor &index, const at::Tensor &src,
 					c10::string_view reduce, bool include_self, at::Tensor &out)
 {
@@ -356,11 +367,7 @@ static at::Tensor &scatter_reduce_two_o(const at::Tensor &self, int64_t dim, con
 	if (mean) { // aten: count the contributions (self counts once if included), divide where > 0
 		at::Tensor count = include_self ? at::ones_like(out) : at::zeros_like(out);
 		scatter_common("aten::scatter_reduce", count, d, index, at::ones_like(src), 0, NK_IDX_SCATTER_ADD, count);
-		count.masked_fill_(count.eq(0), 1);
-		if (at::isFloatingType(out.scalar_type()))
-			out.div_(count);
-		else
-			out.div_(count, "floor");
+		divide_by_count(out, count);
 	}
 	return out;
 }
@@ -541,11 +548,7 @@ static at::Tensor &index_reduce_o(const at::Tensor &self, int64_t dim, const at:
 	if (mean) {
 		at::Tensor count = include_self ? at::ones_like(out) : at::zeros_like(out);
 		index_scatter("index_reduce", NK_IDX_SCATTER_ADD, count, dim, index, at::ones_like(source), 0, false, count);
-		count.masked_fill_(count.eq(0), 1);
-		if (at::isFloatingType(out.scalar_type()))
-			out.div_(count);
-		else
-			out.div_(count, "floor");
+		divide_by_count(out, count);
 	}
 	return out;
 }
