@@ -13,6 +13,7 @@ CFLAGS_COMMON := -std=c11 -D_GNU_SOURCE -fPIC -pthread -Wall -Wextra -Wno-unused
 WERROR    ?= -Werror
 CFLAGS    ?= -O2 -g
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c
+ISA_AMX    := $(ISA_AVX512) -mamx-tile -mamx-bf16 -mamx-int8
 
 RT_SRC  := $(wildcard csrc/runtime/*.c)
 NK_SRC  := $(wildcard csrc/kernels/*.c)
@@ -40,7 +41,7 @@ $(NC_PRELUDE): csrc/compiler/gen_prelude.py $(C_HDR) $(NC_HDR)
 define c_rules
 $(1)/obj/%.o: csrc/%.c $(C_HDR)
 	@mkdir -p $$(dir $$@)
-	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) $$(if $$(findstring _avx512,$$<),$(ISA_AVX512)) -c $$< -o $$@
+	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) $$(if $$(findstring _avx512,$$<),$(ISA_AVX512))$$(if $$(findstring _amx,$$<),$(ISA_AMX)) -c $$< -o $$@
 $(1)/obj/compiler/%.o: csrc/compiler/%.c $(C_HDR) $(NC_HDR)
 	@mkdir -p $$(dir $$@)
 	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) -c $$< -o $$@

@@ -181,6 +181,18 @@ static void ctx_init_avx512(nk_kernels_t *k, const nk_cpu_t *c)
 	k->attention = &nk_attops_avx512;
 }
 
+/* AMX: the bf16 and int8 GEMMs on the tile unit (over the AVX-512 context: the tiny shapes and every
+ * other family keep their AVX-512 kernels). */
+static void ctx_init_amx(nk_kernels_t *k, const nk_cpu_t *c)
+{
+	if (c->amx_bf16)
+		k->gemm_table.bf16_tiles = nk_gemm_amx_bf16;
+	if (c->amx_int8)
+		k->gemm_table.i8_tiles = nk_gemm_amx_i8;
+	if (c->amx_bf16 || c->amx_int8)
+		k->isa[NK_FAM_GEMM] = NK_ISA_AMX;
+}
+
 static void ctx_init(void)
 {
 	int want = env_level(), have;
@@ -194,7 +206,9 @@ static void ctx_init(void)
 	int level = want <= NK_ISA_REF || want > have ? have : want;
 	if (level >= NK_ISA_AVX512)
 		ctx_init_avx512(&ctx_opt, &cpu);
-	/* AVX2 and AMX: no kernels yet; the level is recorded, the families keep the best below it */
+	if (level >= NK_ISA_AMX)
+		ctx_init_amx(&ctx_opt, &cpu);
+	/* AVX2: no kernels yet; the level is recorded, the families keep the best below it */
 	ctx_opt.level = level;
 	ctx_ref.gemm = &ctx_ref.gemm_table;
 	ctx_opt.gemm = &ctx_opt.gemm_table;

@@ -1226,6 +1226,13 @@ static void gemm_scale_c(const nk_gemm_args_t *g)
 			}
 }
 
+/* bf16 on the AMX tiles (gemm_amx.c) rather than the AVX-512 pair kernels: every side at least a tile's
+ * (16 rows, 16 columns, 32 k); below that the tiles are mostly padding. */
+static bool amx_suits(const nk_gemm_args_t *g)
+{
+	return g->M >= 16 && g->N >= 16 && g->K >= 32;
+}
+
 int nk_gemm_run(void *args)
 {
 	const nk_gemm_args_t *g0 = args;
@@ -1261,5 +1268,7 @@ int nk_gemm_run(void *args)
 		g = t;
 	}
 	isa = nk_gemm_isa_select();
+	if (g.dtype == NK_BF16 && isa.bf16_tiles && amx_suits(&g))
+		return isa.bf16_tiles(&g);
 	return nk_gemm_packed(&g, &isa);
 }

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "nk.h"
+#include "nk_gemm_impl.h"
+#include "nk_igemm.h"
 #include "nk_impl.h"
 #include "nrt.h"
 
@@ -95,6 +97,123 @@ int nk_igemm_ref(void *args)
 					acc += (uint64_t)ig_ld(a->A, a->dtype, b * a->bs_a + i * a->rs_a + k * a->cs_a) *
 					       (uint64_t)ig_ld(a->B, a->dtype, b * a->bs_b + k * a->rs_b + j * a->cs_b);
 				ig_st(a, b * a->bs_c + i * a->rs_c + j * a->cs_c, acc, al, be);
+			}
+	return 0;
+}
+
+/* ---- int8 x int8 -> int32 (torch._int_mm) ----------------------------------------------------------- */
+
+static int im_check(const nk_gemm_args_t *a)
+{
+	if (!a || (a->dtype != NK_I8 && a->dtype != NK_U8) || a->M < 0 || a->N < 0 || a->K < 0 || a->batch < 0) {
+		nrt_kernel_fail("_int_mm: expected int8 operands and non-negative sizes");
+		return -1;
+	}
+	if (a->M && a->N && a->batch && (!a->C || (a->K && (!a->A || !a->B)))) {
+		nrt_kernel_fail("_int_mm: null data pointer");
+		return -1;
+	}
+	return 0;
+}
+
+/* Element off of A: uint8 (dtype NK_U8) or int8. */
+static inline int32_t im_a(const nk_gemm_args_t *a, bool u8, int64_t off)
+{
+	return u8 ? (int32_t)((const uint8_t *)a->A)[off] : (int32_t)((const int8_t *)a->A)[off];
+}
+
+static inline void im_store(const nk_gemm_args_t *a, int32_t *c, uint32_t acc)
+{
+	*c = (int32_t)(acc + (a->beta != 0 ? (uint32_t)*c : 0u));
+}
+
+/* Rows (b, i): IG_NB int32 accumulators per block of columns, k outer (a row of B at a time). */
+static void im_rows(void *ctx, int64_t r0, int64_t r1)
+{
+	const nk_gemm_args_t *a = ctx;
+	const int8_t *B = a->B;
+	bool u8 = a->dtype == NK_U8;
+	int32_t acc[IG_NB];
+
+	for (int64_t r = r0; r < r1; r++) {
+		int64_t b = r / a->M, i = r % a->M;
+		int32_t *C = (int32_t *)a->C + b * a->bs_c + i * a->rs_c;
+
+		for (int64_t j0 = 0; j0 < a->N; j0 += IG_NB) {
+			int64_t nb = a->N - j0 < IG_NB ? a->N - j0 : IG_NB;
+
+			memset(acc, 0, sizeof acc);
+			for (int64_t k = 0; k < a->K; k++) {
+				int32_t x = im_a(a, u8, b * a->bs_a + i * a->rs_a + k * a->cs_a);
+				const int8_t *brow = B + b * a->bs_b + k * a->rs_b + j0 * a->cs_b;
+
+				if (x == 0)
+					continue;
+				if (a->cs_b == 1)
+					for (int64_t j = 0; j < nb; j++)
+						acc[j] = (int32_t)((uint32_t)acc[j] + (uint32_t)(x * brow[j]));
+				else
+					for (int64_t j = 0; j < nb; j++)
+						acc[j] = (int32_t)((uint32_t)acc[j] + (uint32_t)(x * brow[j * a->cs_b]));
+			}
+			for (int64_t j = 0; j < nb; j++)
+				im_store(a, C + (j0 + j) * a->cs_c, (uint32_t)acc[j]);
+		}
+	}
+}
+
+/* K == 0: C = 0 (or kept when beta != 0). */
+static void im_zero(const nk_gemm_args_t *a)
+{
+	if (a->beta != 0)
+		return;
+	for (int64_t b = 0; b < a->batch; b++)
+		for (int64_t i = 0; i < a->M; i++)
+			for (int64_t j = 0; j < a->N; j++)
+				((int32_t *)a->C)[b * a->bs_c + i * a->rs_c + j * a->cs_c] = 0;
+}
+
+int nk_int_mm_run(void *args)
+{
+	const nk_gemm_args_t *a = args;
+	nk_gemm_isa_t isa;
+
+	if (nk_using_reference())
+		return nk_int_mm_ref(args);
+	if (im_check(a))
+		return -1;
+	if (!a->M || !a->N || !a->batch)
+		return 0;
+	if (!a->K) {
+		im_zero(a);
+		return 0;
+	}
+	isa = nk_gemm_isa_select();
+	/* the tiles from a tile's size up (16 rows, 16 columns; any K: padded to 64) */
+	if (isa.i8_tiles && a->M >= 16 && a->N >= 16)
+		return isa.i8_tiles(a);
+	int64_t rows = a->batch * a->M, work = a->N * a->K;
+	nrt_parallel_for(rows, work >= IG_GRAIN ? 1 : IG_GRAIN / work, im_rows, (void *)a);
+	return 0;
+}
+
+int nk_int_mm_ref(void *args)
+{
+	const nk_gemm_args_t *a = args;
+	const int8_t *B;
+
+	if (im_check(a))
+		return -1;
+	B = a->B;
+	for (int64_t b = 0; b < a->batch; b++)
+		for (int64_t i = 0; i < a->M; i++)
+			for (int64_t j = 0; j < a->N; j++) {
+				uint32_t acc = 0;
+
+				for (int64_t k = 0; k < a->K; k++)
+					acc += (uint32_t)(im_a(a, a->dtype == NK_U8, b * a->bs_a + i * a->rs_a + k * a->cs_a) *
+							  (int32_t)B[b * a->bs_b + k * a->rs_b + j * a->cs_b]);
+				im_store(a, (int32_t *)a->C + b * a->bs_c + i * a->rs_c + j * a->cs_c, acc);
 			}
 	return 0;
 }

@@ -4,7 +4,8 @@
  * NEURON_KERNELS = ref | portable | avx2 | avx512 | amx caps every family at that level (a level the CPU
  * lacks falls back to the best it has); ref runs the reference kernels, portable the optimized portable C.
  * Unset or any other value: the best the CPU has.  A family without kernels at a level uses the best it
- * has below it (today no family has AVX2 or AMX kernels: the level is recorded for them).
+ * has below it (today: no family has AVX2 kernels, and at amx only the GEMM family has kernels of its own,
+ * the bf16 and int8 tile GEMMs of gemm_amx.c; the others keep AVX-512).
  */
 #ifndef NK_DISPATCH_H
 #define NK_DISPATCH_H

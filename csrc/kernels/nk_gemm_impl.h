@@ -123,6 +123,12 @@ typedef struct {
 	float (*dot_bf16)(const uint16_t *x, const uint16_t *y, int64_t n);
 	float (*dot_f16)(const uint16_t *x, const uint16_t *y, int64_t n);
 	float (*dot_f32)(const float *x, const float *y, int64_t n); /* GEMV f32 columns; may be NULL */
+	/* AMX: whole GEMMs on the tile unit (gemm_amx.c); NULL below the amx level or without the feature.
+	 * bf16_tiles: dtype bf16, arguments validated, M, N, K >= 1, bias / alpha / beta as nk_gemm_args_t,
+	 * bf16 C rounded as the sbgemm_bf16c kernels.  i8_tiles: int8 (dtype NK_I8) or uint8 (NK_U8) A, int8 B, int32 C = A @ B (plus the old
+	 * C when beta != 0; alpha ignored), M, N, K >= 1. */
+	int (*bf16_tiles)(const nk_gemm_args_t *g);
+	int (*i8_tiles)(const nk_gemm_args_t *g);
 } nk_gemm_isa_t;
 
 /* Portable reference micro-kernels (gemm.c) and the AVX-512 ones (gemm_avx512.c). */
@@ -181,6 +187,10 @@ void nk_gemm_pack_a_avx512(const void *src, int dtype, int64_t rs, int64_t cs, i
 			   float *dst);
 void nk_gemm_pack_b_avx512(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n,
 			   float *dst);
+
+/* AMX tile GEMMs (gemm_amx.c; only with the OS's tile permission, through the dispatch context). */
+int nk_gemm_amx_bf16(const nk_gemm_args_t *g);
+int nk_gemm_amx_i8(const nk_gemm_args_t *g);
 
 /* f64 packing (portable; the same layouts with MR = 14, NR = 16 doubles). */
 void nk_dgemm_pack_a(const double *src, int64_t rs, int64_t cs, int m, int64_t k, double *dst);

@@ -61,11 +61,17 @@ static void test_levels(void)
 	if (want > best)
 		want = best;
 	CHECK(nk_kernels_level() == want, "level %s, expected %s", nk_isa_name(nk_kernels_level()), nk_isa_name(want));
-	int fam = want >= NK_ISA_AVX512 ? NK_ISA_AVX512 : NK_ISA_PORTABLE; /* no AVX2 or AMX kernels yet */
-	for (int f = 0; f < NK_NFAM; f++)
-		CHECK(nk_family_isa(f) == fam, "%s uses %s, expected %s", nk_family_name(f), nk_isa_name(nk_family_isa(f)),
-		      nk_isa_name(fam));
+	int fam = want >= NK_ISA_AVX512 ? NK_ISA_AVX512 : NK_ISA_PORTABLE; /* no AVX2 kernels yet */
+	/* AMX: the GEMM family only (bf16 and int8 tiles), over the AVX-512 context */
+	bool amx = want == NK_ISA_AMX && (c->amx_bf16 || c->amx_int8);
+	for (int f = 0; f < NK_NFAM; f++) {
+		int e = f == NK_FAM_GEMM && amx ? NK_ISA_AMX : fam;
+		CHECK(nk_family_isa(f) == e, "%s uses %s, expected %s", nk_family_name(f), nk_isa_name(nk_family_isa(f)),
+		      nk_isa_name(e));
+	}
 	const nk_kernels_t *k = nk_kernels();
+	CHECK((k->gemm->bf16_tiles != NULL) == (want == NK_ISA_AMX && c->amx_bf16), "bf16 tiles at the amx level only");
+	CHECK((k->gemm->i8_tiles != NULL) == (want == NK_ISA_AMX && c->amx_int8), "int8 tiles at the amx level only");
 	CHECK((k->gemm->sgemm == nk_gemm_isa_avx512.sgemm) == (fam == NK_ISA_AVX512), "gemm table");
 	CHECK((k->gemm->sbgemm != NULL) == (fam == NK_ISA_AVX512 && c->avx512_bf16), "bf16 GEMM kernels need avx512_bf16");
 	CHECK((k->softmax == &nk_rowops_avx512) == (fam == NK_ISA_AVX512), "softmax table");
