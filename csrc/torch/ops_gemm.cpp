@@ -4,6 +4,7 @@
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
+#include "nk_igemm.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
@@ -355,6 +356,56 @@ static at::Tensor &addmv_out(const at::Tensor &bias, const at::Tensor &m, const 
 	return into(out, addmv_f(bias, m, v, beta, alpha));
 }
 
+// torch._int_mm: int8 (or uint8) self x int8 mat2 -> int32, with aten's CPU checks in its order and words
+// (int_mm_out_cpu: out is neither resized nor allowed to be strided); the AMX tiles where the CPU has them.
+static const char *const int_mm_fn = "int_mm_out_cpu";
+static void int_mm_check(const at::Tensor &a, const at::Tensor &b)
+{
+	const char *fn = int_mm_fn;
+	check_all_same_device("_int_mm", {&a, &b});
+	TORCH_CHECK(a.dim() == 2, fn, ": Expected self to be of dimension 2 but got ", a.dim());
+	TORCH_CHECK(b.dim() == 2, fn, ": Expected mat2 to be of dimension 2 but got ", b.dim());
+	TORCH_CHECK(a.size(1) == b.size(0), fn, ": self.size(1) needs to match mat2.size(0) but got ", a.size(1), " and ", b.size(0));
+	TORCH_CHECK(a.scalar_type() == at::kChar || a.scalar_type() == at::kByte, fn, ": Expected self dtype to be int8 or uint8 but got ",
+		    a.dtype());
+	TORCH_CHECK(b.scalar_type() == at::kChar, fn, ": Expected mat2 dtype to be of type int8 but got ", b.dtype());
+}
+static at::Tensor &int_mm_into(const at::Tensor &a, const at::Tensor &b, at::Tensor &out)
+{
+	const char *fn = int_mm_fn;
+	check_all_same_device("_int_mm", {&a, &out});
+	TORCH_CHECK(out.scalar_type() == at::kInt, fn, ": Expected result dtype to be of type kInt but got ", out.dtype());
+	TORCH_CHECK(out.size(0) == a.size(0), fn, ": Expected result.size(0) to be ", a.size(0), " but got ", out.size(0));
+	TORCH_CHECK(out.size(1) == b.size(1), fn, ": Expected result.size(1) to be ", b.size(1), " but got ", out.size(1));
+	TORCH_CHECK(out.dim() == 2, fn, ": Expected result to be of dimension 2 but got ", out.dim());
+	TORCH_CHECK(out.is_contiguous(), fn, ": Expected result to be contiguous.");
+	if (out.numel() == 0)
+		return out;
+	DeviceScope g(a.device().index());
+	nk_gemm_args_t ga{};
+	ga.dtype = a.scalar_type() == at::kByte ? NK_U8 : NK_I8;
+	ga.batch = 1, ga.M = out.size(0), ga.N = out.size(1), ga.K = a.size(1);
+	ga.alpha = 1, ga.beta = 0; // K == 0: the kernel writes zeros
+	ga.A = a.const_data_ptr(), ga.rs_a = a.stride(0), ga.cs_a = a.stride(1);
+	ga.B = b.const_data_ptr(), ga.rs_b = b.stride(0), ga.cs_b = b.stride(1);
+	ga.C = out.data_ptr(), ga.rs_c = out.stride(0), ga.cs_c = out.stride(1);
+	launch_cost(current_queue(out.device().index()), nk_int_mm_run, ga, "aten::_int_mm", gemm_cost(ga, 1));
+	return out;
+}
+static at::Tensor int_mm(const at::Tensor &a, const at::Tensor &b)
+{
+	NEURON_TRACK("aten::_int_mm");
+	int_mm_check(a, b);
+	at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options().dtype(at::kInt));
+	return int_mm_into(a, b, out);
+}
+static at::Tensor &int_mm_out(const at::Tensor &a, const at::Tensor &b, at::Tensor &out)
+{
+	NEURON_TRACK("aten::_int_mm.out");
+	int_mm_check(a, b);
+	return int_mm_into(a, b, out);
+}
+
 } // namespace neuron
 
 using namespace neuron;
@@ -379,4 +430,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "dot", dot);
 	NEURON_IMPL(m, "addmv", addmv_f);
 	NEURON_IMPL(m, "addmv.out", addmv_out);
+	NEURON_IMPL(m, "_int_mm", int_mm);
+	NEURON_IMPL(m, "_int_mm.out", int_mm_out);
 }
