@@ -123,7 +123,38 @@ static inline __mmask64 bytes_mask(int64_t nbytes)
 	return nbytes >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << nbytes) - 1);
 }
 
-/* Strip s of the super block (columns jc + 16 s .., all of K) into its VNNI tiles. */
+static void pack_b_strip(const amx_plan_t *pl, int64_t s);
+
+/* Strips s0 .. s1-1 of the super block (columns jc + 16 s .., all of K) into their VNNI tiles. */
+static void pack_b_strips(const amx_plan_t *pl, int64_t s0, int64_t s1)
+{
+	const nk_gemm_args_t *g = pl->g;
+	int64_t K = g->K;
+	int es = pl->es, grp = 4 / es;
+
+	if (g->cs_b == 1) {
+		/* row-major B: one group of rows (2 bf16 / 4 int8) at a time, widened and interleaved; k outer
+		 * and the strips inner, so that each row's cache lines are used whole while they are in L1 */
+		for (int64_t t = 0; t < pl->nkt; t++)
+			for (int64_t r = 0; r < 16; r++) {
+				int64_t k = t * pl->kt + r * grp;
+
+				for (int64_t s = s0; s < s1; s++) {
+					int64_t j0 = pl->jc + s * 16, n = nk_min64(16, pl->jc + pl->nc - j0);
+					const uint8_t *B = (const uint8_t *)g->B + (pl->b * g->bs_b + k * g->rs_b + j0) * es;
+					__m512i w = k < K ? group16(B, g->rs_b * es, es, (int)(K - k), (__mmask16)((1u << n) - 1))
+							  : _mm512_setzero_si512();
+
+					_mm512_store_si512(pl->bp + (s * pl->nkt + t) * TILE + r * 64, w);
+				}
+			}
+		return;
+	}
+	for (int64_t s = s0; s < s1; s++)
+		pack_b_strip(pl, s);
+}
+
+/* Strip s of the super block (columns jc + 16 s .., all of K) into its VNNI tiles (B not row-major). */
 static void pack_b_strip(const amx_plan_t *pl, int64_t s)
 {
 	const nk_gemm_args_t *g = pl->g;
@@ -132,20 +163,6 @@ static void pack_b_strip(const amx_plan_t *pl, int64_t s)
 	const uint8_t *B = (const uint8_t *)g->B + (pl->b * g->bs_b + j0 * g->cs_b) * pl->es;
 	int es = pl->es, grp = 4 / es;
 
-	if (g->cs_b == 1) {
-		/* row-major B: one group of rows (2 bf16 / 4 int8) at a time, widened and interleaved */
-		__mmask16 mk = (__mmask16)((1u << n) - 1);
-
-		for (int64_t t = 0; t < pl->nkt; t++)
-			for (int64_t r = 0; r < 16; r++) {
-				int64_t k = t * pl->kt + r * grp;
-				__m512i w = k < K ? group16(B + k * g->rs_b * es, g->rs_b * es, es, (int)(K - k), mk)
-						  : _mm512_setzero_si512();
-
-				_mm512_store_si512(dst + t * TILE + r * 64, w);
-			}
-		return;
-	}
 	if (g->rs_b == 1) {
 		/* column-major B (the weight of a linear, W^T): each column's groups are 32-bit words in a row:
 		 * 16 columns of 16 words, transposed */
@@ -213,16 +230,18 @@ static void pack_a_tile(const amx_plan_t *pl, int64_t r)
 	}
 }
 
-/* The pack job: B strips first, then (when this super block packs A) A row tiles. */
+/* The pack job: groups of BGROUP B strips first, then (when this super block packs A) A row tiles. */
+#define BGROUP 4
 static void pack_tiles(void *ctx, int64_t t0, int64_t t1)
 {
 	const amx_plan_t *pl = ctx;
+	int64_t nb = nk_cdiv(pl->strips, BGROUP);
 
 	for (int64_t t = t0; t < t1; t++)
-		if (t < pl->strips)
-			pack_b_strip(pl, t);
+		if (t < nb)
+			pack_b_strips(pl, t * BGROUP, nk_min64(pl->strips, (t + 1) * BGROUP));
 		else
-			pack_a_tile(pl, t - pl->strips);
+			pack_a_tile(pl, t - nb);
 }
 
 /* ---- the tile block ----------------------------------------------------------------------------- */
@@ -327,8 +346,19 @@ static void store_block(const amx_plan_t *pl, const void *acc, int64_t lda, int6
 			const int32_t *a = (const int32_t *)acc + i * lda;
 			int32_t *c = (int32_t *)g->C + pl->b * g->bs_c + (i0 + i) * g->rs_c + j0 * g->cs_c;
 
-			for (int64_t j = 0; j < n; j++)
-				c[j * g->cs_c] = (int32_t)((uint32_t)a[j] + (pl->beta != 0 ? (uint32_t)c[j * g->cs_c] : 0u));
+			if (g->cs_c != 1) {
+				for (int64_t j = 0; j < n; j++)
+					c[j * g->cs_c] = (int32_t)((uint32_t)a[j] + (pl->beta != 0 ? (uint32_t)c[j * g->cs_c] : 0u));
+				continue;
+			}
+			for (int64_t j = 0; j < n; j += 16) {
+				__mmask16 mk = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+				__m512i v = _mm512_maskz_loadu_epi32(mk, a + j);
+
+				if (pl->beta != 0)
+					v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(mk, c + j));
+				_mm512_mask_storeu_epi32(c + j, mk, v);
+			}
 			continue;
 		}
 		const float *a = (const float *)acc + i * lda;
@@ -479,7 +509,7 @@ static int amx_gemm(const nk_gemm_args_t *g, int kind)
 				pl.tasks_n = nk_cdiv(pl.strips, pl.nb / 16);
 				ntasks = pl.tasks_m * pl.tasks_n;
 				/* A is packed with the first column super block of its rows */
-				npack = pl.strips + (jc == 0 ? pl.rtiles : 0);
+				npack = nk_cdiv(pl.strips, BGROUP) + (jc == 0 ? pl.rtiles : 0);
 				if (par) {
 					nrt_parallel_for(npack, 1, pack_tiles, &pl);
 					nrt_parallel_for(ntasks, 1, run_tasks, &pl);

@@ -14,6 +14,8 @@
 #include "nk_impl.h"
 #include "nrt.h"
 
+NK_VECTORIZE_FILE
+
 #define IG_NB 256
 #define IG_GRAIN 4096 /* multiply-adds per task, at least */
 
