@@ -29,7 +29,7 @@ CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC)) $(1)/obj/gen/nc_prelude.o
 
-.PHONY: all venv hf-deps build install clib ctest test test-sanitize test-tsan pytest demo bench clean conformance profile models
+.PHONY: all venv hf-deps build install clib ctest test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance profile models
 
 all: install
 
@@ -129,6 +129,11 @@ demo: install
 bench: install
 	$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install -q matplotlib
 	$(VPY) -m bench
+
+# The GEMMs (f32, bf16, int8) at every kernel level this CPU has, against torch CPU, in one table (a few
+# minutes; bench/gemm_levels.py)
+bench-gemm: install
+	$(VPY) -m bench.gemm_levels
 
 # perf (or callgrind) profiles of every workload of the latest bench report where neuron is slower than the
 # CPU -> docs/profiles.md (bench/profile.py; ARGS="--only NAME,..." or ARGS="--match REGEX" to choose)

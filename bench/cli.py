@@ -20,7 +20,8 @@ GROUPS = [
      "every op. On the CPU both are the plain op.", None,
      workloads.latency_cases),
     ("gemm", "2. GEMM", "`torch.mm(a, b)` with a: MxK, b: KxN, named `M x N x K`; GEMV is `F.linear(x, W)`.",
-     "f32 FMA peak (bf16: bf16 dot peak; GEMV: DRAM read bandwidth)", workloads.gemm_cases),
+     "f32 FMA peak (bf16: the AMX bf16 tile peak where present, else the bf16 dot peak; int8: the AMX int8 tile "
+     "peak; GEMV: DRAM read bandwidth)", workloads.gemm_cases),
     ("memory", "3. Memory-bound ops",
      "f32 tensors of 16M elements ([16384, 1024], 64 MiB) and 256K elements ([256, 1024], 1 MiB); "
      "softmax, layer_norm and rms_norm over the last dim (1024). Bytes: binary ops 12/element, unary and "

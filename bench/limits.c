@@ -2,6 +2,9 @@
  *
  *   limits fma   THREADS SECONDS   f32 FMA peak: independent vector FMA chains, GFLOP/s over all threads
  *   limits bf16  THREADS SECONDS   bf16 dot-product peak (AVX512-BF16 vdpbf16ps), GFLOP/s; 0 if unsupported
+ *   limits amx_bf16 THREADS SECONDS AMX tile peak: TDPBF16PS into 4 independent 16x16 f32 tiles, GFLOP/s;
+ *                                  0 if the CPU, the compiler or the OS (tile permission) lacks it
+ *   limits amx_int8 THREADS SECONDS the same with TDPBSSD (int8 -> int32), GOP/s (a multiply-add is 2 ops)
  *   limits triad THREADS N REPS    STREAM triad a[i] = b[i] + s*c[i] on N f32 per array, GB/s (3*N*4 bytes)
  *   limits read  THREADS N REPS    read-only bandwidth: sum of N f32, GB/s (N*4 bytes)
  *
@@ -16,8 +19,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-#if defined(__AVX512F__) || defined(__AVX2__) || defined(__FMA__)
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__FMA__) || defined(__AMX_TILE__)
 #include <immintrin.h>
+#endif
+#if defined(__AMX_TILE__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 static double now(void) {
@@ -90,7 +97,46 @@ static float bf16_kernel(long iters) {
 }
 #endif
 
-static int mode_bf16 = 0;
+/* ------------------------------------------------------------------------------------------ AMX */
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AMX_INT8__) && defined(__linux__)
+#define HAVE_AMX 1
+typedef struct { unsigned char palette, start_row, reserved[14]; unsigned short colsb[16]; unsigned char rows[16]; } tilecfg_t;
+
+/* Linux keeps the tile data off until the process asks (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA). */
+static int amx_permit(void) {
+    return __builtin_cpu_supports("amx-tile") && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+static void amx_config(void) {
+    static char zero[1024] __attribute__((aligned(64)));
+    tilecfg_t c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
+    _tile_loadconfig(&c);
+    _tile_loadd(4, zero, 64); _tile_loadd(5, zero, 64); _tile_loadd(6, zero, 64); _tile_loadd(7, zero, 64);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+}
+
+/* 4 tile products per iteration (a 2 x 2 block of accumulators, the GEMM kernel's shape) */
+static float amx_kernel(long iters, int int8) {
+    static char out[1024] __attribute__((aligned(64)));
+    amx_config();
+    if (int8)
+        for (long i = 0; i < iters; i++) {
+            _tile_dpbssd(0, 4, 6); _tile_dpbssd(1, 4, 7); _tile_dpbssd(2, 5, 6); _tile_dpbssd(3, 5, 7);
+        }
+    else
+        for (long i = 0; i < iters; i++) {
+            _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+        }
+    _tile_stored(0, out, 64);
+    _tile_release();
+    return out[0];
+}
+#endif
+
+static int mode_bf16 = 0; /* 0 f32 FMA, 1 vdpbf16ps, 2 AMX bf16, 3 AMX int8 */
 /* the repetition times of the current run (thread 0 records them) */
 static double *rep_dt;
 static long rep_cnt;
@@ -121,6 +167,10 @@ static void *compute_thread(void *arg) {
         pthread_barrier_wait(&bar);
         if (tid == 0) t0 = now();
         float r;
+#if defined(HAVE_AMX)
+        if (mode_bf16 >= 2) r = amx_kernel(fma_iters, mode_bf16 == 3);
+        else
+#endif
 #if defined(__AVX512BF16__)
         r = mode_bf16 ? bf16_kernel(fma_iters) : fma_kernel(fma_iters);
 #else
@@ -148,11 +198,17 @@ static void run_threads(void *(*fn)(void *)) {
 /* flops per inner iteration: NACC vector FMAs of VW lanes, 2 flops each (bf16 dot: 2*VW pairs, 2 flops each) */
 static double compute_peak(double seconds, int bf16) {
     mode_bf16 = bf16;
-    double per_iter = bf16 ? (double)NACC * 2 * 16 * 2 : (double)NACC * VW * 2;
+    /* AMX: 4 tile products of 16 x 16 outputs over 32 bf16 / 64 int8 of k per iteration */
+    double per_iter = bf16 == 2 ? 4.0 * 16 * 16 * 32 * 2 : bf16 == 3 ? 4.0 * 16 * 16 * 64 * 2 :
+                      bf16 ? (double)NACC * 2 * 16 * 2 : (double)NACC * VW * 2;
     /* calibrate on one thread */
     long it = 1 << 16;
     for (;;) {
         double t0 = now();
+#if defined(HAVE_AMX)
+        if (bf16 >= 2) sink_f = amx_kernel(it, bf16 == 3);
+        else
+#endif
         sink_f = bf16 ?
 #if defined(__AVX512BF16__)
             bf16_kernel(it)
@@ -283,6 +339,18 @@ int main(int argc, char **argv) {
         double sec = argc > 3 ? atof(argv[3]) : 0.3;
         printf("%.3f avx512bf16\n", compute_peak(sec, 1));
 #else
+        printf("0 unsupported\n");
+#endif
+    } else if (!strcmp(argv[1], "amx_bf16") || !strcmp(argv[1], "amx_int8")) {
+        int int8 = !strcmp(argv[1], "amx_int8");
+#if defined(HAVE_AMX)
+        double sec = argc > 3 ? atof(argv[3]) : 0.3;
+        if (amx_permit() && (int8 ? __builtin_cpu_supports("amx-int8") : __builtin_cpu_supports("amx-bf16")))
+            printf("%.3f %s\n", compute_peak(sec, int8 ? 3 : 2), int8 ? "tdpbssd" : "tdpbf16ps");
+        else
+            printf("0 unsupported\n");
+#else
+        (void)int8;
         printf("0 unsupported\n");
 #endif
     } else if (!strcmp(argv[1], "triad")) {

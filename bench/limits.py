@@ -1,6 +1,7 @@
 """Machine limits: small C microbenchmarks (bench/limits.c) compiled at bench time with cc -O3 -march=native.
 
-f32 FMA peak (one core, all cores), bf16 dot-product peak (AVX512-BF16, all cores) and STREAM-triad
+f32 FMA peak (one core, all cores), bf16 dot-product peak (AVX512-BF16, all cores), the AMX tile peaks
+(TDPBF16PS, TDPBSSD; one core, all cores) where the CPU and the OS have AMX, and STREAM-triad
 bandwidth and read-only (sum) bandwidth (DRAM-sized arrays and cache-resident arrays, all cores).  Every
 measurement is the median of several short repetitions (the ops are timed as medians of their rounds; a
 best-of figure on this VM is a spike: single 64 MiB read passes moved by up to 2x).  measure() is called
@@ -22,6 +23,9 @@ SRC = os.path.join(HERE, "limits.c")
 LIMIT_LABELS = {
     "fma": "f32 FMA peak, all cores",
     "bf16": "bf16 dot peak (vdpbf16ps), all cores",
+    # the bf16 GEMMs' own limit: the AMX tile peak where the machine has AMX, else the vdpbf16ps peak
+    "bf16_gemm": "bf16 GEMM peak (AMX TDPBF16PS where present, else vdpbf16ps), all cores",
+    "int8": "int8 GEMM peak (AMX TDPBSSD), all cores, GOP/s",
     "dram": "triad bandwidth, 3 x 64 MiB (DRAM)",
     "cache": "triad bandwidth, 3 x 1 MiB (cache-resident)",
     "dram_read": "read bandwidth, 64 MiB (DRAM)",
@@ -93,6 +97,11 @@ class Limits:
             self._keep("fma_1", self._run("fma", 1, sec))
             self._keep("fma_all", self._run("fma", n, sec))
             self._keep("bf16_all", self._run("bf16", n, sec))
+            for mode in ("amx_bf16", "amx_int8"):
+                one = self._run(mode, 1, sec)
+                if one[0] > 0:
+                    self._keep(mode + "_1", one)
+                    self._keep(mode + "_all", self._run(mode, n, sec))
             self._keep("triad_dram_1", self._run("triad", 1, 16 << 20, 5 if self.quick else 10))
             self._keep("triad_dram_all", self._run("triad", n, 16 << 20, 5 if self.quick else 10))
             self._keep("triad_cache_all", self._run("triad", n, 256 << 10, 1000 if self.quick else 3000))
@@ -105,17 +114,25 @@ class Limits:
             self.error = f"microbenchmark failed: {e}"
 
     # ---- the limits used for "share of limit"
+    def _scaled(self, name):
+        """All-core figure of a compute peak: the measured one, or n x one-core where the all-core run did
+        not scale (on a shared machine it is often short of n x one-core)."""
+        n = ncores()
+        one, allc = self._v(name + "_1"), self._v(name + "_all")
+        if one is None and allc is None:
+            return None
+        if allc is not None and (one is None or allc >= 0.9 * one * n):
+            return allc
+        return one * n
+
     def value(self, key):
         """GFLOP/s or GB/s for a limit key of LIMIT_LABELS, or None."""
-        n = ncores()
         if key == "fma":
-            one, allc = self._v("fma_1"), self._v("fma_all")
-            if one is None and allc is None:
-                return None
-            # on a shared machine the all-core run is often short of n x one-core: then use n x one-core
-            if allc is not None and (one is None or allc >= 0.9 * one * n):
-                return allc
-            return one * n
+            return self._scaled("fma")
+        if key == "bf16_gemm":
+            return self._scaled("amx_bf16") or self.value("bf16")
+        if key == "int8":
+            return self._scaled("amx_int8")
         if key == "bf16":
             v = self._v("bf16_all")
             return v if v else None
@@ -160,6 +177,17 @@ class Limits:
             out.append(("f32 limit used for GEMM shares", f"{fl:.1f} GFLOP/s", used))
         v, var = fmt("bf16_all", "GFLOP/s")
         out.append((f"bf16 dot peak, {n} cores", v, note("bf16_all", var)))
+        for mode, what, unit in (("amx_bf16", "AMX bf16 tile peak (TDPBF16PS)", "GFLOP/s"),
+                                 ("amx_int8", "AMX int8 tile peak (TDPBSSD)", "GOP/s")):
+            if self.raw.get(mode + "_1") is None:
+                continue
+            v, var = fmt(mode + "_1", unit)
+            out.append((f"{what}, 1 core", v, note(mode + "_1", var)))
+            v, var = fmt(mode + "_all", unit)
+            out.append((f"{what}, {n} cores", v, note(mode + "_all", var)))
+            lim = self._scaled(mode)
+            out.append((f"{what.split(' (')[0]} limit used for GEMM shares", f"{lim:.1f} {unit}",
+                        "measured all-core" if lim == self._v(mode + "_all") else f"{n} x 1-core (the all-core run did not scale)"))
         v, var = fmt("triad_dram_1", "GB/s")
         out.append(("triad 3 x 64 MiB, 1 core", v, note("triad_dram_1", "DRAM; 12 bytes/element counted")))
         v, var = fmt("triad_dram_all", "GB/s")

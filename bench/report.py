@@ -239,7 +239,7 @@ def plot_gemm(groups, limits, path):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if dev == "neuron" else "s",
                 linestyle="-" if dev == "neuron" else "--", color=colors[dt],
                 label=f"{dev} {dt}" + (" (torch CPU eager)" if dev == "cpu" else ""))
-    for dt, key in (("f32", "fma"), ("bf16", "bf16")):
+    for dt, key in (("f32", "fma"), ("bf16", "bf16_gemm")):
         lim = limits.value(key) if limits is not None else None
         if lim and any(k[0] == dt for k in series):
             ax.axhline(lim, color=colors[dt], linestyle=":", label=f"{dt} peak (measured) {lim:.0f} GFLOP/s")

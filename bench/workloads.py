@@ -44,8 +44,10 @@ def latency_cases(quick):
 
 # --------------------------------------------------------------------------------------- 2. GEMM
 def gemm_cases(quick):
-    """f32 mm at the square sizes (the gemm.png curve) and the transformer shapes, addmm (bias + a @ b) and
-    bf16 mm at the issue's shapes, and GEMV (M = 1) against 64 MiB and 224 MiB weights."""
+    """f32 mm at the square sizes (the gemm.png curve) and the transformer shapes, addmm (bias + a @ b),
+    bf16 mm and torch._int_mm (int8 -> int32) at the issue's shapes, each held to its own dtype's peak (bf16:
+    the AMX tile peak where the machine has AMX; int8: the AMX int8 peak), and GEMV (M = 1) against 64 MiB
+    and 224 MiB weights."""
     cases = []
     big = [(2048, 2048, 2048)] + ([] if quick else [(4096, 4096, 4096)])
     model = [(512, 3072, 768), (128, 768, 768)]
@@ -63,7 +65,15 @@ def gemm_cases(quick):
         def setup_bf16(d, m=m, n=n, k=k):
             a, b = _rand((m, k), d, torch.bfloat16), _rand((k, n), d, torch.bfloat16, seed=1)
             return lambda: torch.mm(a, b)
-        cases.append(Case(f"mm bf16 {m}x{n}x{k}", setup_bf16, flops=2.0 * m * n * k, limit="bf16"))
+        cases.append(Case(f"mm bf16 {m}x{n}x{k}", setup_bf16, flops=2.0 * m * n * k, limit="bf16_gemm"))
+    for m, n, k in [(1024, 1024, 1024)] + big + model:
+        def setup_int8(d, m=m, n=n, k=k):
+            g = torch.Generator().manual_seed(3)
+            a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8).to(d)
+            b = torch.randint(-128, 128, (k, n), generator=g, dtype=torch.int8).to(d)
+            return lambda: torch._int_mm(a, b)
+        cases.append(Case(f"_int_mm int8 {m}x{n}x{k}", setup_int8, flops=2.0 * m * n * k, limit="int8",
+                          note="GOP/s (a multiply-add is 2 ops)"))
 
     for n_out, n_in in ((4096, 4096), (4096, 14336)):
         def setup_gemv(d, n_out=n_out, n_in=n_in):
