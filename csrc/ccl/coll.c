@@ -1,5 +1,5 @@
 /* coll.c - the collectives, as rounds over the ranks' staging halves (the protocol is described in
- * ncl_impl.h).  Each round moves at most one chunk per rank: the caller's data is cut into pieces of
+ * ncl_impl.h); large all_reduce, reduce_scatter, all_gather and broadcast calls go direct (direct.c).  Each round moves at most one chunk per rank: the caller's data is cut into pieces of
  * chunk bytes (or, where a rank sends a different block to each peer, into nranks sub-blocks of a chunk),
  * staged by its owner, and read (reduced or copied) by the others straight from the owner's half.
  */
@@ -7,16 +7,9 @@
 
 #include "ncl_impl.h"
 
-struct round {
-	struct ncl_comm *c;
-	struct ncl_desc d; /* this rank's descriptor for the current round */
-	int64_t deadline;
-	uint32_t k;        /* the round's global number (this rank's step) */
-};
-
 /* Waits until the half this round uses is free on every rank, then writes the descriptor; returns the
  * half's data area in *mine. */
-static int round_acquire(struct round *r, unsigned char **mine)
+int ncl_round_acquire(struct ncl_round *r, unsigned char **mine)
 {
 	struct ncl_comm *c = r->c;
 	int rc;
@@ -36,7 +29,7 @@ static int round_acquire(struct round *r, unsigned char **mine)
 	return NCL_OK;
 }
 
-static int desc_mismatch(struct round *r, int p, const struct ncl_desc *o)
+static int desc_mismatch(struct ncl_round *r, int p, const struct ncl_desc *o)
 {
 	const struct ncl_desc *d = &r->d;
 
@@ -51,7 +44,7 @@ static int desc_mismatch(struct round *r, int p, const struct ncl_desc *o)
 }
 
 /* Publishes this rank's half, waits for every rank's, and checks their descriptors. */
-static int round_exchange(struct round *r)
+int ncl_round_exchange(struct ncl_round *r)
 {
 	struct ncl_comm *c = r->c;
 	int rc;
@@ -79,15 +72,10 @@ static int round_exchange(struct round *r)
 	return NCL_OK;
 }
 
-static void round_release(struct round *r)
+void ncl_round_release(struct ncl_round *r)
 {
 	atomic_store(&r->c->ctl[r->c->rank].consumed, r->k);
 	ncl_ring(r->c);
-}
-
-static const unsigned char *peer_data(struct round *r, int p)
-{
-	return ncl_half(r->c, p, r->k) + NCL_DESC_BYTES;
 }
 
 static int check_dtype(int kind, ncl_dtype_t dt)
@@ -106,7 +94,7 @@ static int check_root(struct ncl_comm *c, int kind, int root)
 }
 
 /* Common head of every collective: argument checks, then the ticket. */
-static int begin(struct ncl_comm *c, struct round *r, int kind, ncl_call_t *call, ncl_dtype_t dt, size_t count,
+static int begin(struct ncl_comm *c, struct ncl_round *r, int kind, ncl_call_t *call, ncl_dtype_t dt, size_t count,
 		 int redop, int root)
 {
 	int rc;
@@ -151,8 +139,8 @@ struct coll {
 
 /* stage: writes this rank's piece of the round (elements off..off+n of the call) into its half.
  * consume: reads the peers' halves; may raise *nrounds (all_to_all learns it in round 0). */
-typedef void (*stage_fn)(struct round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n);
-typedef int (*consume_fn)(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds);
+typedef void (*stage_fn)(struct ncl_round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n);
+typedef int (*consume_fn)(struct ncl_round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds);
 
 static size_t nrounds(size_t count, size_t per)
 {
@@ -160,7 +148,7 @@ static size_t nrounds(size_t count, size_t per)
 }
 
 /* Runs the rounds of a begun collective (r) over count elements, a->per at a time, and ends it. */
-static int run_rounds(struct round *r, const struct coll *a, size_t count, stage_fn stage, consume_fn consume)
+static int run_rounds(struct ncl_round *r, const struct coll *a, size_t count, stage_fn stage, consume_fn consume)
 {
 	size_t n_r = nrounds(count, a->per);
 	int rc = NCL_OK;
@@ -170,17 +158,17 @@ static int run_rounds(struct round *r, const struct coll *a, size_t count, stage
 		unsigned char *mine;
 
 		r->d.round = (uint32_t)i;
-		rc = round_acquire(r, &mine);
+		rc = ncl_round_acquire(r, &mine);
 		if (rc)
 			break;
 		if (stage)
 			stage(r, a, mine, off, n);
-		rc = round_exchange(r);
+		rc = ncl_round_exchange(r);
 		if (rc)
 			break;
 		if (consume)
 			rc = consume(r, a, off, n, &n_r);
-		round_release(r);
+		ncl_round_release(r);
 	}
 	return ncl_coll_end(r->c, r->d.seq, rc);
 }
@@ -191,19 +179,19 @@ static const char *at(const void *p, size_t off, size_t esz)
 }
 
 /* This rank's own piece of rank p's data in round r, or the peer's half (+ byte offset). */
-static const void *piece(struct round *r, int p, const void *own, size_t half_off)
+static const void *piece(struct ncl_round *r, int p, const void *own, size_t half_off)
 {
-	return p == r->c->rank ? own : (const void *)(peer_data(r, p) + half_off);
+	return p == r->c->rank ? own : (const void *)(ncl_round_data(r, p) + half_off);
 }
 
 /* ---- the collectives -------------------------------------------------------------------------------- */
-static void stage_send(struct round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n)
+static void stage_send(struct ncl_round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n)
 {
 	memcpy(mine, at(a->send, off, a->esz), n * a->esz);
 }
 
 /* Copies block q of every rank's sends (or root's, for scatter) into sub-block q of this rank's half. */
-static void stage_blocks(struct round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n)
+static void stage_blocks(struct ncl_round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n)
 {
 	if (a->root >= 0 && r->c->rank != a->root)
 		return;
@@ -212,7 +200,7 @@ static void stage_blocks(struct round *r, const struct coll *a, unsigned char *m
 			memcpy(mine + (size_t)q * a->per * a->esz, at(a->sends[q], off, a->esz), n * a->esz);
 }
 
-static int consume_reduce(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
+static int consume_reduce(struct ncl_round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
 {
 	const void *srcs[NCL_MAX_RANKS];
 
@@ -227,7 +215,7 @@ static int consume_reduce(struct round *r, const struct coll *a, size_t off, siz
 static int reduce_common(int kind, struct ncl_comm *c, const void *send, void *recv, size_t count,
 			 ncl_dtype_t dt, ncl_redop_t op, double scale, int root, ncl_call_t call)
 {
-	struct round r;
+	struct ncl_round r;
 	struct coll a = { .send = send, .recv = recv, .dt = dt, .op = op, .scale = scale, .root = root };
 	int rc;
 
@@ -244,6 +232,9 @@ static int reduce_common(int kind, struct ncl_comm *c, const void *send, void *r
 		return rc;
 	a.esz = ncl_dtype_size(dt);
 	a.per = c->chunk / a.esz;
+	if (kind == NCL_K_ALL_REDUCE && ncl_direct_wanted(c, count, a.esz) &&
+	    (rc = ncl_direct_all_reduce(&r, send, recv, count, dt, op, scale)) != NCL_DIRECT_STAGED)
+		return ncl_coll_end(c, r.d.seq, rc);
 	return run_rounds(&r, &a, count, stage_send, consume_reduce);
 }
 
@@ -259,22 +250,22 @@ int ncl_reduce(ncl_comm_t *c, const void *send, void *recv, size_t count, ncl_dt
 	return reduce_common(NCL_K_REDUCE, c, send, recv, count, dt, op, scale, root, call);
 }
 
-static void stage_root(struct round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n)
+static void stage_root(struct ncl_round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n)
 {
 	if (r->c->rank == a->root)
 		memcpy(mine, at(a->buf, off, a->esz), n * a->esz);
 }
 
-static int consume_root(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
+static int consume_root(struct ncl_round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
 {
 	if (r->c->rank != a->root)
-		memcpy((char *)a->buf + off * a->esz, peer_data(r, a->root), n * a->esz);
+		memcpy((char *)a->buf + off * a->esz, ncl_round_data(r, a->root), n * a->esz);
 	return NCL_OK;
 }
 
 int ncl_broadcast(ncl_comm_t *c, void *buf, size_t count, ncl_dtype_t dt, int root, ncl_call_t call)
 {
-	struct round r;
+	struct ncl_round r;
 	struct coll a = { .buf = buf, .dt = dt, .root = root };
 	int rc;
 
@@ -287,10 +278,13 @@ int ncl_broadcast(ncl_comm_t *c, void *buf, size_t count, ncl_dtype_t dt, int ro
 		return rc;
 	a.esz = ncl_dtype_size(dt);
 	a.per = c->chunk / a.esz;
+	if (ncl_direct_wanted(c, count, a.esz) &&
+	    (rc = ncl_direct_broadcast(&r, buf, count, dt, root)) != NCL_DIRECT_STAGED)
+		return ncl_coll_end(c, r.d.seq, rc);
 	return run_rounds(&r, &a, count, stage_root, consume_root);
 }
 
-static int consume_gather(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
+static int consume_gather(struct ncl_round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
 {
 	if (!a->receives)
 		return NCL_OK;
@@ -308,7 +302,7 @@ static int consume_gather(struct round *r, const struct coll *a, size_t off, siz
 static int gather_common(int kind, struct ncl_comm *c, const void *send, void *const *recvs, size_t count,
 			 ncl_dtype_t dt, int root, ncl_call_t call)
 {
-	struct round r;
+	struct ncl_round r;
 	struct coll a = { .send = send, .recvs = recvs, .dt = dt, .root = root };
 	int rc;
 
@@ -326,6 +320,9 @@ static int gather_common(int kind, struct ncl_comm *c, const void *send, void *c
 		return rc;
 	a.esz = ncl_dtype_size(dt);
 	a.per = c->chunk / a.esz;
+	if (kind == NCL_K_ALL_GATHER && ncl_direct_wanted(c, count, a.esz) &&
+	    (rc = ncl_direct_all_gather(&r, send, recvs, count, dt)) != NCL_DIRECT_STAGED)
+		return ncl_coll_end(c, r.d.seq, rc);
 	return run_rounds(&r, &a, count, stage_send, consume_gather);
 }
 
@@ -341,7 +338,7 @@ int ncl_gather(ncl_comm_t *c, const void *send, void *const *recvs, size_t count
 	return gather_common(NCL_K_GATHER, c, send, recvs, count, dt, root, call);
 }
 
-static int consume_reduce_block(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
+static int consume_reduce_block(struct ncl_round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
 {
 	const void *srcs[NCL_MAX_RANKS];
 	int me = r->c->rank;
@@ -365,7 +362,7 @@ static int check_bufs(int kind, const void *const *bufs, int n, const char *what
 int ncl_reduce_scatter(ncl_comm_t *c, const void *const *sends, void *recv, size_t count, ncl_dtype_t dt,
 		       ncl_redop_t op, double scale, ncl_call_t call)
 {
-	struct round r;
+	struct ncl_round r;
 	struct coll a = { .sends = sends, .recv = recv, .dt = dt, .op = op, .scale = scale, .root = -1 };
 	int rc;
 
@@ -381,24 +378,27 @@ int ncl_reduce_scatter(ncl_comm_t *c, const void *const *sends, void *recv, size
 		return rc;
 	a.esz = ncl_dtype_size(dt);
 	a.per = c->chunk / ((size_t)c->nranks * a.esz);
+	if (ncl_direct_wanted(c, count, a.esz) &&
+	    (rc = ncl_direct_reduce_scatter(&r, sends, recv, count, dt, op, scale)) != NCL_DIRECT_STAGED)
+		return ncl_coll_end(c, r.d.seq, rc);
 	return run_rounds(&r, &a, count, stage_blocks, consume_reduce_block);
 }
 
-static int consume_scatter(struct round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
+static int consume_scatter(struct ncl_round *r, const struct coll *a, size_t off, size_t n, size_t *nrounds_)
 {
 	char *dst = (char *)a->recv + off * a->esz;
 
 	if (r->c->rank == a->root)
 		memmove(dst, at(a->sends[a->root], off, a->esz), n * a->esz);
 	else
-		memcpy(dst, peer_data(r, a->root) + (size_t)r->c->rank * a->per * a->esz, n * a->esz);
+		memcpy(dst, ncl_round_data(r, a->root) + (size_t)r->c->rank * a->per * a->esz, n * a->esz);
 	return NCL_OK;
 }
 
 int ncl_scatter(ncl_comm_t *c, const void *const *sends, void *recv, size_t count, ncl_dtype_t dt, int root,
 		ncl_call_t call)
 {
-	struct round r;
+	struct ncl_round r;
 	struct coll a = { .sends = sends, .recv = recv, .dt = dt, .root = root };
 	int rc;
 
@@ -425,7 +425,7 @@ static size_t block_n(size_t total, size_t off, size_t per)
 	return n < per ? n : per;
 }
 
-static void stage_a2a(struct round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n_)
+static void stage_a2a(struct ncl_round *r, const struct coll *a, unsigned char *mine, size_t off, size_t n_)
 {
 	for (int q = 0; q < r->c->nranks; q++) {
 		((uint64_t *)mine)[q] = a->send_counts[q];
@@ -436,14 +436,14 @@ static void stage_a2a(struct round *r, const struct coll *a, unsigned char *mine
 }
 
 /* Round 0 agrees on the number of rounds (the largest block of any rank) and checks the counts pairwise. */
-static int a2a_agree(struct round *r, const struct coll *a, size_t *nrounds_)
+static int a2a_agree(struct ncl_round *r, const struct coll *a, size_t *nrounds_)
 {
 	struct ncl_comm *c = r->c;
 	size_t all = r->d.aux;
 
 	for (int p = 0; p < c->nranks; p++) {
 		const struct ncl_desc *o = (const struct ncl_desc *)ncl_half(c, p, r->k);
-		uint64_t sent = p == c->rank ? a->send_counts[p] : ((const uint64_t *)peer_data(r, p))[c->rank];
+		uint64_t sent = p == c->rank ? a->send_counts[p] : ((const uint64_t *)ncl_round_data(r, p))[c->rank];
 
 		all = o->aux > all ? o->aux : all;
 		if (sent != a->recv_counts[p])
@@ -455,7 +455,7 @@ static int a2a_agree(struct round *r, const struct coll *a, size_t *nrounds_)
 	return NCL_OK;
 }
 
-static int consume_a2a(struct round *r, const struct coll *a, size_t off, size_t n_, size_t *nrounds_)
+static int consume_a2a(struct ncl_round *r, const struct coll *a, size_t off, size_t n_, size_t *nrounds_)
 {
 	int rc = r->d.round == 0 ? a2a_agree(r, a, nrounds_) : NCL_OK;
 
@@ -472,7 +472,7 @@ static int consume_a2a(struct round *r, const struct coll *a, size_t off, size_t
 int ncl_all_to_all(ncl_comm_t *c, const void *const *sends, const size_t *send_counts, void *const *recvs,
 		   const size_t *recv_counts, ncl_dtype_t dt, ncl_call_t call)
 {
-	struct round r;
+	struct ncl_round r;
 	struct coll a = { .sends = sends, .recvs = recvs, .send_counts = send_counts, .recv_counts = recv_counts,
 			  .dt = dt, .root = -1 };
 	size_t most = 0;
@@ -498,7 +498,7 @@ int ncl_all_to_all(ncl_comm_t *c, const void *const *sends, const size_t *send_c
 
 int ncl_barrier(ncl_comm_t *c, ncl_call_t call)
 {
-	struct round r;
+	struct ncl_round r;
 	struct coll a = { .esz = 1, .per = 1, .root = -1 };
 	int rc = begin(c, &r, NCL_K_BARRIER, &call, NCL_U8, 0, 0, -1);
 

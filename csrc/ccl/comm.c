@@ -164,6 +164,7 @@ static void comm_free(struct ncl_comm *c)
 	free(c->p2p_send_lock);
 	free(c->p2p_recv_lock);
 	free((void *)c->dead);
+	free(c->scratch);
 	free(c);
 }
 
@@ -240,6 +241,11 @@ int ncl_comm_create(const char *name, int nranks, size_t chunk, ncl_comm_t **out
 	rc = comm_alloc(name, 0, nranks, &c);
 	if (rc)
 		return rc;
+	if (ncl_direct_parse_min(getenv("NEURON_CCL_DIRECT_MIN"), &c->direct_min)) {
+		rc = ncl_set_error(NCL_ERR_INVALID, "ncl_comm_create: NEURON_CCL_DIRECT_MIN='%s' is not a byte "
+				   "count (K/M suffixes) or 'off'", getenv("NEURON_CCL_DIRECT_MIN"));
+		goto free_comm;
+	}
 	layout_of(nranks, chunk, &l);
 	c->chunk = chunk;
 	c->size = l.size;
@@ -267,6 +273,7 @@ int ncl_comm_create(const char *name, int nranks, size_t chunk, ncl_comm_t **out
 	c->hdr->chunk = chunk;
 	c->hdr->p2p_chunk = l.p2p_chunk;
 	c->hdr->size = l.size;
+	c->hdr->direct_min = c->direct_min;
 	pthread_mutexattr_init(&ma);
 	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
 	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
@@ -330,6 +337,7 @@ int ncl_comm_attach(const char *name, int rank, int nranks, ncl_comm_t **out)
 		goto free_comm;
 	}
 	c->chunk = c->hdr->chunk;
+	c->direct_min = c->hdr->direct_min;
 	layout_of(nranks, c->chunk, &l);
 	if (l.size != c->size || l.p2p_chunk != c->hdr->p2p_chunk) {
 		rc = ncl_set_error(NCL_ERR_INVALID, "ncl: segment %s has an unexpected layout", name);
@@ -607,6 +615,7 @@ int ncl_comm_ready(ncl_comm_t *c, int64_t timeout_ms)
 	if (rc)
 		goto out;
 	c->ctl[c->rank].pid = (int32_t)getpid();
+	ncl_direct_publish(c);
 	atomic_store(&c->ctl[c->rank].live, 1);
 	atomic_fetch_add(&c->hdr->attached, 1);
 	futex_wake(&c->hdr->attached);
@@ -624,6 +633,8 @@ int ncl_comm_ready(ncl_comm_t *c, int64_t timeout_ms)
 		}
 		futex_wait(&c->hdr->attached, a, left * 1000000 < NCL_SLICE_NS ? left * 1000000 : NCL_SLICE_NS);
 	}
+	if (!rc)
+		ncl_direct_probe(c);
 out:
 	if (c->rank == 0 && c->linked) {
 		shm_unlink(c->name);
@@ -666,6 +677,16 @@ int ncl_comm_rank(const ncl_comm_t *c)
 int ncl_comm_size(const ncl_comm_t *c)
 {
 	return c ? c->nranks : 0;
+}
+
+bool ncl_comm_direct(const ncl_comm_t *c)
+{
+	return c && c->direct_ok;
+}
+
+uint64_t ncl_comm_direct_calls(const ncl_comm_t *c)
+{
+	return c ? c->direct_calls : 0;
 }
 
 int ncl_comm_peer_pid(const ncl_comm_t *c, int r)

@@ -72,6 +72,12 @@ typedef struct ncl_comm ncl_comm_t;
 /* Bytes of each rank's staging half-buffer (two per rank): NEURON_CCL_CHUNK_BYTES, default 4 MiB. */
 #define NCL_CHUNK_BYTES_DEFAULT ((size_t)4 << 20)
 int ncl_parse_chunk_bytes(const char *s, size_t *bytes);
+/* all_reduce, reduce_scatter, all_gather and broadcast of at least NEURON_CCL_DIRECT_MIN bytes per rank
+ * (default 64 KiB; "off" never; read by rank 0 at create, stored in the segment) skip the staging
+ * halves: each rank reads its peers' buffers in place and all_reduce writes its slice of the result
+ * into every rank's output (cross-memory attach, process_vm_readv/writev), so an all_reduce moves as
+ * many bytes per rank as one memcpy of the buffer.  ncl_comm_ready probes whether every peer's memory
+ * is reachable (same user, no ptrace restriction); where some rank's is not, every rank stages. */
 
 /* Rank 0: creates the segment `name` ("/..." as for shm_open) for nranks ranks. */
 int ncl_comm_create(const char *name, int nranks, size_t chunk_bytes, ncl_comm_t **out);
@@ -99,6 +105,10 @@ typedef struct {
 	uint64_t seq;       /* 0: take the next number now */
 } ncl_call_t;
 #define NCL_CALL(ms) ((ncl_call_t){ (ms), 0 })
+/* Test hooks: whether this rank can reach every peer's memory directly (see below), and how many of
+ * its calls went direct. */
+bool ncl_comm_direct(const ncl_comm_t *c);
+uint64_t ncl_comm_direct_calls(const ncl_comm_t *c);
 /* Test hook: the process id stored for rank r in the segment. */
 int ncl_comm_peer_pid(const ncl_comm_t *c, int r);
 

@@ -32,6 +32,7 @@ struct ncl_hdr {
 	atomic_uint magic; /* written last by the creator */
 	uint32_t nranks;
 	uint64_t chunk, p2p_chunk, size;
+	uint64_t direct_min; /* creator's NEURON_CCL_DIRECT_MIN: bytes from which calls go direct; 0 never */
 	_Alignas(64) atomic_uint attached; /* futex word: ranks attached and alive-marked */
 	atomic_uint attach_waiters;
 };
@@ -46,6 +47,7 @@ struct ncl_rank_ctl {
 	int32_t pid;
 	atomic_uint_fast64_t cur_seq; /* collective the rank is in (or last entered) */
 	atomic_int cur_kind;
+	uint64_t probe_addr; /* address of the rank's ncl_comm.probe word (direct.c reads it at ready) */
 	char errmsg[NCL_ERRMSG]; /* written before failed is set */
 	pthread_mutex_t life;    /* robust, process-shared: locked by the rank's life thread */
 };
@@ -121,6 +123,13 @@ struct ncl_comm {
 	uint64_t nrecs;
 	pthread_mutex_t call_lock;     /* one collective at a time (the ticket holder) */
 
+	/* direct.c: single-copy collectives through the peers' memory */
+	uint64_t probe;          /* a known value the peers read to test that they can reach this process */
+	bool direct_ok;          /* every peer's memory is readable and writable from here */
+	size_t direct_min;       /* bytes from which a call goes direct (hdr->direct_min; 0 never) */
+	unsigned char *scratch;  /* nranks x NCL_DIRECT_PIECE, allocated at the first direct call */
+	uint64_t direct_calls;   /* calls that went direct (test hook) */
+
 	atomic_int aborted;
 	atomic_int broken; /* first error status, 0 if none */
 	char broken_msg[768];
@@ -152,6 +161,44 @@ int ncl_coll_begin(struct ncl_comm *c, int kind, ncl_call_t *call, int64_t *dead
 int ncl_coll_end(struct ncl_comm *c, uint64_t seq, int status);
 /* Records the start of collective seq (after ncl_coll_begin); ncl_coll_end records how it ended. */
 void ncl_rec_begin(struct ncl_comm *c, int kind, uint64_t seq, uint64_t count, int dtype);
+/* coll.c: one round of a collective (the protocol above). */
+struct ncl_round {
+	struct ncl_comm *c;
+	struct ncl_desc d; /* this rank's descriptor for the current round */
+	int64_t deadline;
+	uint32_t k;        /* the round's global number (this rank's step) */
+};
+/* Waits until the half of the next round is free on every rank and writes the descriptor; *mine is
+ * the half's data area. */
+int ncl_round_acquire(struct ncl_round *r, unsigned char **mine);
+/* Publishes this rank's half, waits for every rank's and compares their descriptors with this one. */
+int ncl_round_exchange(struct ncl_round *r);
+/* Tells the peers this rank has read their halves of the round. */
+void ncl_round_release(struct ncl_round *r);
+
+/* direct.c.  ncl_direct_probe (at ready) sets direct_ok.  The ncl_direct_* collectives run inside a
+ * begun collective: an agreement round in which every rank publishes its buffers' addresses and
+ * whether it can go direct, the data movement through the peers' memory, and a completion round; they
+ * return NCL_DIRECT_STAGED (having used only the agreement round) when some rank cannot, and the
+ * caller then runs the staged rounds. */
+#define NCL_DIRECT_STAGED 1
+#define NCL_DIRECT_PIECE ((size_t)64 << 10) /* bytes per cross-memory call and reduction block */
+void ncl_direct_publish(struct ncl_comm *c); /* before attaching: where the peers find the probe */
+void ncl_direct_probe(struct ncl_comm *c);   /* after every rank attached */
+int ncl_direct_parse_min(const char *s, size_t *bytes);
+int ncl_direct_all_reduce(struct ncl_round *r, const void *send, void *recv, size_t count, ncl_dtype_t dt,
+			  ncl_redop_t op, double scale);
+int ncl_direct_reduce_scatter(struct ncl_round *r, const void *const *sends, void *recv, size_t count,
+			      ncl_dtype_t dt, ncl_redop_t op, double scale);
+int ncl_direct_all_gather(struct ncl_round *r, const void *send, void *const *recvs, size_t count,
+			  ncl_dtype_t dt);
+int ncl_direct_broadcast(struct ncl_round *r, void *buf, size_t count, ncl_dtype_t dt, int root);
+/* Whether a call of count elements of esz bytes (per rank) tries the direct path. */
+static inline bool ncl_direct_wanted(const struct ncl_comm *c, size_t count, size_t esz)
+{
+	return c->direct_min && count >= (c->direct_min + esz - 1) / esz;
+}
+
 static inline unsigned char *ncl_half(struct ncl_comm *c, int r, uint32_t round)
 {
 	return c->halves + ((size_t)r * 2 + (round & 1)) * (NCL_DESC_BYTES + c->chunk);
@@ -159,6 +206,11 @@ static inline unsigned char *ncl_half(struct ncl_comm *c, int r, uint32_t round)
 static inline unsigned char *ncl_p2p_half(struct ncl_comm *c, int src, int dst, uint32_t n)
 {
 	return c->p2p_halves + (((size_t)src * c->nranks + dst) * 2 + (n & 1)) * (NCL_DESC_BYTES + c->p2p_chunk);
+}
+
+static inline const unsigned char *ncl_round_data(struct ncl_round *r, int p)
+{
+	return ncl_half(r->c, p, r->k) + NCL_DESC_BYTES;
 }
 
 #endif /* NCL_IMPL_H */

@@ -258,6 +258,7 @@ static void ranks_copies(ncl_comm_t *c, int rank, int n)
 	void *recvs[8];
 	const void *sends[8];
 	int bad = 0;
+	uint64_t seq0 = ncl_comm_last_seq(c);
 
 	/* broadcast from the last rank */
 	for (int i = 0; i < N; i++)
@@ -321,7 +322,7 @@ static void ranks_copies(ncl_comm_t *c, int rank, int n)
 					{ bad++; CHECK(0, "rank %d all_to_all [%d][%zu] = %d", rank, p, i, all[p][i]); }
 	}
 	CHECK(ncl_barrier(c, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
-	CHECK(ncl_comm_last_seq(c) == 8, "seq %llu", (unsigned long long)ncl_comm_last_seq(c));
+	CHECK(ncl_comm_last_seq(c) == seq0 + 8, "seq %llu", (unsigned long long)ncl_comm_last_seq(c));
 }
 
 static void ranks_p2p(ncl_comm_t *c, int rank, int n)
@@ -401,6 +402,124 @@ static void ranks_killed(ncl_comm_t *c, int rank, int n)
 	}
 }
 
+/* ---- the direct path (direct.c) -------------------------------------------------------------------- */
+/* Calls of many 64 KiB pieces, sizes that are multiples of neither the piece nor the group size. */
+static void ranks_direct_large(ncl_comm_t *c, int rank, int n)
+{
+	enum { N = 100003, M = 33331 };
+	static float a[N], b[N];
+	static uint16_t h[N];
+	static int32_t blk[3][M], got[M];
+	static int64_t all[3][M];
+	static double d[N];
+	const void *sends[3];
+	void *recvs[3];
+	int bad = 0;
+
+	for (int i = 0; i < N; i++) {
+		a[i] = (float)(rank + 1 + i % 7);
+		put(h, NCL_BF16, (size_t)i, (double)((rank * 3 + i) % 11));
+		d[i] = rank == n - 1 ? i * 0.5 : -1;
+	}
+	CHECK(ncl_all_reduce(c, a, b, N, NCL_F32, NCL_SUM, 1.0, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+	for (int i = 0; i < N && bad < 3; i++)
+		if (b[i] != (float)(n * (n + 1) / 2 + n * (i % 7)))
+			{ bad++; CHECK(0, "rank %d direct all_reduce [%d] = %g", rank, i, b[i]); }
+	CHECK(ncl_all_reduce(c, h, h, N, NCL_BF16, NCL_MAX, 1.0, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+	for (int i = 0; i < N && bad < 6; i++) {
+		double want = 0;
+		for (int k = 0; k < n; k++)
+			want = fmax(want, (double)((k * 3 + i) % 11));
+		if (get(h, NCL_BF16, (size_t)i) != want)
+			{ bad++; CHECK(0, "rank %d direct bf16 max [%d] = %g want %g", rank, i, get(h, NCL_BF16, (size_t)i), want); }
+	}
+	for (int q = 0; q < n; q++) {
+		for (int i = 0; i < M; i++)
+			blk[q][i] = rank * 7 + q * 1000 + i;
+		sends[q] = blk[q];
+	}
+	CHECK(ncl_reduce_scatter(c, sends, got, M, NCL_I32, NCL_SUM, 1.0, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+	for (int i = 0; i < M && bad < 9; i++)
+		if (got[i] != 7 * n * (n - 1) / 2 + n * (rank * 1000 + i))
+			{ bad++; CHECK(0, "rank %d direct reduce_scatter [%d] = %d", rank, i, got[i]); }
+	/* all_gather in place: this rank's input is its own block of the output */
+	for (int p = 0; p < n; p++)
+		for (int i = 0; i < M; i++)
+			all[p][i] = p == rank ? (int64_t)rank << 40 | i : -1;
+	for (int p = 0; p < n; p++)
+		recvs[p] = all[p];
+	CHECK(ncl_all_gather(c, all[rank], recvs, M, NCL_I64, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+	for (int p = 0; p < n; p++)
+		for (int i = 0; i < M && bad < 12; i++)
+			if (all[p][i] != ((int64_t)p << 40 | i))
+				{ bad++; CHECK(0, "rank %d direct all_gather [%d][%d]", rank, p, i); }
+	CHECK(ncl_broadcast(c, d, N, NCL_F64, n - 1, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+	for (int i = 0; i < N && bad < 15; i++)
+		if (d[i] != i * 0.5)
+			{ bad++; CHECK(0, "rank %d direct broadcast [%d] = %g", rank, i, d[i]); }
+	CHECK(ncl_comm_direct(c));
+}
+
+/* Every collective again, each call that can going direct (NEURON_CCL_DIRECT_MIN=1 at create). */
+static void ranks_direct(ncl_comm_t *c, int rank, int n)
+{
+	uint64_t before;
+
+	ranks_all_reduce(c, rank, n);
+	ranks_copies(c, rank, n);
+	before = ncl_comm_direct_calls(c);
+	CHECK(before >= 4, "rank %d: only %llu direct calls", rank, (unsigned long long)before);
+	ranks_direct_large(c, rank, n);
+	CHECK(ncl_comm_direct_calls(c) == before + 5, "rank %d: %llu direct calls", rank,
+	      (unsigned long long)ncl_comm_direct_calls(c));
+}
+
+/* A mismatch, and a peer killed before a direct call, are errors as on the staged path. */
+static void ranks_direct_faults(ncl_comm_t *c, int rank, int n)
+{
+	static float x[50000];
+	int64_t t0;
+	int rc;
+
+	if (rank == 1) {
+		CHECK(ncl_barrier(c, NCL_CALL(TMO)) == 0);
+		kill(getpid(), SIGKILL);
+	}
+	CHECK(ncl_barrier(c, NCL_CALL(TMO)) == 0);
+	t0 = (int64_t)time(NULL);
+	rc = ncl_all_reduce(c, x, x, 50000, NCL_F32, NCL_SUM, 1.0, NCL_CALL(TMO));
+	CHECK(rc == NCL_ERR_PEER, "rc %d: %s", rc, ncl_last_error());
+	CHECK(strstr(ncl_last_error(), "rank 1") && strstr(ncl_last_error(), "died"), "%s", ncl_last_error());
+	CHECK((int64_t)time(NULL) - t0 < 5);
+}
+
+static void ranks_direct_mismatch(ncl_comm_t *c, int rank, int n)
+{
+	static float x[50000];
+	int rc = ncl_all_reduce(c, x, x, 40000, NCL_F32, rank == 0 ? NCL_SUM : NCL_MAX, 1.0, NCL_CALL(TMO));
+
+	CHECK(rc == NCL_ERR_MISMATCH || rc == NCL_ERR_PEER, "rank %d rc %d", rank, rc);
+	CHECK(strstr(ncl_last_error(), "seq 1") != NULL, "%s", ncl_last_error());
+}
+
+static void test_direct(void)
+{
+	CHECK(setenv("NEURON_CCL_DIRECT_MIN", "1", 1) == 0);
+	run_ranks(2, ranks_direct);
+	run_ranks(3, ranks_direct);
+	run_ranks(2, ranks_direct_mismatch);
+	CHECK(setenv("NEURON_CCL_DIRECT_MIN", "64K", 1) == 0);
+	run_ranks(2, ranks_direct_large);
+	CHECK(setenv("NEURON_CCL_DIRECT_MIN", "bogus", 1) == 0);
+	{
+		ncl_comm_t *c = NULL;
+		CHECK(ncl_comm_create("/tn-ncl-bogus", 2, CHUNK, &c) == NCL_ERR_INVALID && !c);
+		CHECK(strstr(ncl_last_error(), "NEURON_CCL_DIRECT_MIN"), "%s", ncl_last_error());
+		CHECK(!shm_exists("/tn-ncl-bogus"));
+	}
+	unsetenv("NEURON_CCL_DIRECT_MIN");
+}
+
 static void test_collectives_2(void) { run_ranks(2, ranks_all_reduce); run_ranks(2, ranks_copies); }
 static void test_collectives_3(void) { run_ranks(3, ranks_all_reduce); run_ranks(3, ranks_copies); }
 /* recv from any source: ranks 1 and 2 send to rank 0, which takes them in whatever order they come. */
@@ -432,7 +551,7 @@ static void test_p2p(void) { run_ranks(2, ranks_p2p); run_ranks(3, ranks_recv_an
 static void test_mismatch(void) { run_ranks(2, ranks_mismatch); }
 static void test_timeout(void) { run_ranks(2, ranks_timeout); }
 
-static void test_killed_peer(void)
+static void killed_peer(void (*fn)(ncl_comm_t *, int, int))
 {
 	pid_t pid;
 	ncl_comm_t *c = NULL;
@@ -447,11 +566,11 @@ static void test_killed_peer(void)
 		ncl_comm_t *cc = NULL;
 		if (ncl_comm_attach(seg_name, 1, 2, &cc) || ncl_comm_ready(cc, TMO))
 			_exit(1);
-		ranks_killed(cc, 1, 2);
+		fn(cc, 1, 2);
 		_exit(2);
 	}
 	CHECK(ncl_comm_ready(c, TMO) == 0, "%s", ncl_last_error());
-	ranks_killed(c, 0, 2); /* the child stays a zombie until waitpid: its death is still seen */
+	fn(c, 0, 2); /* the child stays a zombie until waitpid: its death is still seen */
 	waitpid(pid, &st, 0);
 	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 	ncl_comm_destroy(c);
@@ -530,6 +649,14 @@ static void test_worker(void)
 	ncl_worker_destroy(w); /* never started */
 }
 
+static void test_killed_peer(void)
+{
+	killed_peer(ranks_killed);
+	CHECK(setenv("NEURON_CCL_DIRECT_MIN", "1", 1) == 0);
+	killed_peer(ranks_direct_faults);
+	unsetenv("NEURON_CCL_DIRECT_MIN");
+}
+
 int main(void)
 {
 	RUN(test_split_counts);
@@ -544,5 +671,6 @@ int main(void)
 	RUN(test_mismatch);
 	RUN(test_timeout);
 	RUN(test_killed_peer);
+	RUN(test_direct);
 	return ctest_finish();
 }

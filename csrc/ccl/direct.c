@@ -1,0 +1,350 @@
+/* direct.c - single-copy collectives between the ranks of one host.  Instead of staging every byte in
+ * the segment (the owner copies it in, the readers copy it out), each rank reads its peers' buffers in
+ * place, and all_reduce writes its result straight into their outputs, through cross-memory attach
+ * (process_vm_readv / process_vm_writev: one copy by the kernel, from the peer's pages to ours).  The
+ * device arenas are host memory, so this reads the device tensors themselves.
+ *
+ * A direct call is three steps inside the begun collective: an agreement round (round 0) in which every
+ * rank publishes its buffers' addresses and whether it can go direct (its probe at ready succeeded, the
+ * scratch exists, its buffers do not overlap in a way the single pass cannot handle); the data
+ * movement, where each rank does its share (all_reduce and reduce_scatter: the elements of its slice,
+ * reduced in rank order through ncl_reduce_buffers so that the result is bitwise the staged one); and
+ * a completion round (round 1) that keeps every rank's buffers alive until the peers are done with
+ * them and carries each rank's status.  If any rank cannot go direct, every rank returns
+ * NCL_DIRECT_STAGED after the agreement round and the caller runs the staged rounds.
+ *
+ * Traffic per rank for an all_reduce of S bytes on n ranks: S read (its slice of every input) and S
+ * written (its slice of every output), as for one memcpy of S; the staged path moves about 5 S.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "ncl_impl.h"
+
+#define NCL_DIRECT_MIN_DEFAULT ((size_t)64 << 10)
+#define PROBE_TAG 0x4e434c50u /* "NCLP" */
+#define CHECK_EVERY (16 * NCL_DIRECT_PIECE) /* bytes copied between checks of the peers' state */
+
+/* What each rank publishes in the agreement round. */
+struct direct_info {
+	uint64_t ok;                  /* this rank can go direct for this call */
+	uint64_t send, recv;          /* its input and output (broadcast: its buffer in both) */
+	uint64_t sends[NCL_MAX_RANKS]; /* reduce_scatter: its per-rank inputs */
+};
+
+_Static_assert(sizeof(struct direct_info) <= 4096, "the agreement fits the smallest half");
+
+int ncl_direct_parse_min(const char *s, size_t *bytes)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || !*s) {
+		*bytes = NCL_DIRECT_MIN_DEFAULT;
+		return NCL_OK;
+	}
+	if (!strcmp(s, "off") || !strcmp(s, "never")) {
+		*bytes = 0;
+		return NCL_OK;
+	}
+	if (*s < '0' || *s > '9')
+		return NCL_ERR_INVALID;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || v > ((unsigned long long)1 << 40))
+		return NCL_ERR_INVALID;
+	if (*end == 'K' || *end == 'k')
+		v <<= 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		v <<= 20, end++;
+	if (*end == 'i')
+		end++;
+	if (*end == 'B')
+		end++;
+	if (*end)
+		return NCL_ERR_INVALID;
+	*bytes = (size_t)v;
+	return NCL_OK;
+}
+
+static uint64_t probe_value(int rank)
+{
+	return ((uint64_t)PROBE_TAG << 32) | (uint32_t)rank;
+}
+
+/* One transfer between this process and peer p's memory, in as many syscalls as the kernel needs. */
+static int xfer(struct ncl_comm *c, int kind, uint64_t seq, int p, void *local, uint64_t remote, size_t n,
+		bool write)
+{
+	pid_t pid = c->ctl[p].pid;
+	char *l = local;
+
+	while (n) {
+		struct iovec lv = { l, n }, rv = { (void *)(uintptr_t)remote, n };
+		ssize_t k = write ? process_vm_writev(pid, &lv, 1, &rv, 1, 0) : process_vm_readv(pid, &lv, 1, &rv, 1, 0);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return ncl_set_error(NCL_ERR_PEER, "ncl %s (seq %llu): %s rank %d's memory (pid %d) failed: %s",
+					     ncl_kind_name(kind), (unsigned long long)seq, write ? "writing" : "reading", p,
+					     (int)pid, k < 0 ? strerror(errno) : "no progress");
+		l += k;
+		remote += (uint64_t)k;
+		n -= (size_t)k;
+	}
+	return NCL_OK;
+}
+
+void ncl_direct_probe(struct ncl_comm *c)
+{
+	c->direct_ok = c->direct_min != 0;
+	for (int p = 0; p < c->nranks && c->direct_ok; p++) {
+		uint64_t v = 0;
+
+		if (p == c->rank)
+			continue;
+		if (xfer(c, NCL_K_NONE, 0, p, &v, c->ctl[p].probe_addr, sizeof v, false) || v != probe_value(p))
+			c->direct_ok = false;
+	}
+	ncl_set_error(NCL_OK, "%s", "");
+}
+
+/* Called by ncl_comm_ready before the rank counts itself attached. */
+void ncl_direct_publish(struct ncl_comm *c)
+{
+	c->probe = probe_value(c->rank);
+	c->ctl[c->rank].probe_addr = (uint64_t)(uintptr_t)&c->probe;
+}
+
+static bool overlap(const void *a, size_t an, const void *b, size_t bn)
+{
+	const char *x = a, *y = b;
+
+	return an && bn && x < y + bn && y < x + an;
+}
+
+/* Same buffer, or disjoint: the single pass reads each element before it writes it only then. */
+static bool same_or_apart(const void *a, const void *b, size_t n)
+{
+	return a == b || !overlap(a, n, b, n);
+}
+
+static struct direct_info *peer_infos(struct ncl_comm *c)
+{
+	return (struct direct_info *)(c->scratch + (size_t)c->nranks * NCL_DIRECT_PIECE);
+}
+
+static unsigned char *scratch_of(struct ncl_comm *c, int p)
+{
+	return c->scratch + (size_t)p * NCL_DIRECT_PIECE;
+}
+
+/* Round 0: publishes info (ok is ANDed with this rank's capability) and gathers the peers'. */
+static int agree(struct ncl_round *r, struct direct_info *info, bool ok)
+{
+	struct ncl_comm *c = r->c;
+	unsigned char *mine;
+	bool all = true;
+	int rc;
+
+	if (ok && c->direct_ok && !c->scratch)
+		c->scratch = malloc((size_t)c->nranks * (NCL_DIRECT_PIECE + sizeof(struct direct_info)));
+	info->ok = ok && c->direct_ok && c->scratch;
+	r->d.round = 0;
+	rc = ncl_round_acquire(r, &mine);
+	if (rc)
+		return rc;
+	memcpy(mine, info, sizeof *info);
+	rc = ncl_round_exchange(r);
+	if (rc)
+		return rc;
+	for (int p = 0; p < c->nranks; p++) {
+		const struct direct_info *o = p == c->rank ? info : (const struct direct_info *)ncl_round_data(r, p);
+
+		all = all && o->ok;
+		if (all)
+			memcpy(&peer_infos(c)[p], o, sizeof *o);
+	}
+	ncl_round_release(r);
+	if (!all)
+		return NCL_DIRECT_STAGED;
+	c->direct_calls++;
+	return NCL_OK;
+}
+
+/* Between pieces: stop early when the communicator broke or a peer gave up on the call. */
+static int peers_check(struct ncl_round *r)
+{
+	struct ncl_comm *c = r->c;
+	int rc = ncl_check_usable(c, r->d.kind, r->d.seq);
+
+	for (int p = 0; p < c->nranks && !rc; p++)
+		if (p != c->rank && (atomic_load(&c->ctl[p].failed) || atomic_load(&c->ctl[p].departed)))
+			rc = ncl_set_error(NCL_ERR_PEER, "ncl %s (seq %llu): rank %d failed or left during the call",
+					   ncl_kind_name(r->d.kind), (unsigned long long)r->d.seq, p);
+	return rc;
+}
+
+/* Round 1: every rank's part is done (or failed: its status travels in the round). */
+static int finish(struct ncl_round *r, int status)
+{
+	struct ncl_comm *c = r->c;
+	unsigned char *mine;
+	char msg[512] = "";
+	int32_t st = status;
+	int rc;
+
+	if (status)
+		memcpy(msg, ncl_last_error(), sizeof msg - 1);
+	r->d.round = 1;
+	rc = ncl_round_acquire(r, &mine);
+	if (!rc) {
+		memcpy(mine, &st, sizeof st);
+		rc = ncl_round_exchange(r);
+		for (int p = 0; p < c->nranks && !rc; p++) {
+			int32_t ps;
+
+			memcpy(&ps, ncl_round_data(r, p), sizeof ps);
+			if (p != c->rank && ps)
+				rc = ncl_set_error(NCL_ERR_PEER, "ncl %s (seq %llu): rank %d failed its part of the call "
+						   "(%s)", ncl_kind_name(r->d.kind), (unsigned long long)r->d.seq, p,
+						   ncl_status_string(ps));
+		}
+		if (!rc)
+			ncl_round_release(r);
+	}
+	if (status)
+		return ncl_set_error(status, "%s", msg);
+	return rc;
+}
+
+/* Copies n bytes from peer p's remote address into local, checking the peers every CHECK_EVERY bytes. */
+static int pull(struct ncl_round *r, int p, void *local, uint64_t remote, size_t n)
+{
+	int rc = NCL_OK;
+
+	for (size_t off = 0; off < n && !rc; off += CHECK_EVERY) {
+		size_t m = n - off < CHECK_EVERY ? n - off : CHECK_EVERY;
+
+		rc = peers_check(r);
+		if (!rc)
+			rc = xfer(r->c, r->d.kind, r->d.seq, p, (char *)local + off, remote + off, m, false);
+	}
+	return rc;
+}
+
+/* dst[i] = op over p of src_p[i] for the n elements at element offset off of every rank's source
+ * (srcs_remote[p], this rank's own at own), in pieces through the scratch; with push, the result is
+ * also written to every peer's output (out_remote[p]) at the same offset. */
+static int reduce_slice(struct ncl_round *r, const void *own, const uint64_t *srcs_remote, void *dst,
+			const uint64_t *out_remote, size_t off, size_t n, ncl_dtype_t dt, ncl_redop_t op, double scale)
+{
+	struct ncl_comm *c = r->c;
+	size_t esz = ncl_dtype_size(dt), per = NCL_DIRECT_PIECE / esz;
+	const void *srcs[NCL_MAX_RANKS];
+	int rc = NCL_OK;
+
+	for (size_t i = off; i < off + n && !rc; i += per) {
+		size_t m = off + n - i < per ? off + n - i : per, b = i * esz;
+
+		if ((i - off) % (CHECK_EVERY / esz) < per)
+			rc = peers_check(r);
+		for (int p = 0; p < c->nranks && !rc; p++) {
+			srcs[p] = p == c->rank ? (const char *)own + b : (const void *)scratch_of(c, p);
+			if (p != c->rank)
+				rc = xfer(c, r->d.kind, r->d.seq, p, scratch_of(c, p), srcs_remote[p] + b, m * esz, false);
+		}
+		if (!rc)
+			rc = ncl_reduce_buffers((char *)dst + b, srcs, c->nranks, m, dt, op, scale);
+		for (int p = 0; p < c->nranks && !rc && out_remote; p++)
+			if (p != c->rank)
+				rc = xfer(c, r->d.kind, r->d.seq, p, (char *)dst + b, out_remote[p] + b, m * esz, true);
+	}
+	return rc;
+}
+
+int ncl_direct_all_reduce(struct ncl_round *r, const void *send, void *recv, size_t count, ncl_dtype_t dt,
+			  ncl_redop_t op, double scale)
+{
+	struct ncl_comm *c = r->c;
+	struct direct_info info = { .send = (uintptr_t)send, .recv = (uintptr_t)recv };
+	size_t esz = ncl_dtype_size(dt), n = (size_t)c->nranks, base = count / n, rem = count % n;
+	size_t me = (size_t)c->rank, lo = me * base + (me < rem ? me : rem), len = base + (me < rem);
+	uint64_t ins[NCL_MAX_RANKS], outs[NCL_MAX_RANKS];
+	int rc = agree(r, &info, same_or_apart(send, recv, count * esz));
+
+	if (rc)
+		return rc;
+	for (int p = 0; p < c->nranks; p++) {
+		ins[p] = peer_infos(c)[p].send;
+		outs[p] = peer_infos(c)[p].recv;
+	}
+	rc = reduce_slice(r, send, ins, recv, outs, lo, len, dt, op, scale);
+	return finish(r, rc);
+}
+
+int ncl_direct_reduce_scatter(struct ncl_round *r, const void *const *sends, void *recv, size_t count,
+			      ncl_dtype_t dt, ncl_redop_t op, double scale)
+{
+	struct ncl_comm *c = r->c;
+	struct direct_info info = { .recv = (uintptr_t)recv };
+	size_t bytes = count * ncl_dtype_size(dt);
+	uint64_t ins[NCL_MAX_RANKS];
+	bool ok = same_or_apart(sends[c->rank], recv, bytes);
+	int rc;
+
+	for (int q = 0; q < c->nranks; q++) {
+		info.sends[q] = (uintptr_t)sends[q];
+		if (q != c->rank && overlap(sends[q], bytes, recv, bytes))
+			ok = false; /* peer q reads it while this rank writes recv */
+	}
+	rc = agree(r, &info, ok);
+	if (rc)
+		return rc;
+	for (int p = 0; p < c->nranks; p++)
+		ins[p] = peer_infos(c)[p].sends[c->rank];
+	rc = reduce_slice(r, sends[c->rank], ins, recv, NULL, 0, count, dt, op, scale);
+	return finish(r, rc);
+}
+
+int ncl_direct_all_gather(struct ncl_round *r, const void *send, void *const *recvs, size_t count,
+			  ncl_dtype_t dt)
+{
+	struct ncl_comm *c = r->c;
+	struct direct_info info = { .send = (uintptr_t)send };
+	size_t bytes = count * ncl_dtype_size(dt);
+	bool ok = true;
+	int rc;
+
+	for (int q = 0; q < c->nranks; q++)
+		if (q != c->rank && overlap(recvs[q], bytes, send, bytes))
+			ok = false; /* the peers read send while this rank writes recvs[q] */
+	rc = agree(r, &info, ok);
+	if (rc)
+		return rc;
+	if (recvs[c->rank] != send)
+		memmove(recvs[c->rank], send, bytes);
+	for (int k = 1; k < c->nranks && !rc; k++) {
+		int p = (c->rank + k) % c->nranks; /* start at a different peer on every rank */
+
+		rc = pull(r, p, recvs[p], peer_infos(c)[p].send, bytes);
+	}
+	return finish(r, rc);
+}
+
+int ncl_direct_broadcast(struct ncl_round *r, void *buf, size_t count, ncl_dtype_t dt, int root)
+{
+	struct ncl_comm *c = r->c;
+	struct direct_info info = { .send = (uintptr_t)buf, .recv = (uintptr_t)buf };
+	int rc = agree(r, &info, true);
+
+	if (rc)
+		return rc;
+	if (c->rank != root)
+		rc = pull(r, root, buf, peer_infos(c)[root].send, count * ncl_dtype_size(dt));
+	return finish(r, rc);
+}
