@@ -67,9 +67,10 @@ def _create_backend(dist_opts, backend_opts):
     name = dist_opts.group_id or ""
     transport = _transport(store, rank, size)
     transports[name] = transport
+    ranks = [int(r) for r in (getattr(dist_opts, "global_ranks_in_group", None) or range(size))]
     if transport == "gloo":
-        return _C._ncl_create_gloo_backend(rank, size, timeout, name, _gloo(store, rank, size, timeout))
-    return _C._ncl_create_backend(store, rank, size, timeout, name)
+        return _C._ncl_create_gloo_backend(rank, size, timeout, name, _gloo(store, rank, size, timeout), ranks)
+    return _C._ncl_create_backend(store, rank, size, timeout, name, ranks)
 
 
 def _gloo(store, rank, size, timeout):

@@ -32,6 +32,8 @@
 #include <thread>
 #include <unistd.h>
 
+#include "flight_recorder.h"
+
 extern "C" {
 #include "ncl.h"
 }
@@ -125,6 +127,7 @@ struct OpState {
 	bool ran = false, done = false;
 	int status = 0;
 	std::string msg;
+	int64_t fr_id = -1; // its Flight Recorder entry
 };
 
 struct KernelArgs {
@@ -138,6 +141,7 @@ int run_op(OpState *st, bool in_kernel)
 	int rc;
 	std::string msg;
 
+	neuron::fr::started(st->fr_id);
 	try {
 		rc = st->run();
 		if (rc)
@@ -147,6 +151,10 @@ int run_op(OpState *st, bool in_kernel)
 		msg = e.what();
 	}
 
+	if (rc)
+		neuron::fr::dump_on_failure();
+	else
+		neuron::fr::completed(st->fr_id);
 	if (rc && in_kernel)
 		nrt_kernel_fail("%s", msg.c_str());
 	{
@@ -298,10 +306,11 @@ struct NeuronOptions : c10d::Backend::Options {
 class NeuronBackend : public c10d::Backend {
       public:
 	NeuronBackend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, ms timeout,
-		      std::string group_name)
+		      std::string group_name, std::vector<uint64_t> global_ranks = {})
 		: c10d::Backend(rank, size), timeout_(timeout), group_name_(std::move(group_name))
 	{
 		TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "neuron backend: rank ", rank, " of ", size);
+		fr_register(std::move(global_ranks));
 		const std::string key = "ncl_segment";
 		std::string name;
 		int rc;
@@ -342,10 +351,12 @@ class NeuronBackend : public c10d::Backend {
 
 	// Gloo transport (across hosts, or NEURON_CCL_TRANSPORT=gloo): every collective runs on gloo, built
 	// in Python on the same store, over zero-copy CPU aliases of the device buffers.
-	NeuronBackend(int rank, int size, ms timeout, std::string group_name, c10::intrusive_ptr<c10d::Backend> gloo)
+	NeuronBackend(int rank, int size, ms timeout, std::string group_name, c10::intrusive_ptr<c10d::Backend> gloo,
+		      std::vector<uint64_t> global_ranks = {})
 		: c10d::Backend(rank, size), timeout_(timeout), group_name_(std::move(group_name)), gloo_(std::move(gloo))
 	{
 		TORCH_CHECK(gloo_, "neuron backend: no gloo backend given");
+		fr_register(std::move(global_ranks));
 		if (ncl_order_create(&gloo_order_))
 			raise_dist(std::string("neuron backend: ") + ncl_last_error());
 		completer_ = std::thread([this] { completion_loop(); });
@@ -396,13 +407,16 @@ class NeuronBackend : public c10d::Backend {
 			if (auto b = it_s->second.lock())
 				return b;
 		c10::intrusive_ptr<c10d::Backend> b;
+		std::vector<uint64_t> global;
+		for (int m : ranks)
+			global.push_back(m >= 0 && (size_t)m < global_ranks_.size() ? global_ranks_[(size_t)m] : (uint64_t)m);
 		if (gloo_) { // the subgroup's Gloo is built in Python, as the parent's was
 			pybind11::gil_scoped_acquire gil;
 			auto make = pybind11::module_::import("torchneuron.distributed").attr("_gloo");
 			auto sub = make(store, r, n, t).cast<c10::intrusive_ptr<c10d::Backend>>();
-			b = c10::make_intrusive<NeuronBackend>(r, n, t, name, sub);
+			b = c10::make_intrusive<NeuronBackend>(r, n, t, name, sub, global);
 		} else {
-			b = c10::make_intrusive<NeuronBackend>(store, r, n, t, name);
+			b = c10::make_intrusive<NeuronBackend>(store, r, n, t, name, global);
 		}
 		splits_.insert_or_assign(name, c10::weak_intrusive_ptr<c10d::Backend>(b));
 		return b;
@@ -858,6 +872,18 @@ class NeuronBackend : public c10d::Backend {
 	ncl_comm_t *comm_ = nullptr;
 	ms timeout_;
 	std::string group_name_;
+	std::vector<uint64_t> global_ranks_; // the group's members' global ranks (Flight Recorder's pg_config)
+	size_t fr_pg_ = 0;
+	uint64_t p2p_seq_ = 0;
+
+	void fr_register(std::vector<uint64_t> ranks)
+	{
+		if (ranks.empty())
+			for (int r = 0; r < size_; r++)
+				ranks.push_back((uint64_t)r);
+		global_ranks_ = std::move(ranks);
+		fr_pg_ = neuron::fr::add_group(group_name_, group_name_ == "0" ? "default_pg" : "undefined", global_ranks_);
+	}
 	std::atomic<bool> error_{false};
 
 	std::mutex split_mu_;
@@ -1203,8 +1229,13 @@ class NeuronBackend : public c10d::Backend {
 						  std::function<int()> run, bool deferred = false)
 	{
 		check_usable();
+		bool p2p = type == OpType::SEND || type == OpType::RECV || type == OpType::RECVANYSOURCE;
+		int64_t fr_id = neuron::fr::record(fr_pg_, calls.empty() ? 0 : calls[0].seq, p2p ? ++p2p_seq_ : 0, p2p,
+						   title, fr_meta(inputs), fr_meta(outputs),
+						   calls.empty() ? timeout_.count() : calls[0].timeout_ms);
 		auto work = c10::make_intrusive<NeuronWork>(rank_, type, title, std::move(outputs),
 							    calls.empty() ? 0 : calls[0].seq);
+		work->st_->fr_id = fr_id;
 		work->inputs_ = std::move(inputs);
 		work->st_->run = std::move(run);
 		if (dev && deferred) {
@@ -1227,6 +1258,14 @@ class NeuronBackend : public c10d::Backend {
 		}
 		cv_.notify_one();
 		return work;
+	}
+
+	static std::vector<neuron::fr::TensorMeta> fr_meta(const Tensors &ts)
+	{
+		std::vector<neuron::fr::TensorMeta> out;
+		for (const auto &t : ts)
+			out.push_back({t.sizes().vec(), c10::toString(t.scalar_type())});
+		return out;
 	}
 
 	void collective_kernel_now(NeuronWork &w)
@@ -1270,15 +1309,17 @@ class NeuronBackend : public c10d::Backend {
 };
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
-						 ms timeout, const std::string &group_name)
+						 ms timeout, const std::string &group_name,
+						 const std::vector<uint64_t> &global_ranks)
 {
-	return c10::make_intrusive<NeuronBackend>(store, rank, size, timeout, group_name);
+	return c10::make_intrusive<NeuronBackend>(store, rank, size, timeout, group_name, global_ranks);
 }
 
 c10::intrusive_ptr<c10d::Backend> create_gloo_backend(int rank, int size, ms timeout, const std::string &group_name,
-						      const c10::intrusive_ptr<c10d::Backend> &gloo)
+						      const c10::intrusive_ptr<c10d::Backend> &gloo,
+						      const std::vector<uint64_t> &global_ranks)
 {
-	return c10::make_intrusive<NeuronBackend>(rank, size, timeout, group_name, gloo);
+	return c10::make_intrusive<NeuronBackend>(rank, size, timeout, group_name, gloo, global_ranks);
 }
 
 } // namespace
@@ -1305,10 +1346,12 @@ void register_distributed(pybind11::module_ &m)
 	m.def("_ncl_create_gloo_backend", &create_gloo_backend,
 	      "the c10d backend 'neuron' over a ProcessGroupGloo (across hosts, or NEURON_CCL_TRANSPORT=gloo)",
 	      pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"), pybind11::arg("group_name"),
-	      pybind11::arg("gloo"));
+	      pybind11::arg("gloo"), pybind11::arg("global_ranks") = std::vector<uint64_t>());
 	m.def("_ncl_create_backend", &create_backend, "the c10d backend 'neuron' for one process group",
 	      pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
-	      pybind11::arg("group_name"));
+	      pybind11::arg("group_name"), pybind11::arg("global_ranks") = std::vector<uint64_t>());
+	m.def("_fr_dump", [] { return pybind11::bytes(neuron::fr::dump()); },
+	      "this process's Flight Recorder dump (pickled, as torchfrtrace reads it)");
 }
 
 bool add_distributed(PyObject *m)
