@@ -1,5 +1,5 @@
-"""The `collectives` group: all_reduce, all_gather and reduce_scatter bandwidth on 2 ranks of this host, in the
-nccl-tests format, the c10d backend "neuron" (shared memory, csrc/ccl) on neuron tensors next to Gloo on CPU
+"""The `collectives` group: all_reduce, all_gather, reduce_scatter, broadcast and all_to_all bandwidth on 2
+(or --ranks) ranks of this host, in the nccl-tests format, the c10d backend "neuron" (shared memory, csrc/ccl) on neuron tensors next to Gloo on CPU
 tensors in the same run, with the machine's copy bandwidth.
 
 The ranks are two subprocesses (`init_process_group("cpu:gloo,neuron:neuron")`, loopback, one kernel thread
@@ -7,11 +7,11 @@ each): neuron tensors go to the neuron backend, CPU tensors to Gloo.  Each (coll
 `iters` timed iterations after a warm-up; every iteration starts after a Gloo barrier and its time is the
 slower rank's; the table gives the median.  algbw = S / t with S the bytes of the whole array (all_gather's
 output, reduce_scatter's input, all_reduce's tensor; GB = 1e9), busbw = algbw x 2(n-1)/n for all_reduce and
-(n-1)/n for the others (nccl-tests' factors).  #wrong counts the elements that differ from the exact result
+1 for broadcast and (n-1)/n for the others (nccl-tests' factors).  #wrong counts the elements that differ from the exact result
 (small integers in f32), checked on the first iteration.  The copy bandwidth is a 64 MB `copy_` on one
 thread (the figure each rank's single kernel thread can reach), bytes read + written.
 
-    python -m bench.collectives [--quick] [--iters N] [--sizes 1M,16M,64M]
+    python -m bench.collectives [--quick] [--iters N] [--sizes 1K,64K,1M,16M,64M] [--ranks 2,4] [--md]
 """
 import argparse
 import json
@@ -23,9 +23,14 @@ import sys
 import tempfile
 import time
 
-COLLS = ("all_reduce", "all_gather", "reduce_scatter")
-SIZES = (1 << 20, 16 << 20, 64 << 20)
+COLLS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
+SIZES = (1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
 QUICK_SIZES = (1 << 20, 8 << 20)
+
+
+def _factor(coll, n):
+    """nccl-tests' bus bandwidth factor."""
+    return 2 * (n - 1) / n if coll == "all_reduce" else 1.0 if coll == "broadcast" else (n - 1) / n
 
 
 def _parse_size(s):
@@ -60,11 +65,20 @@ def _rank_main(out_path, sizes, iters):
                         out = torch.empty(n, device=dev)
                         want = torch.arange(1, world + 1, dtype=torch.float32).repeat_interleave(n // world)
                         fn = lambda: dist.all_gather_into_tensor(out, inp)  # noqa: E731
-                    else:
+                    elif coll == "reduce_scatter":
                         inp = torch.full((n,), float(rank + 1), device=dev)
                         out = torch.empty(n // world, device=dev)
                         want = torch.full((n // world,), float(world * (world + 1) // 2))
                         fn = lambda: dist.reduce_scatter_tensor(out, inp)  # noqa: E731
+                    elif coll == "broadcast":
+                        out = torch.full((n,), float(rank + 1), device=dev)
+                        want = torch.full((n,), float(world))
+                        fn = lambda: dist.broadcast(out, src=world - 1)  # noqa: E731
+                    else:  # all_to_all: block q of rank p holds p * world + q
+                        inp = (torch.arange(world, dtype=torch.float32) + rank * world).repeat_interleave(n // world).to(dev)
+                        out = torch.empty(n // world * world, device=dev)
+                        want = (torch.arange(world, dtype=torch.float32) * world + rank).repeat_interleave(n // world)
+                        fn = lambda: dist.all_to_all_single(out, inp)  # noqa: E731
                     if dev.type == "neuron":
                         torch.neuron.synchronize()
                     dist.barrier(group=dist.group.WORLD, device_ids=None)
@@ -104,18 +118,18 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def measure(quick=False, iters=None, sizes=None, timeout=1200):
-    """Runs the 2 ranks; returns {"rows": [...], "copy_gbs": float, "world": 2}."""
+def measure(quick=False, iters=None, sizes=None, timeout=1200, world=2):
+    """Runs `world` ranks; returns {"rows": [...], "copy_gbs": float, "world": world}."""
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
     iters = iters or (3 if quick else 7)
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="tn-bench-coll-") as tmp:
         out = os.path.join(tmp, "result.json")
         procs = []
-        for r in range(2):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2",
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NEURON_NUM_THREADS="1",
-                       NEURON_RT_VISIBLE_CORES="0-1", OMP_NUM_THREADS="1")
+        for r in range(world):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
+                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       NEURON_NUM_THREADS="1", NEURON_RT_VISIBLE_CORES=f"0-{world - 1}", OMP_NUM_THREADS="1")
             env.pop("NEURON_CCL_TRANSPORT", None)
             cmd = [sys.executable, "-m", "bench.collectives", "--rank-worker", out, "--iters", str(iters),
                    "--sizes", ",".join(str(s) for s in sizes)]
@@ -146,7 +160,7 @@ def table(res):
              f"{'neuron/gloo':>11} {'busbw/copy':>10}"]
     bus_total, k = 0.0, 0
     for coll in COLLS:
-        factor = 2 * (n - 1) / n if coll == "all_reduce" else (n - 1) / n
+        factor = _factor(coll, n)
         for size in sorted({r["bytes"] for r in res["rows"] if r["coll"] == coll}):
             cells = []
             bw = {}
@@ -169,16 +183,17 @@ def table(res):
 def md_section(res, note=""):
     n = res["world"]
     by = {(r["coll"], r["bytes"], r["backend"]): r for r in res["rows"]}
-    out = ["## Collectives (2 ranks, f32)", "",
+    out = [f"## Collectives ({n} ranks, f32)", "",
            f"One-thread `copy_` bandwidth in the same run: {res['copy_gbs']:.2f} GB/s (read + write). {note}", "",
            "| collective | size | neuron time | neuron busbw | #wrong | Gloo (CPU tensors) time | Gloo busbw | #wrong "
            "| neuron / Gloo | neuron busbw / copy |", "|---|---|---|---|---|---|---|---|---|---|"]
     for coll in COLLS:
-        factor = 2 * (n - 1) / n if coll == "all_reduce" else (n - 1) / n
+        factor = _factor(coll, n)
         for size in sorted({r["bytes"] for r in res["rows"] if r["coll"] == coll}):
             a, g = by[(coll, size, "neuron")], by[(coll, size, "gloo")]
             ba, bg = size / a["time_s"] / 1e9 * factor, size / g["time_s"] / 1e9 * factor
-            out.append(f"| {coll} | {size >> 20} MB | {a['time_s'] * 1e3:.2f} ms | {ba:.2f} GB/s | {a['wrong']} | "
+            label = f"{size >> 20} MB" if size >= 1 << 20 else f"{size >> 10} KB"
+            out.append(f"| {coll} | {label} | {a['time_s'] * 1e3:.2f} ms | {ba:.2f} GB/s | {a['wrong']} | "
                        f"{g['time_s'] * 1e3:.2f} ms | {bg:.2f} GB/s | {g['wrong']} | {ba / bg:.2f}x | "
                        f"{ba / res['copy_gbs']:.0%} |")
     return "\n".join(out)
@@ -190,14 +205,20 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="1 and 8 MB, 3 iterations")
     ap.add_argument("--iters", type=int, default=None, help="timed iterations per case (default 7, --quick 3)")
     ap.add_argument("--sizes", default=None, help="comma-separated array sizes in bytes, K/M suffixes (default 1M,16M,64M)")
+    ap.add_argument("--ranks", default="2", help="comma-separated group sizes, one run each (default 2)")
+    ap.add_argument("--md", action="store_true", help="print the markdown tables of docs/distributed.md too")
     ap.add_argument("--rank-worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     sizes = tuple(_parse_size(s) for s in a.sizes.split(",")) if a.sizes else None
     if a.rank_worker:
         _rank_main(a.rank_worker, sizes or SIZES, a.iters or 7)
         return 0
-    res = measure(a.quick, a.iters, sizes)
-    print(table(res))
+    for world in (int(w) for w in a.ranks.split(",")):
+        res = measure(a.quick, a.iters, sizes, world=world)
+        print(f"# {world} ranks")
+        print(table(res))
+        if a.md:
+            print(md_section(res))
     return 0
 
 

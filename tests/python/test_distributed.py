@@ -6,7 +6,8 @@ kernel thread per rank, loopback only, every wait bounded.  The rank code is thi
 
 - test_torchrun_suite: under torchrun (env://, init_process_group("neuron")): the launch defaults (one
   kernel thread per rank on 2 CPUs, 2 devices, set_device(LOCAL_RANK)), every collective and dtype
-  against exact expected values, async work and futures, stream ordering, bad input, DDP training
+  against exact expected values, the direct path (calls of 64 KiB and more: every dtype and op, odd
+  sizes, offset views, random floats bitwise), async work and futures, stream ordering, bad input, DDP training
   whose losses and parameters match a single-device run on the same global batch.
 - test_fsdp2_dtensor: under torchrun: DTensor on init_device_mesh("neuron", (2,)) (distribute_tensor,
   redistribute Shard/Replicate/Partial, a DTensor op) and FSDP2 fully_shard training whose losses and
@@ -15,8 +16,10 @@ kernel thread per rank, loopback only, every wait bounded.  The rank code is thi
   and dtypes Gloo takes, async work, DDP parity, all through ProcessGroupGloo on CPU aliases.
 - test_tcp_mixed_backends: tcp:// with "cpu:gloo,neuron:neuron", new_group, and a normal interpreter
   exit without destroy_process_group (no hang, exit status 0).
-- test_killed_rank: rank 1 SIGKILLs itself mid-training; rank 0 gets DistBackendError naming the
-  collective, its sequence number and rank 1 within timeout + 5 s.
+- test_killed_rank: rank 1 SIGKILLs itself mid-training (its 257 KB gradient bucket takes the direct
+  path); rank 0 gets DistBackendError naming the
+  collective, its sequence number and rank 1 within timeout + 5 s, and writes its Flight Recorder dump
+  (TORCH_FR_DUMP_TEMP_FILE), which torchfrtrace reads, with the failed all_reduce not completed.
 Every test checks that no segment of its ranks is left in /dev/shm.
 """
 import glob
@@ -196,6 +199,63 @@ def _suite_collectives(torch, dist, rank, world, dev, checks, gloo=False):
     objs = [None] * world
     dist.all_gather_object(objs, {"rank": rank})
     checks.append(("all_gather_object", objs == [{"rank": r} for r in range(world)]))
+
+
+def _suite_direct(torch, dist, rank, world, dev, checks):
+    """Calls of at least NEURON_CCL_DIRECT_MIN (64 KiB) per rank go direct (each rank reads its peers'
+    buffers in place, csrc/ccl/direct.c): every dtype and op of all_reduce, reduce_scatter_tensor,
+    all_gather_into_tensor (in and out of place) and broadcast, at sizes that are multiples of neither the
+    rank count nor the 64 KiB piece, on views at an odd element offset, against exact values; random
+    floats bitwise against the rank-order f32 sum (bf16 rounded once)."""
+    n, m = 70001, 33337  # n: >= 64 KiB even for 1-byte dtypes
+    F = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+    I = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+    R = dist.ReduceOp
+    bad = []
+    for dtype in F + I + (torch.bool,):
+        ops = ["SUM", "PRODUCT", "MAX", "MIN"] + (["AVG", "PREMUL_SUM"] if dtype in F else ["BAND", "BOR", "BXOR"])
+        for op_name in ops:
+            base = torch.zeros(n + 3, dtype=dtype, device=dev)
+            t = base[1:n + 1]
+            t.copy_(_vals(rank, n, dtype, torch).to(dev))
+            op = dist._make_nccl_premul_sum(0.5) if op_name == "PREMUL_SUM" else getattr(R, op_name)
+            dist.all_reduce(t, op=op)
+            edges = base.cpu()[[0, n + 1, n + 2]]
+            if not (torch.equal(t.cpu(), _expected(op_name, n, dtype, world, torch)) and not edges.any()):
+                bad.append(f"all_reduce {op_name} {dtype}")
+        if dtype == torch.bool:
+            continue
+        wide = torch.float64 if dtype.is_floating_point else torch.int64
+        inp = torch.cat([_vals(rank + q, m, dtype, torch) for q in range(world)]).to(dev)
+        rs = torch.empty(m, dtype=dtype, device=dev)
+        dist.reduce_scatter_tensor(rs, inp, op=R.SUM)
+        want = sum(_vals(r + rank, m, dtype, torch).to(wide) for r in range(world)).to(dtype)
+        if not torch.equal(rs.cpu(), want):
+            bad.append(f"reduce_scatter_tensor {dtype}")
+        x = _vals(rank, m, dtype, torch).to(dev)
+        want = torch.cat([_vals(r, m, dtype, torch) for r in range(world)])
+        out = torch.empty(world * m, dtype=dtype, device=dev)
+        dist.all_gather_into_tensor(out, x)
+        out2 = torch.zeros(world * m, dtype=dtype, device=dev)
+        out2[rank * m:(rank + 1) * m].copy_(x)
+        dist.all_gather_into_tensor(out2, out2[rank * m:(rank + 1) * m])
+        if not (torch.equal(out.cpu(), want) and torch.equal(out2.cpu(), want)):
+            bad.append(f"all_gather_into_tensor {dtype}")
+        b = _vals(rank, m, dtype, torch).to(dev)
+        dist.broadcast(b, src=world - 1)
+        if not torch.equal(b.cpu(), _vals(world - 1, m, dtype, torch)):
+            bad.append(f"broadcast {dtype}")
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(n, generator=g) for _ in range(world)]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        t = xs[rank].to(dtype).to(dev)
+        dist.all_reduce(t)
+        acc = xs[0].to(dtype).float()
+        for x in xs[1:]:
+            acc = acc + x.to(dtype).float()
+        if not torch.equal(t.cpu(), acc.to(dtype)):
+            bad.append(f"random all_reduce {dtype} bitwise")
+    checks.append((f"direct path: every dtype and op, odd sizes, offset views {bad}", not bad))
 
 
 def _suite_async(torch, dist, rank, world, dev, checks):
@@ -418,6 +478,7 @@ def _worker_mode(mode, torch, dist, torchneuron, rank, world, checks, out):
         checks.append(("no segment in /dev/shm while running", not glob.glob("/dev/shm/tn-ncl-*")
                        or not [p for p in glob.glob("/dev/shm/tn-ncl-*") if f"-{os.getpid()}-" in p]))
         _suite_collectives(torch, dist, rank, world, dev, checks)
+        _suite_direct(torch, dist, rank, world, dev, checks)
         _suite_async(torch, dist, rank, world, dev, checks)
         _suite_bad_input(torch, dist, rank, world, dev, checks)
         _suite_ddp(torch, dist, rank, world, dev, checks)
@@ -461,7 +522,7 @@ def _worker_mode(mode, torch, dist, torchneuron, rank, world, checks, out):
     elif mode == "kill":
         dev = torch.device("neuron", 0)
         dist.init_process_group("neuron", timeout=datetime.timedelta(seconds=KILL_PG_TIMEOUT))
-        model = torch.nn.Linear(64, 64).to(dev)
+        model = torch.nn.Linear(256, 256).to(dev)  # a 257 KB bucket: the direct path
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -472,7 +533,7 @@ def _worker_mode(mode, torch, dist, torchneuron, rank, world, checks, out):
                     os.kill(os.getpid(), signal.SIGKILL)
                 t0 = time.monotonic()
                 opt.zero_grad()
-                model(torch.randn(4, 64, device=dev)).sum().backward()
+                model(torch.randn(4, 256, device=dev)).sum().backward()
                 opt.step()
                 torch.neuron.synchronize()
             checks.append(("no error after the peer died", False))
@@ -590,8 +651,10 @@ def test_tcp_mixed_backends(tmp_path):
 
 def test_killed_rank(tmp_path):
     port = _free_port()
-    envs = [_env(RANK=r, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, NEURON_NUM_THREADS=1)
-            for r in range(2)]
+    fr = tmp_path / "fr"
+    fr.mkdir()
+    envs = [_env(RANK=r, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, NEURON_NUM_THREADS=1,
+                 TORCH_FR_DUMP_TEMP_FILE=fr / "trace_rank_") for r in range(2)]
     res = _run_ranks("kill", envs, str(tmp_path))
     (rc0, r0, err0), (rc1, r1, _) = res
     assert rc1 == -signal.SIGKILL, f"rank 1 exited with {rc1}"
@@ -599,6 +662,23 @@ def test_killed_rank(tmp_path):
     assert rc0 == 0, err0
     print(f"killed rank: survivor's error after {r0['elapsed']:.3f} s: {r0['error'][:200]}")
     _assert_no_segments([r0["pid"]])
+    # the survivor's Flight Recorder dump: PyTorch's format, the failed all_reduce last and not completed
+    import pickle
+    import re
+    assert sorted(os.listdir(fr)) == ["trace_rank_0"], os.listdir(fr)
+    with open(fr / "trace_rank_0", "rb") as f:
+        d = pickle.load(f)
+    assert d["version"] == "2.10" and d["pg_config"]["0"]["ranks"] == "[0, 1]", d["pg_config"]
+    seq = int(re.search(r"seq (\d+)", r0["error"]).group(1))
+    last = [e for e in d["entries"] if e["collective_seq_id"] == seq and e["profiling_name"] == "nccl:all_reduce"]
+    assert last and last[-1]["state"] != "completed", d["entries"][-3:]
+    assert any(e["state"] == "completed" and e["input_sizes"] for e in d["entries"]), d["entries"][:3]
+    # torchfrtrace reads it and matches its collectives against the group's ranks (the killed rank left
+    # no dump: --allow-incomplete-ranks)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(fr),
+                        "--allow-incomplete-ranks"], capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and "missed FR dumps from ranks ({1})" in out, out[-3000:]
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Each test is one torchrun launch (loopback, one kernel thread per rank, every wa
 code is this file's worker() (run as `python test_distributed_parallel.py MODE`), each rank writing
 its checks to TN_RESULT_DIR/rankN.json.
 
-- test_mesh_2x2 (4 ranks): init_process_group(device_id=...) + init_device_mesh("neuron", (2, 2)),
+- test_mesh_2x2 (4 ranks): the direct-path suite of test_distributed.py on 4 ranks, then
+  init_process_group(device_id=...) + init_device_mesh("neuron", (2, 2)),
   whose dimension groups come from split_group (supports_splitting); all_reduce, all_gather,
   reduce_scatter and broadcast on each dimension against exact values; new_group subgroups (the ranks
   outside one call perform_nocolor_split); FSDP2 x TP on the 2-D mesh against a single-device run.
@@ -305,6 +306,10 @@ def worker(mode):
             from torch.distributed.device_mesh import init_device_mesh
 
             dist.init_process_group("neuron", timeout=tmo, device_id=dev)
+            sys.path.insert(0, os.path.dirname(HERE))
+            from test_distributed import _suite_direct
+
+            _suite_direct(torch, dist, rank, world, dev, checks)  # the direct path on 4 ranks
             mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
             _mesh_collectives(torch, dist, mesh, rank, dev, checks)
             _fsdp_tp_2d(torch, dist, mesh, rank, dev, checks)
