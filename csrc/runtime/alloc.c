@@ -54,6 +54,12 @@ static struct nrt_alloc *alloc_at(int dev)
 }
 
 static atomic_int_fast64_t fault_countdown;
+static _Atomic(nrt_mem_observer_fn) mem_observer;
+
+void nrt_set_mem_observer(nrt_mem_observer_fn fn)
+{
+	atomic_store(&mem_observer, fn);
+}
 /* ---- pointer map (live blocks) -------------------------------------------------------------------- */
 static struct {
 	pthread_mutex_t lock;
@@ -626,7 +632,7 @@ int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr)
 {
 	struct nrt_block *b, *rest;
 	struct nrt_alloc *a;
-	size_t size;
+	size_t size = 0;
 	int rc;
 
 	if (!ptr)
@@ -693,11 +699,18 @@ int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr)
 	stat_add(&a->st.active_bytes, (int64_t)b->size);
 	stat_add(&a->st.requested_bytes, (int64_t)nbytes);
 	*ptr = b->ptr;
+	size = b->size;
 put_rest:
 	if (rest)
 		spare_put(a, rest);
 unlock:
 	pthread_mutex_unlock(&a->lock);
+	{
+		nrt_mem_observer_fn obs = atomic_load_explicit(&mem_observer, memory_order_relaxed);
+
+		if (obs && (!rc || rc == NRT_ERR_OOM))
+			obs(rc ? NRT_MEM_OOM : NRT_MEM_ALLOC, q->dev, *ptr, rc ? nbytes : size, nbytes, q->id);
+	}
 	return rc;
 }
 
@@ -735,8 +748,13 @@ int nrt_free(void *ptr)
 
 	if (!ptr || nrt_bad_fork())
 		return NRT_OK; /* a forked child leaves its copy of the arena alone */
+	nrt_mem_observer_fn obs;
+	size_t fsize;
+	int fdev, fq;
+
 	if (!(b = lock_block(ptr, "nrt_free", &a)))
 		return NRT_ERR_INVALID;
+	fsize = b->size, fdev = b->dev, fq = b->qid;
 	map_remove(b);
 	free(b->poison);
 	b->poison = NULL;
@@ -756,6 +774,8 @@ int nrt_free(void *ptr)
 		atomic_fetch_add(&a->npending, 1);
 	}
 	pthread_mutex_unlock(&a->lock);
+	if ((obs = atomic_load_explicit(&mem_observer, memory_order_relaxed)))
+		obs(NRT_MEM_FREE, fdev, ptr, fsize, 0, fq);
 	return NRT_OK;
 }
 
@@ -1126,4 +1146,100 @@ void nrt_alloc_fork_locks(bool lock)
 	}
 	if (lock)
 		pthread_mutex_lock(&map.lock);
+}
+
+bool nrt_addr_on_device(const void *ptr)
+{
+	const char *p = ptr;
+	bool found = false;
+
+	pthread_mutex_lock(&map.lock);
+	for (size_t i = 0; i < map.nb && !found; i++)
+		for (struct nrt_block *b = map.b[i]; b && !found; b = b->hnext)
+			found = p >= b->ptr && p < b->ptr + b->size;
+	pthread_mutex_unlock(&map.lock);
+	return found;
+}
+
+/* ---- memory walk (snapshots) ---------------------------------------------------------------------- */
+struct seg_heads {
+	struct nrt_block **h;
+	size_t n, cap;
+	bool failed;
+};
+
+static void heads_add(struct seg_heads *s, struct nrt_block *b)
+{
+	while (b->prev)
+		b = b->prev;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 64;
+		struct nrt_block **h = realloc(s->h, cap * sizeof *h);
+
+		if (!h) {
+			s->failed = true;
+			return;
+		}
+		s->h = h;
+		s->cap = cap;
+	}
+	s->h[s->n++] = b;
+}
+
+static void heads_of_tree(struct seg_heads *s, struct nrt_block *x)
+{
+	for (; x; x = x->right) {
+		heads_of_tree(s, x->left);
+		heads_add(s, x);
+	}
+}
+
+static int head_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)(*(struct nrt_block *const *)a)->ptr, y = (uintptr_t)(*(struct nrt_block *const *)b)->ptr;
+
+	return x < y ? -1 : x > y;
+}
+
+int nrt_memory_walk(int dev, void (*fn)(void *ctx, const nrt_mem_block_t *b), void *ctx)
+{
+	struct nrt_alloc *a = alloc_of(dev, "nrt_memory_walk");
+	struct seg_heads s = { 0 };
+
+	if (!a)
+		return nrt_bad_fork() ? NRT_ERR_FORK : NRT_ERR_INVALID;
+	if (!fn)
+		return nrt_set_error(NRT_ERR_INVALID, "nrt_memory_walk: null callback");
+	pthread_mutex_lock(&a->lock);
+	heads_of_tree(&s, a->small.root);
+	heads_of_tree(&s, a->large.root);
+	for (struct nrt_block *b = a->pending; b; b = b->hnext)
+		heads_add(&s, b);
+	pthread_mutex_lock(&map.lock);
+	for (size_t i = 0; i < map.nb; i++)
+		for (struct nrt_block *b = map.b[i]; b; b = b->hnext)
+			if (b->dev == dev)
+				heads_add(&s, b);
+	pthread_mutex_unlock(&map.lock);
+	if (s.failed) {
+		pthread_mutex_unlock(&a->lock);
+		free(s.h);
+		return nrt_set_error(NRT_ERR_HOST, "nrt_memory_walk: out of host memory");
+	}
+	if (s.n)
+		qsort(s.h, s.n, sizeof *s.h, head_cmp);
+	for (size_t i = 0; i < s.n; i++) {
+		if (i && s.h[i] == s.h[i - 1])
+			continue;
+		for (struct nrt_block *b = s.h[i]; b; b = b->next) {
+			nrt_mem_block_t m = { s.h[i]->ptr, b->ptr, b->size, b->requested,
+					      !b->allocated ? NRT_BLOCK_INACTIVE
+							    : (b->requested ? NRT_BLOCK_ACTIVE : NRT_BLOCK_PENDING_FREE),
+					      b->qid, b->small };
+			fn(ctx, &m);
+		}
+	}
+	pthread_mutex_unlock(&a->lock);
+	free(s.h);
+	return NRT_OK;
 }

@@ -654,7 +654,7 @@ int nrt_fuse_exec(struct nrt_queue *q, uint64_t head, uint64_t tail)
 			int64_t a = t0 + (int64_t)(total ? (double)(t1 - t0) * (double)done / (double)total : 0);
 			done += S->rec[i].bytes;
 			int64_t b = total ? t0 + (int64_t)((double)(t1 - t0) * (double)done / (double)total) : t1;
-			nrt_queue_trace_record(q, S->rec[i].name, a, b);
+			nrt_queue_trace_record(q, head + (uint64_t)i, a, b);
 		}
 	}
 	atomic_fetch_add(&fuse_stat_runs, 1);

@@ -11,6 +11,7 @@
 
 #include "nrt.h"
 #include "nrt_target.h"
+#include "nrt_observe.h"
 
 #define NRT_MAX_DEVICES 64
 #define NRT_ERRMSG_MAX 1024
@@ -82,7 +83,7 @@ int nrt_parse_num_threads(const char *s, int *count);
 
 /* ---- queue.c: launch records, queues ---------------------------------------------------------- */
 #define NRT_RING_SLOTS 1024 /* launch records per queue (power of two) */
-#define NRT_TRACE_CAP 16384 /* trace records kept (ring) */
+#define NRT_TRACE_CAP 65536 /* trace records kept (ring) */
 
 /* Kernel records run through the target's launch, copy records (nrt_memcpy_async, args: struct
  * nrt_copy_args) through its copy; internal records (event markers, waits) run their fn directly and
@@ -100,6 +101,8 @@ struct nrt_launch_rec {
 	nrt_kernel_fn fn;
 	const char *name;
 	int kind;
+	uint64_t corr; /* the launching thread's profiler correlation id (nrt_trace_set_corr) */
+	uint64_t site; /* where it was launched (nrt_set_site_hooks) */
 };
 
 struct nrt_bad_range {
@@ -188,7 +191,8 @@ bool nrt_queue_trace_on(void);
 bool nrt_queue_on_worker(void);
 /* The tail of q now (acquire). */
 uint64_t nrt_queue_tail_now(struct nrt_queue *q);
-void nrt_queue_trace_record(struct nrt_queue *q, const char *name, int64_t t0, int64_t t1);
+/* Traces record number seq of q (its name and correlation id) as running from t0 to t1. */
+void nrt_queue_trace_record(struct nrt_queue *q, uint64_t seq, int64_t t0, int64_t t1);
 
 /* ---- op.c: the calling thread's op bracket ------------------------------------------------------ */
 struct nrt_op_block {

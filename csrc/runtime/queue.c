@@ -36,31 +36,104 @@ int64_t nrt_now_ns(void)
 /* ---- trace ---------------------------------------------------------------------------------------- */
 static struct {
 	atomic_bool on;
+	atomic_int users; /* nrt_trace_enable(true) minus (false) */
 	pthread_mutex_t lock;
 	uint64_t written, read;
-	nrt_trace_rec_t rec[NRT_TRACE_CAP];
+	nrt_trace_event_t rec[NRT_TRACE_CAP];
 } trace = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static _Thread_local uint64_t tls_corr;
+static _Atomic(nrt_site_capture_fn) site_capture;
+static _Atomic(nrt_site_format_fn) site_format;
 
 void nrt_trace_enable(bool on)
 {
-	atomic_store(&trace.on, on);
+	int n = atomic_load(&trace.users);
+
+	while (!atomic_compare_exchange_weak(&trace.users, &n, on ? n + 1 : (n > 0 ? n - 1 : 0)))
+		;
+	atomic_store(&trace.on, atomic_load(&trace.users) > 0);
 }
 
-static void trace_add(const char *name, const struct nrt_queue *q, int64_t t0, int64_t t1)
+bool nrt_trace_on(void)
 {
-	nrt_trace_rec_t *r;
+	return atomic_load_explicit(&trace.on, memory_order_relaxed);
+}
+
+void nrt_trace_set_corr(uint64_t corr)
+{
+	tls_corr = corr;
+}
+
+uint64_t nrt_trace_corr(void)
+{
+	return tls_corr;
+}
+
+void nrt_set_site_hooks(nrt_site_capture_fn capture, nrt_site_format_fn format)
+{
+	atomic_store(&site_format, format);
+	atomic_store(&site_capture, capture);
+}
+
+static void trace_add_rec(const char *name, int dev, int queue, int64_t t0, int64_t t1, uint64_t corr, int kind)
+{
+	nrt_trace_event_t *r;
 
 	pthread_mutex_lock(&trace.lock);
 	r = &trace.rec[trace.written % NRT_TRACE_CAP];
 	r->name = name;
-	r->dev = q->dev;
-	r->queue = q->id;
+	r->dev = dev;
+	r->queue = queue;
 	r->start_ns = t0;
 	r->end_ns = t1;
+	r->corr = corr;
+	r->kind = kind;
 	trace.written++;
 	if (trace.written - trace.read > NRT_TRACE_CAP)
 		trace.read = trace.written - NRT_TRACE_CAP; /* oldest records were overwritten */
 	pthread_mutex_unlock(&trace.lock);
+}
+
+static _Atomic(nrt_kernel_fn) copy_kernel;
+static _Atomic(nrt_copy_ptrs_fn) copy_kernel_ptrs;
+
+void nrt_trace_set_copy_kernel(nrt_kernel_fn fn, nrt_copy_ptrs_fn ptrs)
+{
+	atomic_store(&copy_kernel_ptrs, ptrs);
+	atomic_store(&copy_kernel, fn);
+}
+
+/* The trace kind of a kernel or copy record (copies by the direction of their pointers). */
+static int trace_kind(int kind, nrt_kernel_fn fn, const void *args)
+{
+	const void *src, *dst;
+	bool src_dev, dst_dev;
+
+	if (kind == NRT_REC_COPY) {
+		const struct nrt_copy_args *c = args;
+
+		src = c->src, dst = c->dst;
+	} else if (fn && fn == atomic_load(&copy_kernel)) {
+		atomic_load(&copy_kernel_ptrs)(args, &dst, &src);
+	} else {
+		return NRT_TRACE_KERNEL;
+	}
+	src_dev = nrt_addr_on_device(src);
+	dst_dev = nrt_addr_on_device(dst);
+	return src_dev ? (dst_dev ? NRT_TRACE_COPY_D2D : NRT_TRACE_COPY_D2H)
+		       : (dst_dev ? NRT_TRACE_COPY_H2D : NRT_TRACE_COPY_H2H);
+}
+
+static void trace_add(const char *name, const struct nrt_queue *q, int64_t t0, int64_t t1, uint64_t corr, int kind)
+{
+	trace_add_rec(name, q->dev, q->id, t0, t1, corr, kind);
+}
+
+void nrt_trace_host(int dev, int queue, const char *name, int64_t t0, int64_t t1)
+{
+	if (atomic_load_explicit(&trace.on, memory_order_relaxed))
+		trace_add_rec(name, dev, queue, t0, t1, tls_corr, NRT_TRACE_HOST);
 }
 
 int nrt_trace_drain(nrt_trace_rec_t *out, int cap)
@@ -70,8 +143,39 @@ int nrt_trace_drain(nrt_trace_rec_t *out, int cap)
 	if (!out || cap <= 0 || nrt_bad_fork())
 		return 0;
 	pthread_mutex_lock(&trace.lock);
-	while (n < cap && trace.read < trace.written)
-		out[n++] = trace.rec[trace.read++ % NRT_TRACE_CAP];
+	while (n < cap && trace.read < trace.written) {
+		const nrt_trace_event_t *e = &trace.rec[trace.read++ % NRT_TRACE_CAP];
+
+		out[n++] = (nrt_trace_rec_t){ e->name, e->dev, e->queue, e->start_ns, e->end_ns };
+	}
+	pthread_mutex_unlock(&trace.lock);
+	return n;
+}
+
+uint64_t nrt_trace_cursor(void)
+{
+	uint64_t w;
+
+	pthread_mutex_lock(&trace.lock);
+	w = trace.written;
+	pthread_mutex_unlock(&trace.lock);
+	return w;
+}
+
+int nrt_trace_read(uint64_t *cursor, nrt_trace_event_t *out, int cap, uint64_t *lost)
+{
+	int n = 0;
+
+	if (!cursor || !out || cap <= 0 || nrt_bad_fork())
+		return 0;
+	pthread_mutex_lock(&trace.lock);
+	if (trace.written - *cursor > NRT_TRACE_CAP) {
+		if (lost)
+			*lost += trace.written - NRT_TRACE_CAP - *cursor;
+		*cursor = trace.written - NRT_TRACE_CAP;
+	}
+	while (n < cap && *cursor < trace.written)
+		out[n++] = trace.rec[(*cursor)++ % NRT_TRACE_CAP];
 	pthread_mutex_unlock(&trace.lock);
 	return n;
 }
@@ -104,16 +208,38 @@ static void bad_range_open(struct nrt_queue *q, uint64_t first, uint64_t last)
 	atomic_store(&nrt_poison_seen, true);
 }
 
+/* The site of the record named name among records first..last of q (still in the ring: head has not
+ * passed them), formatted as " (neuron:D stream S, launched at FILE:LINE in FN)"; "" without a site. */
+static void site_text(struct nrt_queue *q, const char *name, uint64_t first, uint64_t last, char *buf, size_t cap)
+{
+	nrt_site_format_fn fmt = atomic_load(&site_format);
+	uint64_t site = 0;
+	char where[512];
+
+	buf[0] = 0;
+	for (uint64_t s = first; s <= last && s - first < NRT_RING_SLOTS && !site; s++)
+		if (q->ring[s & NRT_RING_MASK].name == name)
+			site = q->ring[s & NRT_RING_MASK].site;
+	if (!fmt || !site)
+		return;
+	where[0] = 0;
+	fmt(site, where, sizeof where);
+	if (where[0])
+		snprintf(buf, cap, " (neuron:%d stream %d, launched at %s)", q->dev, q->id, where);
+}
+
 static void set_sticky(struct nrt_queue *q, const char *name, int ret, uint64_t first, uint64_t last)
 {
 	const char *msg = nrt_kernel_fail_message();
+	char where[640];
 
 	pthread_mutex_lock(&q->err_lock);
 	if (!atomic_load(&q->err_flag)) {
+		site_text(q, name, first, last, where, sizeof where);
 		if (*msg)
-			snprintf(q->err_msg, sizeof q->err_msg, "%s: %s", name, msg);
+			snprintf(q->err_msg, sizeof q->err_msg, "%s: %s%s", name, msg, where);
 		else
-			snprintf(q->err_msg, sizeof q->err_msg, "%s: kernel failed (status %d)", name, ret);
+			snprintf(q->err_msg, sizeof q->err_msg, "%s: kernel failed (status %d)%s", name, ret, where);
 		bad_range_open(q, first, last);
 		atomic_store(&q->err_flag, 1);
 	}
@@ -188,8 +314,11 @@ static int run_record(struct nrt_queue *q, struct nrt_launch_rec *r, uint64_t se
 		t0 = nrt_mono_ns();
 	nrt_kernel_fail_clear();
 	ret = target_run(q, r->kind, r->fn, r->args);
-	if (traced)
-		trace_add(r->name, q, t0, nrt_mono_ns());
+	if (traced) {
+		int64_t t1 = nrt_mono_ns();
+
+		trace_add(r->name, q, t0, t1, r->corr, trace_kind(r->kind, r->fn, r->args));
+	}
 	return ret;
 }
 
@@ -286,9 +415,11 @@ bool nrt_queue_trace_on(void)
 	return atomic_load_explicit(&trace.on, memory_order_relaxed);
 }
 
-void nrt_queue_trace_record(struct nrt_queue *q, const char *name, int64_t t0, int64_t t1)
+void nrt_queue_trace_record(struct nrt_queue *q, uint64_t seq, int64_t t0, int64_t t1)
 {
-	trace_add(name, q, t0, t1);
+	const struct nrt_launch_rec *r = &q->ring[seq & NRT_RING_MASK];
+
+	trace_add(r->name, q, t0, t1, r->corr, NRT_TRACE_KERNEL);
 }
 /* ---- [fuse] end ------------------------------------------------------------------------------------ */
 
@@ -431,8 +562,11 @@ static int run_inline(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, s
 		t0 = nrt_mono_ns();
 	nrt_kernel_fail_clear();
 	ret = target_run(q, kind, fn, buf);
-	if (traced)
-		trace_add(name, q, t0, nrt_mono_ns());
+	if (traced) {
+		int64_t t1 = nrt_mono_ns();
+
+		trace_add(name, q, t0, t1, tls_corr, trace_kind(kind, fn, buf));
+	}
 	if (!ret)
 		return NRT_OK;
 	if (*nrt_kernel_fail_message())
@@ -485,7 +619,7 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 		   const char *name, int kind, uint64_t *seq, bool inline_ok)
 {
 	struct nrt_launch_rec *r;
-	uint64_t tail;
+	uint64_t tail, site = 0;
 	int rc;
 
 	if (!q || !q->live || !fn)
@@ -500,6 +634,11 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 		return nrt_fork_error();
 	if ((rc = ensure_worker(q)))
 		return rc;
+	if (kind != NRT_REC_INTERNAL) { /* before prod_lock: the capture hook may take the GIL */
+		nrt_site_capture_fn cap = atomic_load_explicit(&site_capture, memory_order_relaxed);
+
+		site = cap ? cap() : 0;
+	}
 
 	pthread_mutex_lock(&q->prod_lock);
 	if (inline_ok && cur_queue != q && !nrt_launch_blocking()) {
@@ -514,6 +653,8 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 			r->fn = fn;
 			r->name = name;
 			r->kind = kind;
+			r->corr = tls_corr;
+			r->site = site;
 			atomic_store(&q->tail, tail + 1);
 			pthread_mutex_unlock(&q->prod_lock); /* others may queue behind this record */
 			if (kind != NRT_REC_INTERNAL)
@@ -545,6 +686,8 @@ int nrt_queue_push(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, size
 	r->fn = fn;
 	r->name = name;
 	r->kind = kind;
+	r->corr = tls_corr;
+	r->site = site;
 	atomic_store(&q->tail, tail + 1); /* seq_cst: ordered before the worker_parked load */
 	if (seq)
 		*seq = tail + 1;

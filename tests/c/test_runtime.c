@@ -11,6 +11,7 @@
 #include "ctest.h"
 #include "nrt.h"
 #include "nrt_target.h"
+#include "nrt_observe.h"
 
 static void sleep_ms(int ms)
 {
@@ -1064,6 +1065,92 @@ static void test_trace(void)
 	CHECK(nrt_now_ns() > 0, "clock");
 }
 
+/* Correlation ids and launch sites travel with the record; a second reader has its own cursor; a
+ * failing record's site is in the sticky error. */
+static uint64_t site_42(void)
+{
+	return 42;
+}
+
+static void site_fmt(uint64_t site, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "train.py:%d in forward", (int)site);
+}
+
+static void test_trace_corr_site(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	nrt_trace_event_t r[16];
+	nrt_trace_rec_t rd[16];
+	atomic_int n = 0;
+	struct count_args c = { &n };
+	int idx = 7, got;
+	uint64_t cur;
+
+	nrt_trace_drain(rd, 16);
+	cur = nrt_trace_cursor();
+	nrt_trace_enable(true);
+	nrt_trace_enable(true); /* two users: one off keeps it on */
+	nrt_trace_set_corr(11);
+	nrt_queue_launch(q, k_count, &c, sizeof c, "aten::add");
+	nrt_trace_set_corr(0);
+	nrt_trace_host(0, 0, "aten::foo (CPU fallback)", 5, 6);
+	nrt_queue_synchronize(q);
+	nrt_trace_enable(false);
+	CHECK(nrt_trace_on(), "still on for the second user");
+	nrt_trace_enable(false);
+	CHECK(!nrt_trace_on(), "off");
+	got = nrt_trace_read(&cur, r, 16, NULL);
+	CHECK(got == 2, "reader records %d", got);
+	if (got == 2) { /* in the order they finished: the kernel may run after the host record */
+		int k = r[0].kind == NRT_TRACE_KERNEL ? 0 : 1;
+
+		CHECK(r[k].corr == 11 && r[k].kind == NRT_TRACE_KERNEL, "corr %llu kind %d", (unsigned long long)r[k].corr,
+		      r[k].kind);
+		CHECK(r[1 - k].corr == 0 && r[1 - k].kind == NRT_TRACE_HOST && r[1 - k].start_ns == 5, "host record");
+	}
+	CHECK(nrt_trace_drain(rd, 16) == 2, "the drain reader still sees them");
+
+	nrt_set_site_hooks(site_42, site_fmt);
+	CHECK(nrt_queue_launch(q, k_fail, &idx, sizeof idx, "aten::index") == NRT_OK, "launch");
+	CHECK(nrt_queue_synchronize(q) == NRT_ERR_KERNEL, "sticky");
+	CHECK(strstr(nrt_last_error(), "aten::index") && strstr(nrt_last_error(), "stream 0") &&
+		      strstr(nrt_last_error(), "train.py:42 in forward"),
+	      "site in message: %s", nrt_last_error());
+	nrt_set_site_hooks(NULL, NULL);
+}
+
+struct walk_acc {
+	size_t active, blocks;
+	const void *want;
+	bool found;
+};
+
+static void walk_cb(void *ctx, const nrt_mem_block_t *b)
+{
+	struct walk_acc *a = ctx;
+
+	a->blocks++;
+	if (b->state == NRT_BLOCK_ACTIVE)
+		a->active += b->size;
+	if (b->ptr == a->want && b->state == NRT_BLOCK_ACTIVE && b->requested == 1000)
+		a->found = true;
+}
+
+static void test_memory_walk(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	struct walk_acc a = { 0 };
+	void *p = NULL;
+
+	CHECK(nrt_malloc(q, 1000, &p) == NRT_OK && p, "malloc");
+	a.want = p;
+	CHECK(nrt_memory_walk(0, walk_cb, &a) == NRT_OK, "walk");
+	CHECK(a.found && a.blocks >= 2 && a.active >= 1024, "block seen (%zu blocks)", a.blocks);
+	CHECK(nrt_addr_on_device((char *)p + 999) && !nrt_addr_on_device(&a), "address test");
+	nrt_free(p);
+}
+
 /* ---- the target interface (nrt_target.h) ------------------------------------------------------- */
 /* A probe target: counts every call and delegates to the host NeuronCore, or fails on request. */
 struct probe {
@@ -1255,6 +1342,8 @@ int main(void)
 	RUN(test_pool_stress);
 	RUN(test_memcpy_and_host);
 	RUN(test_trace);
+	RUN(test_trace_corr_site);
+	RUN(test_memory_walk);
 	RUN(test_target_interface);
 	return ctest_finish();
 }
