@@ -8,7 +8,8 @@ kernel thread per rank, loopback only, every wait bounded.  The rank code is thi
   kernel thread per rank on 2 CPUs, 2 devices, set_device(LOCAL_RANK)), every collective and dtype
   against exact expected values, the direct path (calls of 64 KiB and more: every dtype and op, odd
   sizes, offset views, random floats bitwise), async work and futures, stream ordering, bad input, DDP training
-  whose losses and parameters match a single-device run on the same global batch.
+  whose losses and parameters match a single-device run on the same global batch, eager and under
+  torch.compile(backend="neuron") (Dynamo's DDPOptimizer splits the graph at the 1 MB buckets).
 - test_fsdp2_dtensor: under torchrun: DTensor on init_device_mesh("neuron", (2,)) (distribute_tensor,
   redistribute Shard/Replicate/Partial, a DTensor op) and FSDP2 fully_shard training whose losses and
   parameters match a single-device run; then dist.set_timeout (the 2.13 shim) reaching the backend.
@@ -348,6 +349,56 @@ def _suite_ddp(torch, dist, rank, world, dev, checks):
     checks.append((f"DDP parameters match single device (max diff {pd})", pd <= 1e-5))
 
 
+class _CompiledNet:  # a module class of this file (Dynamo skips torch.nn's own forwards)
+    @staticmethod
+    def make(torch):
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b, self.c = torch.nn.Linear(32, 512), torch.nn.Linear(512, 512), torch.nn.Linear(512, 8)
+
+            def forward(self, x):
+                return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+        return Net()
+
+
+def _suite_ddp_compile(torch, dist, rank, world, dev, checks):
+    """torch.compile of a DDP model (backend "neuron"): Dynamo's DDPOptimizer splits the graph at the
+    1 MB bucket boundaries (two graphs here), and the training matches a single-device run."""
+    import torch._dynamo.testing
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    net, ref = _CompiledNet.make(torch), _CompiledNet.make(torch)
+    ref.load_state_dict(net.state_dict())
+    ref = ref.to(dev)
+    model = DDP(net.to(dev), bucket_cap_mb=1)
+    cnt = torch._dynamo.testing.CompileCounterWithBackend("neuron")
+    compiled = torch.compile(model, backend=cnt)
+    opt, ref_opt = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(ref.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    losses, ref_losses = [], []
+    for _ in range(3):
+        x, y = torch.randn(8, 32, generator=g), torch.randn(8, 8, generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(compiled(x[rank * 4:(rank + 1) * 4].to(dev)), y[rank * 4:(rank + 1) * 4].to(dev))
+        loss.backward()
+        opt.step()
+        lt = loss.detach().clone()
+        dist.all_reduce(lt, op=dist.ReduceOp.AVG)
+        losses.append(lt.item())
+        ref_opt.zero_grad()
+        rl = torch.nn.functional.mse_loss(ref(x.to(dev)), y.to(dev))
+        rl.backward()
+        ref_opt.step()
+        ref_losses.append(rl.item())
+    ok = all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(losses, ref_losses))
+    checks.append((f"compiled DDP losses match single device {losses} vs {ref_losses}", ok))
+    pd = max((p.detach().cpu() - q.detach().cpu()).abs().max().item() for p, q in zip(model.module.parameters(), ref.parameters()))
+    checks.append((f"compiled DDP parameters match single device (max diff {pd})", pd <= 1e-5))
+    checks.append((f"compiled DDP: {len(cnt.graphs)} graphs (split at the buckets)", len(cnt.graphs) >= 2))
+
+
 def _suite_dtensor(torch, dist, rank, world, dev, checks):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
@@ -482,6 +533,7 @@ def _worker_mode(mode, torch, dist, torchneuron, rank, world, checks, out):
         _suite_async(torch, dist, rank, world, dev, checks)
         _suite_bad_input(torch, dist, rank, world, dev, checks)
         _suite_ddp(torch, dist, rank, world, dev, checks)
+        _suite_ddp_compile(torch, dist, rank, world, dev, checks)
         dist.destroy_process_group()
     elif mode == "gloo":  # NEURON_CCL_TRANSPORT=gloo: the cross-host transport, on this host
         local = int(os.environ["LOCAL_RANK"])
