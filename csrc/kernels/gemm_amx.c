@@ -246,6 +246,17 @@ static void pack_tiles(void *ctx, int64_t t0, int64_t t1)
 
 /* ---- the tile block ----------------------------------------------------------------------------- */
 
+/* One tile product of the kind: C tile c += A tile a x B tile b. */
+#define TDP(kind, c, a, b)                         \
+	do {                                       \
+		if ((kind) == KIND_BF16)           \
+			_tile_dpbf16ps(c, a, b);   \
+		else if ((kind) == KIND_I8)        \
+			_tile_dpbssd(c, a, b);     \
+		else                               \
+			_tile_dpbusd(c, a, b);     \
+	} while (0)
+
 /* A tm x tn block of 16 x 16 tiles (tm, tn in 1..2) of C over nt k tiles: a holds the A row tiles (the
  * second at + astr), b the B strips (the second at + bstr), c the f32/int32 scratch (row stride ldc
  * bytes), zeroed instead of loaded on the first slice. */
@@ -270,37 +281,21 @@ static inline __attribute__((always_inline)) void tile_block(int kind, int tm, i
 		if (tm > 1 && tn > 1)
 			_tile_loadd(3, c + 16 * ldc + 64, ldc);
 	}
+	/* the order of the optimization manual: each tile is reloaded right after its last reader, so that
+	 * the loads of one step overlap the products of the last (tiles are not renamed) */
 	for (int64_t t = 0; t < nt; t++) {
 		_tile_loadd(4, a + t * TILE, 64);
 		_tile_loadd(6, b + t * TILE, 64);
-		if (tn > 1)
+		TDP(kind, 0, 4, 6);
+		if (tn > 1) {
 			_tile_loadd(7, b + bstr + t * TILE, 64);
-		if (tm > 1)
+			TDP(kind, 1, 4, 7);
+		}
+		if (tm > 1) {
 			_tile_loadd(5, a + astr + t * TILE, 64);
-		if (kind == KIND_BF16) {
-			_tile_dpbf16ps(0, 4, 6);
+			TDP(kind, 2, 5, 6);
 			if (tn > 1)
-				_tile_dpbf16ps(1, 4, 7);
-			if (tm > 1)
-				_tile_dpbf16ps(2, 5, 6);
-			if (tm > 1 && tn > 1)
-				_tile_dpbf16ps(3, 5, 7);
-		} else if (kind == KIND_I8) {
-			_tile_dpbssd(0, 4, 6);
-			if (tn > 1)
-				_tile_dpbssd(1, 4, 7);
-			if (tm > 1)
-				_tile_dpbssd(2, 5, 6);
-			if (tm > 1 && tn > 1)
-				_tile_dpbssd(3, 5, 7);
-		} else {
-			_tile_dpbusd(0, 4, 6);
-			if (tn > 1)
-				_tile_dpbusd(1, 4, 7);
-			if (tm > 1)
-				_tile_dpbusd(2, 5, 6);
-			if (tm > 1 && tn > 1)
-				_tile_dpbusd(3, 5, 7);
+				TDP(kind, 3, 5, 7);
 		}
 	}
 	_tile_stored(0, c, ldc);
