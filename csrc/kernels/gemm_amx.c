@@ -135,12 +135,29 @@ static void pack_b_strips(const amx_plan_t *pl, int64_t s0, int64_t s1)
 	if (g->cs_b == 1) {
 		/* row-major B: one group of rows (2 bf16 / 4 int8) at a time, widened and interleaved; k outer
 		 * and the strips inner, so that each row's cache lines are used whole while they are in L1 */
+		const __m512i lo_idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi_idx = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+
 		for (int64_t t = 0; t < pl->nkt; t++)
 			for (int64_t r = 0; r < 16; r++) {
 				int64_t k = t * pl->kt + r * grp;
 
 				for (int64_t s = s0; s < s1; s++) {
 					int64_t j0 = pl->jc + s * 16, n = nk_min64(16, pl->jc + pl->nc - j0);
+
+					/* bf16, two whole strips and two rows: 32 columns of both rows interleaved at once
+					 * (per 128-bit lane, unpack gives the pairs of columns 8L..8L+3 and 8L+4..8L+7) */
+					if (es == 2 && s + 1 < s1 && j0 + 32 <= pl->jc + pl->nc && k + 1 < K) {
+						const uint16_t *r0 = (const uint16_t *)g->B + pl->b * g->bs_b + k * g->rs_b + j0;
+						__m512i x0 = _mm512_loadu_si512(r0), x1 = _mm512_loadu_si512(r0 + g->rs_b);
+						__m512i lo = _mm512_unpacklo_epi16(x0, x1), hi = _mm512_unpackhi_epi16(x0, x1);
+
+						_mm512_store_si512(pl->bp + (s * pl->nkt + t) * TILE + r * 64,
+								   _mm512_permutex2var_epi64(lo, lo_idx, hi));
+						_mm512_store_si512(pl->bp + ((s + 1) * pl->nkt + t) * TILE + r * 64,
+								   _mm512_permutex2var_epi64(lo, hi_idx, hi));
+						s++;
+						continue;
+					}
 					const uint8_t *B = (const uint8_t *)g->B + (pl->b * g->bs_b + k * g->rs_b + j0) * es;
 					__m512i w = k < K ? group16(B, g->rs_b * es, es, (int)(K - k), (__mmask16)((1u << n) - 1))
 							  : _mm512_setzero_si512();
@@ -231,7 +248,7 @@ static void pack_a_tile(const amx_plan_t *pl, int64_t r)
 }
 
 /* The pack job: groups of BGROUP B strips first, then (when this super block packs A) A row tiles. */
-#define BGROUP 4
+#define BGROUP 16
 static void pack_tiles(void *ctx, int64_t t0, int64_t t1)
 {
 	const amx_plan_t *pl = ctx;
