@@ -337,17 +337,31 @@ def mem_get_info(device=None):
 
 
 def memory_summary(device=None, abbreviated=False) -> str:
+    """The allocator's statistics as a table (torch.cuda.memory_summary's rows: current, peak, total
+    allocated and freed), the segment counts, retries, OOMs and the arena limit."""
     s = memory_stats(device)
-    mib = lambda b: f"{b / 2**20:10.2f} MiB"  # noqa: E731
-    rows = [("allocated", "allocated_bytes"), ("active", "active_bytes"), ("reserved", "reserved_bytes"),
-            ("requested", "requested_bytes")]
-    lines = [f"neuron:{_index(device)} memory summary", f"{'':12}{'current':>14}{'peak':>14}"]
-    for label, key in rows:
-        lines.append(f"{label:12}{mib(s.get(key + '.all.current', 0)):>14}{mib(s.get(key + '.all.peak', 0)):>14}")
-    lines.append(f"alloc retries: {s.get('num_alloc_retries', 0)}   OOMs: {s.get('num_ooms', 0)}")
+    mib = lambda b: f"{b / 2**20:.2f} MiB"  # noqa: E731
+    rows = [("Allocated memory", "allocated_bytes", mib), ("Active memory", "active_bytes", mib),
+            ("Requested memory", "requested_bytes", mib), ("Reserved memory", "reserved_bytes", mib),
+            ("Non-releasable memory", "inactive_split_bytes", mib), ("Allocations", "allocation", str),
+            ("Active allocs", "active", str), ("Segments", "segment", str),
+            ("Non-releasable allocs", "inactive_split", str)]
+    w = 24
+    lines = [f"neuron:{_index(device)} memory summary (caching allocator)",
+             f"{'metric':{w}}{'current':>14}{'peak':>14}{'allocated':>16}{'freed':>16}"]
+    for label, key, f in rows[:5] if abbreviated else rows:
+        v = [f(s.get(f"{key}.all.{k}", 0)) for k in ("current", "peak", "allocated", "freed")]
+        lines.append(f"{label:{w}}{v[0]:>14}{v[1]:>14}{v[2]:>16}{v[3]:>16}")
+    lines.append(f"alloc retries: {s.get('num_alloc_retries', 0)}   OOMs: {s.get('num_ooms', 0)}   "
+                 f"segments taken: {s.get('num_device_alloc', 0)}   returned: {s.get('num_device_free', 0)}")
     free, total = mem_get_info(device)
     lines.append(f"arena limit: {mib(total)}  free: {mib(free)}")
     return "\n".join(lines)
+
+
+def list_gpu_processes(device=None) -> str:
+    from .memory import list_gpu_processes as f
+    return f(device)
 
 
 # ---- amp -----------------------------------------------------------------------------------------
@@ -358,3 +372,6 @@ def get_amp_supported_dtype():
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
+
+
+from . import memory  # noqa: E402,F401  (torch.neuron.memory: history and snapshots)

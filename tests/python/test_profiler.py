@@ -1,0 +1,191 @@
+"""torch.profiler with neuron device activities, memory snapshots in torch.cuda's format, and async
+kernel errors that name the Python line that launched them.  One profiled training step is shared by
+the profiler tests (module fixture); the whole file takes a few seconds."""
+import json
+import pickle
+import time
+import warnings
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+ACTS = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+
+
+def _step(x, w):
+    y = torch.softmax(x @ w, dim=-1)
+    y.sum().backward()
+    return y
+
+
+@pytest.fixture(scope="module")
+def prof():
+    x = torch.randn(256, 256).to("neuron")
+    w = torch.randn(256, 256, device="neuron", requires_grad=True)
+    _step(x, w)
+    torch.neuron.synchronize()
+    t0 = time.perf_counter()
+    with profile(activities=ACTS) as p:
+        with record_function("train_step"):
+            xs = torch.randn(64, 256).to("neuron")
+            y = _step(x, w)
+            y[:2].cpu()
+            del xs
+    wall_us = (time.perf_counter() - t0) * 1e6
+    return p, wall_us
+
+
+def _device_events(p):
+    return [e for e in p.events() if e.device_type == torch.autograd.DeviceType.PrivateUse1]
+
+
+def test_profiler_registered():
+    assert torch.ops.neuron._profiler_registered()
+
+
+def test_kernels_are_device_activities_of_their_ops(prof):
+    p, _ = prof
+    dev = _device_events(p)
+    names = {e.name for e in dev}
+    for k in ("aten::mm", "aten::_softmax", "aten::_softmax_backward_data"):
+        assert k in names, sorted(names)
+    # each kernel is linked (correlation id at enqueue) to the ATen op that launched it
+    launched = {(e.name, k.name) for e in p.events() for k in e.kernels}
+    assert ("aten::mm", "aten::mm") in launched
+    assert ("aten::_softmax", "aten::_softmax") in launched
+    assert ("aten::_softmax_backward_data", "aten::_softmax_backward_data") in launched
+    # copies by direction, under the op that made them
+    assert any(n.startswith("Memcpy HtoD") for n in names), sorted(names)
+    assert any(n.startswith("Memcpy DtoH") for n in names), sorted(names)
+
+
+def test_key_averages_device_time(prof):
+    p, wall_us = prof
+    ka = {e.key: e for e in p.key_averages()}
+    for k in ("aten::mm", "aten::_softmax"):
+        assert 0 < ka[k].self_device_time_total <= wall_us
+        assert 0 < ka[k].device_time_total <= wall_us
+    step = ka["train_step"]
+    assert 0 < step.device_time_total <= wall_us
+    total_dev = sum(e.self_device_time_total for e in ka.values())
+    assert 0 < total_dev <= wall_us
+    table = p.key_averages().table(sort_by="device_time_total", row_limit=10)
+    assert "Self NEURON" in table and "NEURON total" in table
+
+
+def test_chrome_trace_tracks_and_flows(prof, tmp_path):
+    p, _ = prof
+    path = tmp_path / "trace.json"
+    p.export_chrome_trace(str(path))
+    tr = json.loads(path.read_text())
+    ev = tr["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"}
+    neuron_pids = [pid for pid, n in procs.items() if n == "neuron"]
+    assert neuron_pids, procs
+    tracks = {e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "thread_name"
+              and e["pid"] in neuron_pids}
+    assert "stream 0 (default)" in tracks, tracks
+    kernels = [e for e in ev if e.get("cat") == "kernel" and e["pid"] in neuron_pids]
+    assert {"aten::mm", "aten::_softmax"} <= {k["name"] for k in kernels}
+    assert all(k["dur"] >= 0 for k in kernels)
+    flows = [e for e in ev if e.get("cat") == "ac2g"]
+    starts = {e["id"] for e in flows if e["ph"] == "s"}
+    ends = {e["id"] for e in flows if e["ph"] == "f"}
+    assert starts and starts & ends
+
+
+def test_schedule_and_trace_handler(tmp_path):
+    x = torch.randn(32, 32, device="neuron")
+    seen = []
+    sched = torch.profiler.schedule(wait=1, warmup=1, active=1, repeat=1)
+
+    def ready(p):
+        seen.append({e.name for e in _device_events(p)})
+        torch.profiler.tensorboard_trace_handler(str(tmp_path))(p)
+
+    with profile(activities=ACTS, schedule=sched, on_trace_ready=ready) as p:
+        for _ in range(4):
+            (x @ x).relu()
+            p.step()
+    assert len(seen) == 1 and {"aten::mm", "aten::relu"} <= seen[0], seen
+    files = list(tmp_path.glob("*.pt.trace.json"))
+    assert files and json.loads(files[0].read_text())["traceEvents"]
+
+
+def test_profile_memory_reports_device_allocations():
+    with profile(activities=ACTS, profile_memory=True) as p:
+        y = torch.ones(1024, 1024, device="neuron") * 2
+        del y
+    ka = {e.key: e for e in p.key_averages()}
+    assert ka["aten::ones"].device_memory_usage == 1024 * 1024 * 4
+    assert ka["[memory]"].device_memory_usage < 0  # the frees
+
+
+def test_kernel_trace_is_a_view_of_the_same_ring():
+    from torchneuron.profiler import kernel_trace
+
+    x = torch.randn(16, 16, device="neuron")
+    with profile(activities=ACTS) as p, kernel_trace() as tr:
+        x @ x
+    assert "aten::mm" in tr.summary()
+    assert "aten::mm" in {e.name for e in _device_events(p)}
+
+
+# ---- memory snapshots ------------------------------------------------------------------------------
+
+def test_memory_snapshot_round_trips_through_memory_viz(tmp_path):
+    from torch.cuda import _memory_viz
+
+    torch.neuron.memory._record_memory_history(max_entries=1000)
+    try:
+        a = torch.empty(300_000, device="neuron")  # the line the snapshot must name
+        b = torch.empty(1000, device="neuron")
+        del b
+        path = tmp_path / "snap.pickle"
+        torch.neuron.memory._dump_snapshot(str(path))
+    finally:
+        torch.neuron.memory._record_memory_history(enabled=None)
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    blocks = [b for s in snap["segments"] for b in s["blocks"]]
+    mine = [b for b in blocks if b["address"] == a.data_ptr()]
+    assert mine and mine[0]["state"] == "active_allocated" and mine[0]["requested_size"] == a.nbytes
+    assert any(f["filename"] == __file__ and f["name"].endswith("test_memory_snapshot_round_trips_through_memory_viz")
+               for f in mine[0]["frames"]), mine[0]["frames"]
+    actions = [e["action"] for e in snap["device_traces"][0]]
+    assert actions.count("alloc") >= 2 and "free_requested" in actions and "free_completed" in actions
+    for s in snap["segments"]:
+        assert s["total_size"] == sum(b["size"] for b in s["blocks"])
+    # PyTorch's own readers
+    lines = lambda text: text  # noqa: E731  (the flame graph's input lines; the default downloads flamegraph.pl)
+    assert "test_profiler.py" in _memory_viz.segments(snap, format_flamegraph=lines)
+    assert "test_profiler.py" in _memory_viz.memory(snap, format_flamegraph=lines)
+    assert "segments:" in _memory_viz.segsum(snap)
+    assert "del b" in _memory_viz.trace(snap)
+    assert "<html" in _memory_viz.trace_plot(snap).lower()
+    assert "neuron:0" in torch.neuron.memory_summary() and "Allocated memory" in torch.neuron.memory_summary()
+    del a
+
+
+# ---- async errors name the Python line ---------------------------------------------------------------
+
+def test_async_error_names_the_line():
+    torch.neuron.synchronize()
+    x = torch.randn(10, 4, device="neuron")
+    idx = torch.tensor([0, 20], device="neuron")
+    y = x.index_select(0, idx); line = test_async_error_names_the_line.__code__.co_firstlineno + 4  # noqa: E702
+    with pytest.raises(RuntimeError) as ei:
+        torch.neuron.synchronize()
+    msg = str(ei.value)
+    assert "aten::index_select" in msg and "out of bounds" in msg
+    assert f"{__file__}:{line} in test_async_error_names_the_line" in msg, msg
+    assert "neuron:0 stream 0" in msg
+    del y
+    assert torch.ones(3, device="neuron").sum().item() == 3
+
+
+def test_site_capture_resolves_the_calling_line():
+    line = test_site_capture_resolves_the_calling_line.__code__.co_firstlineno + 2
+    s = torch.ops.neuron._site_probe(1)
+    assert s == f"{__file__}:{line} in test_site_capture_resolves_the_calling_line", s
