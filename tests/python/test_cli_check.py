@@ -1,0 +1,54 @@
+"""`torchneuron check` (source scan, fallback ops, --json, --strict) and `torchneuron info --json`."""
+import json
+import os
+import subprocess
+import sys
+
+EXE = os.path.join(os.path.dirname(sys.executable), "torchneuron")
+
+SCRIPT = '''import torch
+import helper
+dev = "neuron"
+x = torch.arange(6.0, device=dev)
+print(torch.special.bessel_j0(x * 2).sum().item())
+if False:
+    y = x.cuda()
+    torch.backends.cudnn.benchmark = True
+'''
+HELPER = '''import torch
+def place(t):
+    return t.to("cuda")
+'''
+
+
+def _run(args):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_")}
+    e["NEURON_FALLBACK"] = "silent"
+    return subprocess.run([EXE] + args, capture_output=True, text=True, env=e, timeout=120)
+
+
+def test_check_finds_cuda_sites_and_fallback(tmp_path):
+    (tmp_path / "s.py").write_text(SCRIPT)
+    (tmp_path / "helper.py").write_text(HELPER)
+    out = tmp_path / "r.json"
+    p = _run(["check", "--json", str(out), str(tmp_path / "s.py")])
+    assert p.returncode == 0, p.stderr
+    assert "fallback: aten::special_bessel_j0" in p.stdout
+    rep = json.loads(out.read_text())
+    sites = {(os.path.basename(f["file"]), f["line"], f["finding"]) for f in rep["cuda_findings"]}
+    assert sites == {("s.py", 7, ".cuda()"), ("s.py", 8, "torch.backends.cudnn.benchmark"),
+                     ("helper.py", 3, '.to("cuda")')}, sites
+    assert rep["ops"]["fallback"] == ["aten::special_bessel_j0.out"]
+    assert rep["fallback_calls"]["aten::special_bessel_j0"]["calls"] >= 1
+    assert rep["peak_device_memory_bytes"] > 0
+    p = _run(["check", "--strict", str(tmp_path / "s.py")])
+    assert p.returncode == 2, (p.returncode, p.stdout)
+
+
+def test_info_json():
+    p = _run(["info", "--json"])
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["devices"][0]["index"] == 0 and d["devices"][0]["arena_limit_bytes"] > 0
+    assert d["kernels"]["level"] and d["threads"]["kernel_pool"] >= 1
+    assert d["torch"].startswith("2.13") and "dir" in d["cache"]
