@@ -179,9 +179,10 @@ def main(argv=None):
         d = os.path.dirname(out)
         if d:
             os.makedirs(d, exist_ok=True)
+        old = open(out).read() if os.path.exists(out) else ""
         with open(out, "w") as f:
-            f.write(md)
-        print(f"\nwrote {out}")
+            f.write(merge_cpu_sections(old, md, info.get("cpu") or "unknown"))
+        print(f"\nwrote {out} (the section of this CPU kind: {info.get('cpu')})")
     jpath = a.json if a.json is not None else (os.path.splitext(out)[0] + ".json" if out else None)
     if jpath and jpath != "-":
         d = os.path.dirname(jpath)
@@ -193,6 +194,34 @@ def main(argv=None):
         print(f"wrote {jpath}")
     print(f"bench: done in {meta['elapsed']:.0f} s")
     return 0
+
+
+CPU_MARK = "<!-- cpu section: "
+
+
+def merge_cpu_sections(old, md, kind):
+    """docs/benchmarks.md keeps one section per CPU kind (the `model name` of /proc/cpuinfo), each from a run on
+    that machine: the new report replaces its own kind's section and the others are kept after it, so that a
+    change that helps one machine and hurts another shows.  Sections start with a `<!-- cpu section: KIND -->`
+    line; an unmarked report (the older format) is the section of the CPU its `- **cpu**:` line names."""
+    sections, cur, buf = [], None, []
+    for line in old.splitlines(keepends=True):
+        if line.startswith(CPU_MARK):
+            if buf:
+                sections.append((cur, "".join(buf)))
+            cur, buf = line[len(CPU_MARK):].split(" -->")[0].strip(), []
+            continue
+        buf.append(line)
+    if buf:
+        sections.append((cur, "".join(buf)))
+    out = [f"{CPU_MARK}{kind} -->\n", md.rstrip("\n") + "\n"]
+    for k, text in sections:
+        if k is None:  # unmarked: its kind from the machine table
+            k = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("- **cpu**:")), None)
+        if k is None or k == kind or not text.strip():
+            continue
+        out += ["\n", f"{CPU_MARK}{k} -->\n", text.lstrip("\n")]
+    return "".join(out)
 
 
 def group_cases(key, quick):
