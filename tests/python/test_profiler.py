@@ -189,3 +189,15 @@ def test_site_capture_resolves_the_calling_line():
     line = test_site_capture_resolves_the_calling_line.__code__.co_firstlineno + 2
     s = torch.ops.neuron._site_probe(1)
     assert s == f"{__file__}:{line} in test_site_capture_resolves_the_calling_line", s
+
+
+@pytest.mark.xfail(strict=True, reason="needs `FallbackTrace fallback_trace_(name);` in neuron::cpu_fallback "
+                   "(ops_core.cpp, the lead's file); remove this mark with that line")
+def test_cpu_fallback_is_a_device_activity():
+    x = torch.arange(6.0, device="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile(activities=ACTS) as p:
+            torch.special.bessel_j0(x)
+    names = {e.name for e in _device_events(p)}
+    assert any("special_bessel_j0" in n and n.endswith("(CPU fallback)") for n in names), names
