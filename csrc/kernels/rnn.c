@@ -13,6 +13,14 @@
  * per block of columns, so results do not depend on the thread count.  The _ref twins compute every
  * element in double on one thread.
  */
+/* NK_VECTORIZE_FILE's options plus no-trapping-math, set before the includes so that the header's inline
+ * helpers (nk_fp_expf) carry the same options and inline into the loops: the activation loops select
+ * between the branches of exp's clamps and tanh's two ranges, and GCC if-converts (so vectorizes) those
+ * float selects only without trapping math.  The values are the same. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math")
+#endif
+
 #include <math.h>
 #include <string.h>
 
@@ -21,7 +29,6 @@
 #include "nk_rnn.h"
 #include "nrt.h"
 
-NK_VECTORIZE_FILE
 
 #define HB 256           /* hidden units per tile */
 #define TILE_GRAIN 16384 /* elements of work below which a call stays on one thread */
