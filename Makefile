@@ -29,7 +29,7 @@ CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC)) $(1)/obj/gen/nc_prelude.o
 
-.PHONY: all venv hf-deps build install clib ctest test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance profile models
+.PHONY: all venv hf-deps build install clib ctest test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness profile models
 
 all: install
 
@@ -116,6 +116,11 @@ test: ctest test-sanitize install $(HF_STAMP)
 # PyTorch's OpInfo database on neuron vs CPU (tests/conformance): writes docs/conformance.md
 conformance: install
 	$(VPY) -m tests.conformance
+
+# The whole bad-input catalogue (tests/robustness) on neuron vs CPU: writes docs/robustness.md
+# (its fast subset runs in `make test` through tests/python/test_robustness.py)
+robustness: install
+	$(VPY) -m tests.robustness
 
 # The Hugging Face model sweep (tests/models): each architecture in its own process against the CPU (forward,
 # training step, generate, compiled forward, fallback ops) -> docs/models.md and README's "Works with" table.
