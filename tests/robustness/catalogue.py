@@ -457,3 +457,112 @@ case("threads.concurrent_ops", TH,
 case("threads.error_in_thread", TH,
      "import threading\nerr = []\ndef run():\n    try:\n        torch.ones(3, device=dev)[torch.tensor([9], device=dev)]\n    except Exception as e:\n        err.append(type(e).__name__)\n"
      "t = threading.Thread(target=run); t.start(); t.join()\nout = err")
+
+# ---- fork: a clear error in the child (as CUDA's "Cannot re-initialize CUDA in forked subprocess") --
+FK = "fork"
+FORK = """
+import os, time
+torch.ones(2, device='neuron').sum().item()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        {op}
+        msg = b'OK'
+    except RuntimeError as e:
+        msg = b'RuntimeError ' + str(e).encode()[:300]
+    except BaseException as e:
+        msg = b'OTHER ' + type(e).__name__.encode()
+    os.write(w, msg)
+    os._exit(0)
+os.close(w)
+for _ in range(200):
+    done, st = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, 9); os.waitpid(pid, 0)
+    raise TimeoutError('hang: the forked child did not finish in 20 s')
+res = os.read(r, 4096).decode()
+if not res.startswith('RuntimeError'):
+    raise AssertionError('child: ' + (res or 'died with status %d' % st))
+raise RuntimeError(res[len('RuntimeError '):])
+"""
+_fork_ops = {
+    "ones": "torch.ones(2, device='neuron')",
+    "add": "(torch.ones(2, device='neuron') + 1).sum().item()",
+    "matmul": "t = torch.ones(8, 8, device='neuron'); (t @ t).sum().item()",
+    "to_device": "torch.arange(4.).to('neuron').cpu()",
+    "synchronize": "torch.neuron.synchronize()",
+    "stream": "torch.neuron.Stream()",
+    "empty_cache": "torch.neuron.empty_cache()",
+    "manual_seed_randn": "torch.neuron.manual_seed(0); torch.randn(4, device='neuron').cpu()",
+    "memory_allocated": "torch.neuron.memory_allocated()",
+}
+for n, op in _fork_ops.items():
+    # empty_cache in a forked child is a no-op, as torch.cuda.empty_cache is there (it checks
+    # is_initialized(), False in a bad-fork child): the child reports OK
+    exp = ("raises", "AssertionError", r"child: OK") if n == "empty_cache" else ("raises", "RuntimeError", r"fork")
+    case(f"fork.{n}", FK, FORK.format(op=op), exp, alone=True)
+
+# ---- a corrupt compile cache: rebuilt (at most a warning), never an error --------------------------
+CC_ = "compile cache"
+CACHE = """
+import os, glob, shutil, tempfile
+d = tempfile.mkdtemp(prefix='nrobust-')
+os.environ['NEURON_CACHE_DIR'] = d
+def f(a):
+    return (a * 2 + 1).relu().sum(0)
+x = torch.arange(12., device=dev).reshape(3, 4) - 5
+if dev == 'cpu':
+    out = f(x)
+else:
+    if FRESH:  # another process filled the cache: a damaged cache found at start-up
+        import subprocess, sys
+        subprocess.run([sys.executable, "-c", FILL], check=True, timeout=120)
+    else:  # this process compiled and loaded the program, then its files are damaged
+        torch.compile(f, backend=dev)(x).cpu()
+    progs = glob.glob(os.path.join(d, 'programs', '*', '*', 'program.so'))
+    assert progs, os.listdir(d)
+    for so in progs:
+        {damage}
+    torch._dynamo.reset()
+    out = torch.compile(f, backend=dev)(x)
+shutil.rmtree(d, ignore_errors=True)
+if os.path.isfile(d):
+    os.remove(d)
+"""
+_damage = {
+    "so_truncated": "open(so, 'r+b').truncate(100)",
+    "so_foreign": "open(so, 'wb').write(b'\\x7fELF' + bytes(4000))",
+    "so_is_directory": "os.remove(so); os.mkdir(so)",
+    "entry_dir_is_file": "e = os.path.dirname(so); shutil.rmtree(e); open(e, 'w').write('x')",
+    "entry_json_garbage": "open(os.path.join(os.path.dirname(so), 'entry.json'), 'w').write('{not json')",
+    "entry_json_other_key": "open(os.path.join(os.path.dirname(so), 'entry.json'), 'w').write('{\"key\": \"0\", \"sha256\": \"0\", \"size\": 1}')",
+    "programs_is_file": "p = os.path.join(d, 'programs'); shutil.rmtree(p); open(p, 'w').write('x')",
+    "cache_dir_is_file": "shutil.rmtree(d); open(d, 'w').write('x')",
+}
+_FILL = ("import torch\n"
+         "def f(a):\n    return (a * 2 + 1).relu().sum(0)\n"
+         "x = torch.arange(12., device=dev).reshape(3, 4) - 5\n"
+         "torch.compile(f, backend=dev)(x).cpu()\n")
+for n, dmg in _damage.items():
+    body = CACHE.replace("{damage}", dmg)
+    case(f"cache.{n}", CC_, f"FRESH = True\nFILL = {'dev = %r; ' + _FILL!r} % dev\n" + body, "cpu", alone=True)
+    if n in ("so_truncated", "so_foreign", "so_is_directory", "entry_json_garbage"):
+        case(f"cache.loaded.{n}", CC_, "FRESH = False\n" + body, "cpu", alone=True)
+
+# ---- multiprocessing: pickling for a spawn child, DataLoader workers ---------------------------------
+MP = "multiprocessing"
+case("mp.forking_pickle_tensor", MP,
+     "import pickle, torch.multiprocessing\nfrom multiprocessing.reduction import ForkingPickler\n"
+     "out = pickle.loads(ForkingPickler.dumps(torch.arange(4., device=dev)))", alone=True)
+case("mp.forking_pickle_param", MP,
+     "import pickle, torch.multiprocessing\nfrom multiprocessing.reduction import ForkingPickler\n"
+     "out = pickle.loads(ForkingPickler.dumps(torch.nn.Parameter(torch.ones(3, device=dev)))).detach()", alone=True)
+case("mp.dataloader_workers", MP,
+     "from torch.utils.data import DataLoader, TensorDataset\n"
+     "torch.ones(1, device=dev).sum().item()\n"
+     "dl = DataLoader(TensorDataset(torch.arange(16.).reshape(8, 2)), batch_size=4, num_workers=2)\n"
+     "out = torch.stack([b[0].to(dev) * 2 for b in dl]).sum(0)", alone=True)

@@ -7,8 +7,10 @@ process dies) or a hang (the per-case timeout) is pinned on one case.
 import collections
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,6 +64,21 @@ def groups(cases):
 
 
 def run(cases, log=None):
+    """{name: result}; the workers' temporary files (a crashed case cannot clean up) go to a
+    directory removed at the end."""
+    tmp = tempfile.mkdtemp(prefix="neuron-robustness-")
+    os.environ["TMPDIR"], old = tmp, os.environ.get("TMPDIR")
+    try:
+        return _run(cases, log)
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(cases, log):
     results = {}
     for g in groups(cases):
         names = [c.name for c in g]
@@ -120,7 +137,8 @@ def report(results, seconds):
             cpu_s = f"{cpu['type']}: {cpu['msg']}" if cpu else "-"
             ne_s = f"{ne['type']}: {ne['msg']}" if ne else "-"
             note = FINDINGS.get(c.name, "")
-            lines.append(f"- `{c.name}` ({c.cls}): {note or r['reason']}")
+            text = f"{r['reason']}; {note}" if note and v in ("crash", "hang") else (note or r["reason"])
+            lines.append(f"- `{c.name}` ({c.cls}): {text}")
             if c.expect == "cpu" or (isinstance(c.expect, tuple) and c.expect[0] == "env"):
                 lines.append(f"  - cpu: `{cpu_s.replace('`', chr(39))}`")
             lines.append(f"  - neuron: `{ne_s.replace('`', chr(39))}`")

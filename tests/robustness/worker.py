@@ -169,7 +169,9 @@ def main(names):
         cpu_val, cpu_err = (None, None) if skip_cpu else _run(c.code, "cpu", torch)
         val, err = _run(c.code, "neuron", torch)
         try:
-            if skip_cpu and c.expect == "ok":
+            if err is not None and err["type"] == "TimeoutError" and err["msg"].startswith("hang:"):
+                verdict, reason = "hang", err["msg"]
+            elif skip_cpu and c.expect == "ok":
                 verdict, reason = ("matched", "") if err is None else ("differs", f"raises {err['type']}")
             else:
                 verdict, reason = judge(c, cpu_val, cpu_err, val, err, torch)
