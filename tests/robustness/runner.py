@@ -99,7 +99,8 @@ def _run(cases, log):
 def _dead(case, rc, tail, timed_out):
     if timed_out:
         return {"name": case.name, "verdict": "hang", "reason": f"no result within {SOLO_TIMEOUT} s", "neuron": None}
-    return {"name": case.name, "verdict": "crash", "reason": f"worker exited with {rc}: {tail}", "neuron": None}
+    how = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"exited with {rc}"
+    return {"name": case.name, "verdict": "crash", "reason": f"worker {how}" + (f": {tail}" if tail else ""), "neuron": None}
 
 
 def report(results, seconds):
