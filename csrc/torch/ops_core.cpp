@@ -101,6 +101,11 @@ void DeviceCheck::raise(const char *op) const
 		    other, "! (when checking argument for argument ", arg_name(op, bad), " in method aten::", op, ")");
 }
 
+void OpScope::raise(const char *op) const
+{
+	raise_status(NRT_ERR_KERNEL, (std::string(op).rfind("aten::", 0) == 0 ? std::string(op) : std::string("aten::") + op).c_str());
+}
+
 // The same rule for the boxed fallback: every tensor argument on one device, read-only CPU
 // zero-dim tensors aside; lists of optional tensors (index's indices) are not looked at.
 static void check_fallback_devices(const c10::OperatorHandle &op, const torch::jit::Stack *stack)
@@ -152,6 +157,7 @@ static at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::Sc
 				      std::optional<bool> pin_memory, std::optional<at::MemoryFormat> mf)
 {
 	NEURON_TRACK("aten::empty.memory_format");
+	OpScope op; // its output has no producer until a kernel writes it
 	TORCH_CHECK(c10::layout_or_default(layout) == at::kStrided, "neuron: only strided tensors are supported, got layout ",
 		    c10::layout_or_default(layout));
 	TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
@@ -166,6 +172,7 @@ static at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, st
 				std::optional<at::Layout> layout, std::optional<at::Device> device, std::optional<bool> pin_memory)
 {
 	NEURON_TRACK("aten::empty_strided");
+	OpScope op;
 	TORCH_CHECK(c10::layout_or_default(layout) == at::kStrided, "neuron: only strided tensors are supported");
 	TORCH_CHECK(!pin_memory.value_or(false), "neuron: only CPU tensors can be pinned");
 	check_dtype_supported(c10::dtype_or_default(dtype));
@@ -248,6 +255,8 @@ static at::Tensor copy_from(const at::Tensor &src, const at::Tensor &dst, bool n
 	NEURON_TRACK("aten::_copy_from");
 	if (dst.numel() == 0)
 		return dst;
+	OpScope op;
+	op.write(dst, "aten::_copy_from");
 	bool src_dev = src.device().type() == kDev, dst_dev = dst.device().type() == kDev;
 	TORCH_CHECK(src_dev || src.device().is_cpu(), "neuron: copy from ", src.device(), " is not supported");
 	TORCH_CHECK(dst_dev || dst.device().is_cpu(), "neuron: copy to ", dst.device(), " is not supported");
@@ -303,6 +312,8 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &v)
 	NEURON_TRACK("aten::fill_.Scalar");
 	if (self.numel() == 0)
 		return self;
+	OpScope op;
+	op.write(self, "aten::fill_");
 	DeviceScope g(self.device().index());
 	auto iter = at::TensorIteratorConfig().add_output(self).resize_outputs(false).check_all_same_dtype(false).build();
 	nk_pointwise_args_t a{};

@@ -14,6 +14,8 @@
 #include <optional>
 #include <utility>
 
+#include "nrt.h"
+
 namespace neuron {
 
 // How an out= tensor's dtype must relate to the result's, as the CPU kernel of the op has it:
@@ -44,7 +46,37 @@ void check_inplace_shape(const at::Tensor &self, at::IntArrayRef result);
 // Collects the tensor arguments of a call; CPU zero-dim tensors that are read only (scalars, as
 // TensorIterator allows) are skipped.  Lists of optional tensors (index's indices, which may stay on
 // the CPU) are not looked at.
+// The op's bracket in the runtime (nrt_op_begin/end): its kernels, its outputs and what it writes in
+// place are one op, so a failed or skipped kernel poisons exactly those; reading a tensor whose kernel
+// failed, once the error has been reported, raises the error (issue 16, 13).
+struct OpScope {
+	bool poison_seen = nrt_op_begin(); // some kernel failed in this process: check what is read
+	bool refused = false;
+	OpScope() = default;
+	OpScope(const OpScope &) = delete;
+	~OpScope() { nrt_op_end(); }
+	void see(const at::Tensor &t, bool written)
+	{
+		if (t.device().type() != c10::DeviceType::PrivateUse1 || !t.has_storage())
+			return;
+		void *p = const_cast<void *>(t.unsafeGetTensorImpl()->unsafe_storage().data());
+		if (written)
+			nrt_op_write(p);
+		if (C10_UNLIKELY(poison_seen) && !refused && nrt_op_read(p))
+			refused = true;
+	}
+	[[noreturn]] void raise(const char *op) const; // the error of the poisoned input
+	// For ops registered without NEURON_IMPL: t is written by the op.
+	void write(const at::Tensor &t, const char *op)
+	{
+		see(t, true);
+		if (C10_UNLIKELY(refused))
+			raise(op);
+	}
+};
+
 struct DeviceCheck {
+	OpScope *scope = nullptr;
 	std::optional<c10::Device> dev;
 	int bad = -1; // the argument position of the first tensor on another device
 	c10::Device other{c10::DeviceType::CPU};
@@ -59,6 +91,8 @@ struct DeviceCheck {
 			dev = t.device();
 		else if (C10_UNLIKELY(t.device() != *dev))
 			bad = pos, other = t.device();
+		if (scope)
+			scope->see(t, written);
 	}
 	void add(at::Tensor &t) { see(t, true), pos++; }
 	void add(const at::Tensor &t) { see(t, false), pos++; }
@@ -100,10 +134,14 @@ template <OpName Name, auto F, typename Sig = decltype(F)> struct Checked;
 template <OpName Name, auto F, typename R, typename... A> struct Checked<Name, F, R (*)(A...)> {
 	static R call(A... a)
 	{
+		OpScope scope;
 		DeviceCheck dc;
+		dc.scope = &scope;
 		(dc.add(a), ...);
 		if (C10_UNLIKELY(dc.bad >= 0))
 			dc.raise(Name.s);
+		if (C10_UNLIKELY(scope.refused))
+			scope.raise(Name.s);
 		return F(std::forward<A>(a)...);
 	}
 };
