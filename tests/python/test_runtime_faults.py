@@ -217,6 +217,58 @@ def test_error_consumed_by_another_thread():
     assert x.cpu().shape == (10, 4)
 
 
+def test_inplace_outputs_of_failed_and_skipped_ops_stay_errors():
+    """A kernel that fails writing its output in place (index_add_ into self, an out= tensor) and an
+    in-place op skipped behind it leave tensors that raise the error on every read, after it was
+    reported (they read as if valid: a half-written self, a self without its update)."""
+    torch.neuron.synchronize()
+    x = torch.randn(10, 4, device="neuron")
+    a, w, o = x.clone(), x.clone(), torch.empty(2, 4, device="neuron")
+    torch.neuron.synchronize()
+    a.index_add_(0, torch.tensor([0, 20], device="neuron"), torch.ones(2, 4, device="neuron"))  # fails
+    w.add_(1)                                                            # skipped behind it
+    torch.mul(x[:2], 3, out=o)                                           # skipped, into an out= tensor
+    with pytest.raises(RuntimeError, match=_BAD_INDEX):
+        torch.neuron.synchronize()
+    for t in (a, w, o):
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match=_BAD_INDEX):
+                t.cpu()
+    torch.testing.assert_close((x + 1).cpu(), x.cpu() + 1)
+
+
+def test_op_reading_a_poisoned_tensor_after_the_report_raises():
+    """After the error was reported, an op that reads a failed op's output raises it at once (it
+    computed from uninitialized memory and its result read back with no error)."""
+    torch.neuron.synchronize()
+    x, y, z, w = _failing_op()
+    with pytest.raises(RuntimeError, match=_BAD_INDEX):
+        torch.neuron.synchronize()
+    for op in (lambda: y + 1, lambda: y.sum(), lambda: torch.cat([x, y]), lambda: z.mul_(2)):
+        with pytest.raises(RuntimeError, match=_BAD_INDEX):
+            op()
+    assert (x * 0).sum().item() == 0
+
+
+def test_error_names_the_failed_op_not_its_neighbour():
+    """A tensor allocated right before a failing op (an empty tensor: its op launched nothing) is not
+    taken for the failed op's output (its reads raised that op's error).  The case of two threads'
+    ops sharing the queue is in tests/c/test_runtime.c (test_op_brackets)."""
+    torch.neuron.synchronize()
+    x = torch.randn(10, 4, device="neuron")
+    idx = torch.tensor([0, 20], device="neuron")
+    x2 = x * 1
+    torch.neuron.synchronize()
+    e = torch.empty(5, device="neuron")
+    y = x.index_select(0, idx)
+    with pytest.raises(RuntimeError, match=_BAD_INDEX):
+        torch.neuron.synchronize()
+    assert e.cpu().shape == (5,)
+    torch.testing.assert_close(x2.cpu(), x.cpu())
+    with pytest.raises(RuntimeError, match=_BAD_INDEX):
+        y.cpu()
+
+
 # ---- 12: fork -----------------------------------------------------------------------------------------
 
 _FORK_COMMON = """
