@@ -33,7 +33,7 @@ static int check_indices(const void *idx, int idx_dtype, int64_t n, int64_t V, i
 		int64_t k = idx_at(idx, idx_dtype, i);
 
 		if ((k < 0 || k >= V) && k != skip) {
-			nrt_kernel_fail("index %lld is out of bounds for embedding of size %lld", (long long)k,
+			nrt_kernel_fail(NRT_INDEX_ERROR "index out of range in self (index %lld, embedding of size %lld)", (long long)k,
 					(long long)V);
 			return -1;
 		}

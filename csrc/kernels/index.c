@@ -72,6 +72,27 @@ static int ix_check_args(const nk_index_args_t *a)
 	return 0;
 }
 
+static void ix_fail(const nk_index_args_t *a, int64_t k)
+{
+	switch (a->err_style) {
+	case NK_IXERR_INDEX_BOUNDS:
+		nrt_kernel_fail(NRT_INDEX_ERROR "index %lld is out of bounds for dimension %d with size %lld", (long long)k,
+				a->err_dim, (long long)a->bound);
+		break;
+	case NK_IXERR_RANGE_SELF:
+		nrt_kernel_fail(NRT_INDEX_ERROR "index out of range in self (index %lld, dimension %d of size %lld)", (long long)k,
+				a->err_dim, (long long)a->bound);
+		break;
+	case NK_IXERR_TAKE:
+		nrt_kernel_fail(NRT_INDEX_ERROR "out of range: tried to access index %lld on a tensor of %lld elements.", (long long)k,
+				(long long)a->bound);
+		break;
+	default:
+		nrt_kernel_fail("index %lld is out of bounds for dimension %d with size %lld", (long long)k, a->err_dim,
+				(long long)a->bound);
+	}
+}
+
 /* Every index in range (after wrapping)?  Fails the kernel with aten's message on the first bad one. */
 static int ix_check_indices(const nk_index_args_t *a, int64_t n)
 {
@@ -84,8 +105,7 @@ static int ix_check_indices(const nk_index_args_t *a, int64_t n)
 		if (a->wrap && k < 0 && k >= -a->bound)
 			continue;
 		if (k < 0 || k >= a->bound) {
-			nrt_kernel_fail("index %lld is out of bounds for dimension %d with size %lld", (long long)k,
-					a->err_dim, (long long)a->bound);
+			ix_fail(a, k);
 			return -1;
 		}
 	}
@@ -367,7 +387,7 @@ int nk_index_offsets_run(void *args)
 		for (int k = 0; k < a->n; k++) {
 			int64_t v = io_index(a, k, p);
 			if (v < -a->size[k] || v >= a->size[k]) {
-				nrt_kernel_fail("index %lld is out of bounds for dimension %d with size %lld", (long long)v,
+				nrt_kernel_fail(NRT_INDEX_ERROR "index %lld is out of bounds for dimension %d with size %lld", (long long)v,
 						a->dim[k], (long long)a->size[k]);
 				return -1;
 			}

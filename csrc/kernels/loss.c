@@ -36,7 +36,7 @@ static int nll_check(int dtype, int64_t N, int64_t C, int reduction, const int64
 		int64_t t = target[i];
 
 		if (t != ignore && (t < 0 || t >= C)) {
-			nrt_kernel_fail("Target %lld is out of bounds.", (long long)t);
+			nrt_kernel_fail(NRT_INDEX_ERROR "Target %lld is out of bounds.", (long long)t);
 			return -1;
 		}
 	}

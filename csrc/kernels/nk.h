@@ -252,7 +252,7 @@ int nk_adam_ref(void *args);
 /* ---- indexing: gather / scatter along one dim (index.c) ------------------------------------------ */
 /* An iteration space of ndim dims (shape, outermost first).  At each point p, k = idx[p] (i64 or i32;
  * with wrap, -bound <= k < 0 counts from the end) must lie in [0, bound), else the kernel fails with
- * "index k is out of bounds for dimension err_dim with size bound" before anything is written.  The
+ * the message err_style names (nk_index_err_t) before anything is written.  The
  * indexed element is x + sum_d p[d]*xs[d] + k*xk (element strides; xs is 0 along an indexed dim) and
  *   GATHER:                    y[p] = x[..k..]
  *   SCATTER:                   x[..k..] = y[p]            (y NULL: the scalar value / ivalue)
@@ -263,11 +263,18 @@ typedef enum {
 	NK_IDX_GATHER, NK_IDX_SCATTER, NK_IDX_SCATTER_ADD, NK_IDX_SCATTER_MUL, NK_IDX_SCATTER_AMAX,
 	NK_IDX_SCATTER_AMIN
 } nk_index_op_t;
+/* The message of a bad index, as the CPU kernel of the op words it; all but BOUNDS are IndexErrors
+ * (NRT_INDEX_ERROR tags them):
+ *   BOUNDS        "index k is out of bounds for dimension err_dim with size bound" (gather, scatter)
+ *   INDEX_BOUNDS  the same text (index_fill, index_copy)
+ *   RANGE_SELF    "index out of range in self" with the index and size after it (index_select, index_add)
+ *   TAKE          "out of range: tried to access index k on a tensor of bound elements." (take, put_) */
+typedef enum { NK_IXERR_BOUNDS, NK_IXERR_INDEX_BOUNDS, NK_IXERR_RANGE_SELF, NK_IXERR_TAKE } nk_index_err_t;
 typedef struct {
 	int op, dtype, idx_dtype;
 	int ndim, dim;
 	bool wrap;
-	int err_dim;
+	int err_dim, err_style;
 	int64_t shape[NK_MAX_DIMS];
 	int64_t bound;
 	void *x; int64_t xs[NK_MAX_DIMS]; int64_t xk;

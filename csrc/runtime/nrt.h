@@ -101,6 +101,9 @@ int nrt_queue_wait_event(nrt_queue_t *q, nrt_event_t *e); /* later work on q wai
 
 /* Inside a kernel: record why it failed (printf format).  Thread-local to the worker. */
 void nrt_kernel_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A kernel message that starts with NRT_INDEX_ERROR is an index error (the layer above raises it as
+ * the CPU does, Python's IndexError); the tag is not part of the message users see. */
+#define NRT_INDEX_ERROR "[index] "
 
 /* ---- events ----------------------------------------------------------------------------------- */
 enum { NRT_EVENT_TIMING = 1, NRT_EVENT_BLOCKING = 2 };

@@ -21,21 +21,19 @@ namespace neuron {
 
 // ---- errors and init ---------------------------------------------------------------------------
 
-// A kernel error the CPU raises as IndexError (TORCH_CHECK_INDEX), whose message the kernel writes:
-// nll_loss's "Target 5 is out of bounds."
-static bool cpu_index_error(const char *detail)
-{
-	const char *t = std::strstr(detail, "Target ");
-	return t && std::strstr(t, " is out of bounds.");
-}
-
+// A kernel error the CPU raises as IndexError (TORCH_CHECK_INDEX) carries the runtime's NRT_INDEX_ERROR
+// tag in front of the kernel's message: it is raised as IndexError, without the tag.
 void raise_status(int status, const char *what)
 {
 	const char *detail = nrt_last_error();
 	if (status == NRT_ERR_OOM)
 		TORCH_CHECK_WITH(OutOfMemoryError, false, what, ": ", detail);
-	if (status == NRT_ERR_KERNEL && detail && cpu_index_error(detail))
-		TORCH_CHECK_INDEX(false, what, ": ", detail);
+	if (status == NRT_ERR_KERNEL && detail) {
+		if (const char *tag = std::strstr(detail, NRT_INDEX_ERROR)) {
+			std::string msg = std::string(detail, tag) + (tag + sizeof NRT_INDEX_ERROR - 1);
+			TORCH_CHECK_INDEX(false, what, ": ", msg);
+		}
+	}
 	TORCH_CHECK(false, what, ": ", (detail && *detail) ? detail : nrt_status_string(status));
 }
 

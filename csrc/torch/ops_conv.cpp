@@ -33,13 +33,6 @@ static std::vector<int64_t> expand_param(const char *op, const char *name, at::I
 	return r;
 }
 
-static void check_devices(const char *op, const at::Tensor &a, const at::Tensor &b, const at::Tensor &c = at::Tensor())
-{
-	for (const at::Tensor *t : {&b, &c})
-		TORCH_CHECK(!t->defined() || t->device() == a.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-			    a.device(), " and ", t->device(), "! (when checking arguments for ", op, ")");
-}
-
 struct ConvGeom {
 	int64_t nsp, N, Cin, Cout, groups;
 	bool transposed;
@@ -146,7 +139,6 @@ static at::Tensor conv_fwd(const at::Tensor &input, const at::Tensor &weight, co
 	NEURON_TRACK("aten::convolution_overrideable");
 	const char *op = "convolution";
 	at::Tensor bias = bias_opt.has_value() ? *bias_opt : at::Tensor();
-	check_devices(op, input, weight, bias);
 	ConvGeom g = conv_geom(op, input, weight, stride, padding, dilation, transposed, output_padding, groups);
 	if (bias.defined()) {
 		TORCH_CHECK(bias.dim() == 1 && bias.size(0) == g.Cout, "Given weight of size ", weight.sizes(), ", expected bias to be 1-dimensional with ",
@@ -180,7 +172,6 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_bwd(const at::Tensor 
 	NEURON_TRACK("aten::convolution_backward_overrideable");
 	const char *op = "convolution_backward";
 	const char *name = "aten::convolution_backward_overrideable";
-	check_devices(op, input, weight, grad_output);
 	ConvGeom g = conv_geom(op, input, weight, stride, padding, dilation, transposed, output_padding, groups);
 	auto want = nc_shape(g.N, g.Cout, g.out);
 	TORCH_CHECK(grad_output.sizes().equals(want), op, ": expected grad_output of size ", at::IntArrayRef(want), ", but got ",

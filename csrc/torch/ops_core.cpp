@@ -1,6 +1,7 @@
 // ops_core.cpp - the tensor basics on neuron: allocation, views, resize, copies between devices and
 // dtypes, .item(), fill, random ops, and the boxed CPU fallback for every op without a native kernel.
 #include "neuron.h"
+#include "profiler.h"
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
@@ -459,6 +460,7 @@ void cpu_fallback(const c10::OperatorHandle &op, torch::jit::Stack *stack)
 	std::string name = op_name(op);
 	check_fallback_devices(op, stack);
 	track_fallback(name);
+	FallbackTrace fallback_trace_(name); // the profiler's device activity "<op> (CPU fallback)"
 	const char *mode = getenv("NEURON_FALLBACK");
 	TORCH_CHECK(!(mode && strcmp(mode, "error") == 0), "neuron: ", name,
 		    " has no native neuron kernel and NEURON_FALLBACK=error forbids running it on the CPU");

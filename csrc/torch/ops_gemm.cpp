@@ -200,7 +200,6 @@ static void gemm2(const char *name, const at::Tensor &A, const at::Tensor &B, co
 
 static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, int64_t dims)
 {
-	check_all_same_device(op, {&a, &b});
 	TORCH_CHECK(a.dim() == dims && b.dim() == dims, op, ": expected ", dims, "-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
 	TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(), " != ", b.scalar_type());
 	TORCH_CHECK(gemm_dtype(a.scalar_type()), op, ": dtype ", a.scalar_type(), " is not supported on neuron (float32, float64, bfloat16, float16 and the integer dtypes are)");
@@ -261,7 +260,6 @@ static at::Tensor addmm(const at::Tensor &bias, const at::Tensor &a, const at::T
 {
 	NEURON_TRACK("aten::addmm");
 	check_mm("addmm", a, b, 2);
-	check_all_same_device("addmm", {&bias, &a});
 	at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
 	return mm_into("aten::addmm", a, b, out, bias.to(a.scalar_type()), beta.toDouble(), alpha.toDouble());
 }
@@ -362,7 +360,6 @@ static const char *const int_mm_fn = "int_mm_out_cpu";
 static void int_mm_check(const at::Tensor &a, const at::Tensor &b)
 {
 	const char *fn = int_mm_fn;
-	check_all_same_device("_int_mm", {&a, &b});
 	TORCH_CHECK(a.dim() == 2, fn, ": Expected self to be of dimension 2 but got ", a.dim());
 	TORCH_CHECK(b.dim() == 2, fn, ": Expected mat2 to be of dimension 2 but got ", b.dim());
 	TORCH_CHECK(a.size(1) == b.size(0), fn, ": self.size(1) needs to match mat2.size(0) but got ", a.size(1), " and ", b.size(0));
@@ -373,7 +370,6 @@ static void int_mm_check(const at::Tensor &a, const at::Tensor &b)
 static at::Tensor &int_mm_into(const at::Tensor &a, const at::Tensor &b, at::Tensor &out)
 {
 	const char *fn = int_mm_fn;
-	check_all_same_device("_int_mm", {&a, &out});
 	TORCH_CHECK(out.scalar_type() == at::kInt, fn, ": Expected result dtype to be of type kInt but got ", out.dtype());
 	TORCH_CHECK(out.size(0) == a.size(0), fn, ": Expected result.size(0) to be ", a.size(0), " but got ", out.size(0));
 	TORCH_CHECK(out.size(1) == b.size(1), fn, ": Expected result.size(1) to be ", b.size(1), " but got ", out.size(1));

@@ -171,7 +171,6 @@ static at::Tensor gather_f(const at::Tensor &self, int64_t dim, const at::Tensor
 {
 	NEURON_TRACK("aten::gather");
 	check_index_dtype("gather", index);
-	check_same_device("gather", {&self, &index});
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
 	check_gather_shapes("gather", self, d, index, nullptr);
 	c10::DeviceGuard g(self.device());
@@ -219,7 +218,6 @@ static at::Tensor &scatter_common(const char *name, const at::Tensor &self, int6
 				  const at::Tensor &src, const c10::Scalar &value, int op, at::Tensor &out)
 {
 	check_index_dtype("scatter", index);
-	check_same_device(name, {&self, &index, &src});
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
 	check_gather_shapes("scatter", self, d, index, src.defined() ? &src : nullptr);
 	// aten's scatter meta: the written tensor may not overlap itself, the index or the source
@@ -417,7 +415,6 @@ static at::Tensor index_select_f(const at::Tensor &self, int64_t dim, const at::
 {
 	NEURON_TRACK("aten::index_select");
 	check_index_1d("index_select", index);
-	check_same_device("index_select", {&self, &index});
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
 	c10::DeviceGuard g(self.device());
 	at::Tensor x1 = as1d(self);
@@ -425,6 +422,7 @@ static at::Tensor index_select_f(const at::Tensor &self, int64_t dim, const at::
 	shape[d] = index.numel();
 	at::Tensor out1 = at::empty(shape, self.options());
 	nk_index_args_t a = index1d_args(NK_IDX_GATHER, x1, d, index, shape, "aten::index_select", false);
+	a.err_style = NK_IXERR_RANGE_SELF;
 	a.y = out1.data_ptr();
 	for (int k = 0; k < a.ndim; k++)
 		a.ys[k] = out1.stride(k);
@@ -469,6 +467,9 @@ static at::Tensor &index_scatter(const char *name, int op, const at::Tensor &sel
 			TORCH_CHECK(k == d || s1.size(k) == x1.size(k), name, "(): Source/destination tensor must have same slice shapes");
 	}
 	nk_index_args_t a = index1d_args(op, x1, d, index, shape, name, wrap);
+	// the CPU's words: index_add of a 0-/1-d self "index out of range in self" (IndexError), of more dims the
+	// scatter's RuntimeError; index_copy and index_fill_ an IndexError with the bounds
+	a.err_style = op != NK_IDX_SCATTER_ADD ? NK_IXERR_INDEX_BOUNDS : self.dim() <= 1 ? NK_IXERR_RANGE_SELF : NK_IXERR_BOUNDS;
 	a.x = x1.data_ptr();
 	if (s1.defined()) {
 		a.y = const_cast<void *>(s1.const_data_ptr());
@@ -569,7 +570,6 @@ static at::Tensor take_f(const at::Tensor &self, const at::Tensor &index)
 {
 	NEURON_TRACK("aten::take");
 	TORCH_CHECK_INDEX(index.scalar_type() == at::kLong, "take(): Expected a long tensor for index, but got ", index.scalar_type());
-	check_same_device("take", {&self, &index});
 	c10::DeviceGuard g(self.device());
 	at::Tensor x = self.contiguous(), out = at::empty(index.sizes(), self.options());
 	TORCH_CHECK_INDEX(x.numel() > 0 || index.numel() == 0, "take(): tried to take from an empty tensor");
@@ -579,7 +579,7 @@ static at::Tensor take_f(const at::Tensor &self, const at::Tensor &index)
 	a.dtype = nk_dtype(self.scalar_type(), "aten::take");
 	a.idx_dtype = NK_I64;
 	set_dims(a, i1.sizes());
-	a.dim = -1, a.err_dim = 0, a.wrap = true;
+	a.dim = -1, a.err_dim = 0, a.wrap = true, a.err_style = NK_IXERR_TAKE;
 	a.bound = x.numel();
 	a.x = const_cast<void *>(x.const_data_ptr());
 	a.xk = 1;
@@ -603,7 +603,6 @@ static at::Tensor &put_i(at::Tensor &self, const at::Tensor &index, const at::Te
 		    self.scalar_type(), " and source.dtype = ", source.scalar_type());
 	TORCH_CHECK(index.numel() == source.numel(), "put_(): Expected source and index to have the same number of elements, but got source.numel() = ",
 		    source.numel(), ", index.numel() = ", index.numel());
-	check_same_device("put_", {&self, &index, &source});
 	if (index.numel() == 0)
 		return self;
 	TORCH_CHECK_INDEX(self.numel() > 0, "put_(): Tried to put elements into an empty tensor");
@@ -615,7 +614,7 @@ static at::Tensor &put_i(at::Tensor &self, const at::Tensor &index, const at::Te
 	a.dtype = nk_dtype(self.scalar_type(), "aten::put_");
 	a.idx_dtype = NK_I64;
 	set_dims(a, i1.sizes());
-	a.dim = -1, a.err_dim = 0, a.wrap = true;
+	a.dim = -1, a.err_dim = 0, a.wrap = true, a.err_style = NK_IXERR_TAKE;
 	a.bound = x.numel();
 	a.x = x.data_ptr();
 	a.xk = 1;
@@ -679,7 +678,6 @@ static at::Tensor &masked_scatter_i(at::Tensor &self, const at::Tensor &mask, co
 	NEURON_TRACK("aten::masked_scatter_");
 	TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_scatter_ only supports boolean masks, but got mask with dtype ", mask.scalar_type());
 	TORCH_CHECK(self.scalar_type() == source.scalar_type(), "masked_scatter_: expected self and source to have same dtypes but got", self.scalar_type(), " and ", source.scalar_type());
-	check_same_device("masked_scatter_", {&self, &mask, &source});
 	c10::DeviceGuard g(self.device());
 	at::Tensor m = mask.expand(self.sizes()).reshape({-1});
 	at::Tensor pos = nonzero_f(m).reshape({-1});
@@ -992,5 +990,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "nonzero.out", nonzero_o);
 	NEURON_IMPL(m, "repeat_interleave.Tensor", repeat_interleave_f);
 	NEURON_IMPL(m, "nonzero_static", nonzero_static_f);
-	m.impl("masked_select", masked_select);
+	NEURON_IMPL(m, "masked_select", masked_select);
 }

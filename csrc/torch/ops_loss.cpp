@@ -272,7 +272,6 @@ static void check_nll(const at::Tensor &self, const at::Tensor &target, const at
 	int64_t C = self.size(-1);
 	TORCH_CHECK(!weight.defined() || (weight.dim() == 1 && weight.numel() == C), "weight tensor should be defined either for all ", C,
 		    " classes or no classes but got weight tensor of shape: ", weight.sizes());
-	check_all_same_device("nll_loss", {&self, &target, &weight});
 	TORCH_CHECK(target.scalar_type() == at::kLong || target.scalar_type() == at::kByte,
 		    "expected target dtype to be Long or Byte, but got ", target.scalar_type());
 	TORCH_CHECK(!weight.defined() || weight.scalar_type() == self.scalar_type(), "expected scalar type ", self.scalar_type(),
@@ -360,7 +359,6 @@ static void margin_input(const char *op, const at::Tensor &x, const at::Tensor &
 	TORCH_CHECK(target.scalar_type() == at::kLong, op, ": expected target of dtype Long, got ", target.scalar_type());
 	N = x.dim() < 2 ? 1 : x.size(0);
 	C = x.dim() == 0 ? 1 : x.size(-1);
-	check_device(op, x, {&target});
 }
 
 // aten's multi_margin_loss CPU checks in its order and with its messages: p, the shapes
@@ -379,7 +377,6 @@ static void mm_check(const char *op, const at::Tensor &x, const at::Tensor &targ
 		    "multi_margin_loss: target tensor should be 1-D with size equal to the number of input samples (batch size). "
 		    "Expected target size [", N, "], but got ", target.sizes(), ". Input has shape ", x.sizes(), ".");
 	TORCH_CHECK(!w.defined() || (w.dim() <= 1 && w.numel() == C), "inconsistent weight size, expected ", C, " but got ", w.sizes());
-	check_device(op, x, {&target, &w});
 	if (x.numel() == 0)
 		return;
 	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(x.scalar_type()) && !at::isFloat8Type(x.scalar_type()), "\"", op,
@@ -423,7 +420,6 @@ static at::Tensor mm_loss_bw(const at::Tensor &go, const at::Tensor &x, const at
 	at::Tensor w = opt(w_opt);
 	mm_check(op, x, target, p, w, N, C);
 	TORCH_CHECK(reduction != NK_REDUCTION_NONE || go.numel() == N || go.dim() == 0, op, ": grad_output of size ", go.sizes(), " for ", N, " rows");
-	check_device(op, x, {&go});
 	c10::DeviceGuard g(x.device());
 	if (x.numel() == 0)
 		return at::empty(x.sizes(), x.options());
@@ -483,7 +479,6 @@ static at::Tensor ml_loss_bw(const at::Tensor &go, const at::Tensor &x, const at
 	int64_t N, C;
 	ml_check(op, x, target, N, C);
 	TORCH_CHECK(is_target.sizes() == target.sizes(), op, ": is_target of size ", is_target.sizes(), " does not match target ", target.sizes());
-	check_device(op, x, {&go, &is_target});
 	c10::DeviceGuard g(x.device());
 	at::Tensor xc = x.contiguous(), tc = target.contiguous(), ic = is_target.contiguous().to(x.scalar_type());
 	at::Tensor gc = go.contiguous().to(x.scalar_type()), gi = at::empty(x.sizes(), x.options());

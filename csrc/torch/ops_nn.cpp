@@ -51,7 +51,6 @@ static at::Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, at::T
 		if (t.dim() == 1 && t.numel() == 0)
 			continue;
 		TORCH_CHECK(t.dim() == ref->dim(), "torch.cat(): Tensors must have same number of dimensions: got ", ref->dim(), " and ", t.dim());
-		TORCH_CHECK(t.device() == out.device(), "Expected all tensors to be on the same device, but found at least two devices, ", out.device(), " and ", t.device(), "! (when checking argument for argument tensors in method wrapper_CUDA_cat)");
 		for (int64_t k = 0; k < ref->dim(); k++)
 			TORCH_CHECK(k == d || t.size(k) == ref->size(k), "Sizes of tensors must match except in dimension ", d, ". Expected size ", ref->size(k), " but got size ", t.size(k), " for tensor number in the list.");
 		total += t.size(d);
@@ -90,7 +89,6 @@ static at::Tensor embedding(const at::Tensor &w, const at::Tensor &idx, int64_t 
 	NEURON_TRACK("aten::embedding");
 	TORCH_CHECK(w.dim() == 2, "'weight' must be 2-D");
 	TORCH_CHECK(idx.scalar_type() == at::kLong || idx.scalar_type() == at::kInt, "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got ", idx.scalar_type(), " instead (while checking arguments for embedding)");
-	check_all_same_device("embedding", {&w, &idx});
 	c10::DeviceGuard g(w.device());
 	at::Tensor wc = w.contiguous(), ic = idx.contiguous();
 	auto shape = idx.sizes().vec();

@@ -77,7 +77,6 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_forward(const char *op,
 	check_bn_param(op, b, C, "bias");
 	check_bn_param(op, rm, C, "running_mean");
 	check_bn_param(op, rv, C, "running_var");
-	check_device(op, x, {&w, &b, &rm, &rv});
 	TORCH_CHECK(training || (rm.defined() && rv.defined()), op, ": running_mean and running_var must be defined in evaluation mode");
 	// as aten's CPU kernel (F.batch_norm handles empty input before it gets here)
 	TORCH_CHECK(x.numel() > 0, op, ": input tensor must have at least one element, but got input_sizes = ", x.sizes());
@@ -119,7 +118,6 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> bn_backward(const char *op
 		    " must be defined");
 	check_bn_param(op, mean, C, train ? "save_mean" : "running_mean");
 	check_bn_param(op, var, C, train ? "save_invstd" : "running_var");
-	check_device(op, x, {&dy, &w, &mean, &var});
 	c10::DeviceGuard g(x.device());
 	at::ScalarType pt = param_dtype(x, {&w, &mean, &var});
 	at::Tensor xc = x.contiguous(), dyc = dy.contiguous().to(x.scalar_type());
@@ -298,7 +296,6 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm(const at::Tenso
 		    w.sizes(), " and input of shape ", x.sizes());
 	TORCH_CHECK(!b.defined() || b.numel() == C, op, ": Expected bias to be a vector of size equal to the number of channels in input, but got bias of shape ",
 		    b.sizes(), " and input of shape ", x.sizes());
-	check_device(op, x, {&w, &b});
 	c10::DeviceGuard g(x.device());
 	at::ScalarType pt = param_dtype(x, {&w, &b});
 	at::Tensor xc = x.contiguous(), wc = as_param(w, pt), bc = as_param(b, pt);
@@ -327,7 +324,6 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_bwd(const at::T
 		    ", grad ", dy.sizes(), ", N=", N, " C=", C, " HxW=", S, " groups=", G);
 	TORCH_CHECK(mean.numel() == N * G && rstd.numel() == N * G, op, ": mean and rstd must have N*groups = ", N * G, " elements");
 	TORCH_CHECK(!w.defined() || w.numel() == C, op, ": weight of shape ", w.sizes(), " does not match ", C, " channels");
-	check_device(op, x, {&dy, &mean, &rstd, &w});
 	c10::DeviceGuard g(x.device());
 	at::ScalarType pt = param_dtype(x, {&w, &mean});
 	at::Tensor xc = x.contiguous(), dyc = dy.contiguous().to(x.scalar_type()), wc = as_param(w, pt);
@@ -386,7 +382,6 @@ static std::tuple<at::Tensor, at::Tensor> rms_norm_f(const at::Tensor &x, at::In
 	at::Tensor w = opt(w_opt);
 	int64_t rows, cols;
 	rms_shape(op, x, ns, w, rows, cols);
-	check_device(op, x, {&w});
 	c10::DeviceGuard g(x.device());
 	at::ScalarType rt = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 	double e = eps.has_value() ? *eps : (rt == at::kDouble ? std::numeric_limits<double>::epsilon() : (double)std::numeric_limits<float>::epsilon());
@@ -414,7 +409,6 @@ static std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor &dy, con
 	int64_t rows, cols;
 	rms_shape(op, x, ns, w, rows, cols);
 	TORCH_CHECK(dy.sizes() == x.sizes() && rstd.numel() == rows, op, ": grad ", dy.sizes(), " / rstd ", rstd.sizes(), " do not match input ", x.sizes());
-	check_device(op, x, {&dy, &rstd, &w});
 	c10::DeviceGuard g(x.device());
 	at::ScalarType rt = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 	at::Tensor xc = x.contiguous(), dyc = dy.contiguous().to(x.scalar_type()), rc = rstd.contiguous().to(rt);

@@ -736,7 +736,6 @@ static at::Tensor rrelu_into(const at::Tensor &x, at::Tensor &noise, const c10::
 	if (!training)
 		return at::leaky_relu(x, (lo + hi) / 2);
 	TORCH_CHECK(noise.sizes() == x.sizes(), name, ": noise of size ", noise.sizes(), " must have the shape of the input ", x.sizes());
-	check_device(name, x, {&noise});
 	c10::DeviceGuard g(x.device());
 	at::Tensor xc = x.contiguous(), y = at::empty_like(xc);
 	bool direct = noise.is_contiguous() && noise.scalar_type() == x.scalar_type();

@@ -364,12 +364,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "randperm.generator_out", randperm_go);
 	NEURON_IMPL(m, "multinomial", multinomial_f);
 	NEURON_IMPL(m, "multinomial.out", multinomial_o);
-	m.impl("uniform_", uniform_);
-	m.impl("normal_", normal_);
-	m.impl("bernoulli_.float", bernoulli_float);
-	m.impl("random_.from", random_from_to);
-	m.impl("random_.to", random_to);
-	m.impl("random_", random_);
-	m.impl("native_dropout", native_dropout);
-	m.impl("bernoulli_.Tensor", bernoulli_tensor);
+	NEURON_IMPL(m, "uniform_", uniform_);
+	NEURON_IMPL(m, "normal_", normal_);
+	NEURON_IMPL(m, "bernoulli_.float", bernoulli_float);
+	NEURON_IMPL(m, "random_.from", random_from_to);
+	NEURON_IMPL(m, "random_.to", random_to);
+	NEURON_IMPL(m, "random_", random_);
+	NEURON_IMPL(m, "native_dropout", native_dropout);
+	NEURON_IMPL(m, "bernoulli_.Tensor", bernoulli_tensor);
 }

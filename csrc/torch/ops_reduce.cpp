@@ -223,7 +223,7 @@ static void check_nonempty(const char *name, const at::Tensor &s, at::OptionalIn
 		return;
 	TORCH_CHECK(dims.has_value() && !dims->empty(), name, "(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
 	for (int64_t d : *dims)
-		TORCH_CHECK(s.dim() == 0 || s.size(at::maybe_wrap_dim(d, s.dim())) != 0, name, "(): Expected reduction dim ", d, " to have non-zero size.");
+		TORCH_CHECK_INDEX(s.dim() == 0 || s.size(at::maybe_wrap_dim(d, s.dim())) != 0, name, "(): Expected reduction dim ", d, " to have non-zero size.");
 }
 
 static at::Tensor amax_f(const at::Tensor &s, at::IntArrayRef dim, bool keep)
@@ -254,7 +254,7 @@ static at::Tensor min_all(const at::Tensor &s)
 static std::tuple<at::Tensor, at::Tensor> minmax_dim(const char *name, int op, const at::Tensor &s, int64_t dim, bool keep)
 {
 	c10::DeviceGuard g(s.device());
-	check_nonempty(name, s, at::IntArrayRef{dim});
+	check_nonempty(op == NK_RED_MAX ? "max" : "min", s, at::IntArrayRef{dim}); // the CPU's "max(): ..."
 	RedPlan p = plan_reduce(s, at::IntArrayRef{dim});
 	at::Tensor v = at::empty(p.out_shape_keep, s.options());
 	at::Tensor i = at::empty(p.out_shape_keep, s.options().dtype(at::kLong));
@@ -395,7 +395,6 @@ static at::Tensor &norm_o(const at::Tensor &s, const std::optional<c10::Scalar> 
 static bool equal_f(const at::Tensor &s, const at::Tensor &o)
 {
 	NEURON_TRACK("aten::equal");
-	check_same_device("equal", {&s, &o});
 	TORCH_CHECK(s.scalar_type() == o.scalar_type(), "Expected object of scalar type ", s.scalar_type(), " but got scalar type ",
 		    o.scalar_type(), " for argument 'other'");
 	if (s.sizes() != o.sizes())

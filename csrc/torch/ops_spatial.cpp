@@ -56,12 +56,6 @@ struct Dst {
 	}
 };
 
-void check_device(const char *op, const at::Tensor &a, const at::Tensor &b)
-{
-	TORCH_CHECK(a.device() == b.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-		    a.device(), " and ", b.device(), "! (when checking arguments for ", op, ")");
-}
-
 bool is_float(at::ScalarType t)
 {
 	return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
@@ -169,14 +163,12 @@ void pool_forward(const char *name, const at::Tensor &self, const PoolCfg &c, co
 void pool_backward(const char *name, const at::Tensor &grad, const at::Tensor &self, const PoolCfg &c, const int64_t o[3], const at::Tensor *idx,
 		   at::Tensor &gi)
 {
-	check_device(name, grad, self);
 	TORCH_CHECK(grad.scalar_type() == self.scalar_type(), name, ": expected grad_output and input of the same dtype, got ", grad.scalar_type(),
 		    " and ", self.scalar_type());
 	check_dtype(name, self, false);
 	auto oshape = with_spatial(self, c.nsp, o);
 	TORCH_CHECK(grad.sizes() == IntArrayRef(oshape), name, ": grad_output has shape ", grad.sizes(), ", expected ", IntArrayRef(oshape));
 	if (idx) {
-		check_device(name, *idx, self);
 		TORCH_CHECK(idx->scalar_type() == at::kLong, name, ": indices must be int64, got ", idx->scalar_type());
 		TORCH_CHECK(idx->sizes() == grad.sizes(), name, ": indices have shape ", idx->sizes(), ", expected ", grad.sizes());
 	}
@@ -205,7 +197,6 @@ std::tuple<at::Tensor &, at::Tensor &> max_pool_out(const char *name, int nsp, c
 	PoolCfg c = pool_cfg(op, NK_POOL_MAX, nsp, k, s, p, dil, ceil);
 	auto o = pool_out_shape(op, self, c);
 	check_dtype(op, self, true);
-	check_device(name, self, out);
 	pool_forward(name, self, c, o.data(), out, &idx);
 	return {out, idx};
 }
@@ -292,7 +283,6 @@ at::Tensor &avg_pool_out(const char *name, int nsp, const at::Tensor &self, IntA
 	TORCH_CHECK(is_float(st) || st == at::kLong, "\"", op, "\" not implemented for '", c10::toString(st), "'");
 	PoolCfg c = avg_cfg(op, nsp, k, s, p, ceil, cip, div);
 	auto o = pool_out_shape(op, self, c);
-	check_device(name, self, out);
 	pool_forward(name, self, c, o.data(), out, nullptr);
 	return out;
 }
@@ -424,7 +414,6 @@ std::tuple<at::Tensor &, at::Tensor &> adaptive_max_out(const char *name, int ns
 	auto o = adaptive_shape(nsp == 2 ? "adaptive_max_pool2d" : "adaptive_max_pool3d", self, nsp, c10::fromIntArrayRefSlow(osz));
 	PoolCfg c;
 	c.mode = NK_POOL_ADAPTIVE_MAX, c.nsp = nsp;
-	check_device(name, self, out);
 	pool_forward(name, self, c, o.data(), out, &idx);
 	return {out, idx};
 }
@@ -492,7 +481,6 @@ at::Tensor &max_unpool_out(const char *name, int nsp, const at::Tensor &self, co
 {
 	const char *op = nsp == 2 ? "max_unpool2d" : "max_unpool3d";
 	auto osz = C10_AS_INTARRAYREF_SLOW(osz_sym);
-	check_device(name, self, idx);
 	TORCH_CHECK(idx.scalar_type() == at::kLong, op, ": elements in indices should be type int64 but got: ", idx.scalar_type());
 	TORCH_CHECK((int)osz.size() == nsp, op, ": There should be exactly ", nsp, " elements (", nsp == 2 ? "height, width" : "depth, height, width",
 		    ") in output_size, but got ", osz.size(), " elements.");
@@ -588,7 +576,6 @@ at::Tensor &upsample_out(const char *name, const char *op, int mode, int nsp, co
 	TORCH_CHECK(self.dim() == nsp + 2, op, ": expected a ", nsp + 2, "-D input (batch, channels, spatial), got ", self.sizes());
 	auto shape = upsample_check(op, nsp, self.sizes(), osz);
 	check_dtype(op, self, nearest || nsp == 2, true); // uint8: nearest, bilinear, bicubic (as the CPU)
-	check_device(name, self, out);
 	c10::DeviceGuard g(self.device());
 	resize_out(out, shape, self.options());
 	at::Tensor x = self.contiguous();
@@ -617,7 +604,6 @@ at::Tensor &upsample_bwd_out(const char *name, const char *op, int mode, int nsp
 		TORCH_CHECK(grad.size(i) == shape[i], op, ": Expected grad_output to have the same shape as output; output.size(", i, ") = ", shape[i],
 			    " but got grad_output.size(", i, ") = ", grad.size(i));
 	check_dtype(op, grad, false);
-	check_device(name, grad, gi);
 	c10::DeviceGuard g(grad.device());
 	resize_out(gi, isz, grad.options());
 	at::Tensor gy = grad.contiguous();
@@ -711,7 +697,6 @@ at::Tensor &pad_out(const char *name, const char *op, int mode, int nsp, const a
 	else
 		at::native::padding::check_valid_input<3>(self, pad);
 	TORCH_CHECK(self.scalar_type() != at::kBool, "\"", op, "\" not implemented for 'Bool'");
-	check_device(name, self, out);
 	nk_pad_args_t a{};
 	pad_geometry(op, nsp, self, pad, mode, a.in, a.out, a.lo);
 	c10::DeviceGuard g(self.device());
@@ -734,7 +719,6 @@ at::Tensor &pad_bwd_out(const char *name, const char *op, int mode, int nsp, con
 	auto pad = C10_AS_INTARRAYREF_SLOW(pad_sym);
 	TORCH_CHECK((int)pad.size() == 2 * nsp, op, ": padding size is expected to be ", 2 * nsp, ", but got: ", pad.size());
 	TORCH_CHECK(self.dim() == nsp + 1 || self.dim() == nsp + 2, op, ": expected a ", nsp + 1, "-D or ", nsp + 2, "-D input, got ", self.sizes());
-	check_device(name, grad, self);
 	check_dtype(op, grad, false);
 	TORCH_CHECK(grad.scalar_type() == self.scalar_type(), op, ": grad_output and input dtypes differ: ", grad.scalar_type(), " and ", self.scalar_type());
 	nk_pad_args_t a{};
@@ -849,7 +833,6 @@ std::tuple<at::Tensor, at::Tensor> grid_sampler_2d_bwd(const at::Tensor &grad, c
 {
 	NEURON_TRACK("aten::grid_sampler_2d_backward");
 	grid_check("grid_sampler_2d_backward", input, grid, mode, pad);
-	check_device("grid_sampler_2d_backward", grad, input);
 	std::vector<int64_t> oshape{input.size(0), input.size(1), grid.size(1), grid.size(2)};
 	TORCH_CHECK(grad.sizes() == at::IntArrayRef(oshape), "grid_sampler_2d_backward: grad_output has shape ", grad.sizes(), ", expected ", oshape);
 	TORCH_CHECK(grad.scalar_type() == input.scalar_type(), "grid_sampler_2d_backward: grad_output dtype ", grad.scalar_type(), " differs from the input's ",

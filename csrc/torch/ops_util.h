@@ -50,21 +50,6 @@ inline constexpr PwKind Same = PwKind::Same, Bool = PwKind::Bool, Float = PwKind
 
 #define PW(name, ...) pointwise_op("aten::" name, __VA_ARGS__)
 
-inline void check_all_same_device(const char *op, std::initializer_list<const at::Tensor *> ts)
-{
-	const at::Tensor *first = nullptr;
-	for (auto *t : ts) {
-		if (!t->defined())
-			continue;
-		if (!first) {
-			first = t;
-			continue;
-		}
-		TORCH_CHECK(t->device() == first->device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-			    first->device(), " and ", t->device(), "! (when checking arguments for ", op, ")");
-	}
-}
-
 inline at::Tensor opt(const std::optional<at::Tensor> &t)
 {
 	return t.has_value() && t->defined() ? *t : at::Tensor();
@@ -89,13 +74,6 @@ inline void check_float(const char *op, const at::Tensor &t, const char *what)
 {
 	TORCH_CHECK(at::isFloatingType(t.scalar_type()) && !at::isFloat8Type(t.scalar_type()), op, ": expected a floating point ", what,
 		    " (float32, float64, bfloat16 or float16), got ", t.scalar_type());
-}
-
-inline void check_device(const char *op, const at::Tensor &ref, std::initializer_list<const at::Tensor *> ts)
-{
-	for (auto *t : ts)
-		TORCH_CHECK(!t->defined() || t->device() == ref.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
-			    ref.device(), " and ", t->device(), "! (when checking arguments for ", op, ")");
 }
 
 inline void copy_out(at::Tensor &out, const at::Tensor &r)

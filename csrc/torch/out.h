@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "nrt.h"
+#include "ops_device_check.h"
 
 namespace neuron {
 
@@ -43,9 +44,6 @@ void check_inplace_shape(const at::Tensor &self, at::IntArrayRef result);
 
 // ---- one device per op -------------------------------------------------------------------------
 
-// Collects the tensor arguments of a call; CPU zero-dim tensors that are read only (scalars, as
-// TensorIterator allows) are skipped.  Lists of optional tensors (index's indices, which may stay on
-// the CPU) are not looked at.
 // The op's bracket in the runtime (nrt_op_begin/end): its kernels, its outputs and what it writes in
 // place are one op, so a failed or skipped kernel poisons exactly those; reading a tensor whose kernel
 // failed, once the error has been reported, raises the error (issue 16, 13).
@@ -75,8 +73,41 @@ struct OpScope {
 	}
 };
 
+// Whether op (an aten overload name, "aten::" optional) is one of native_functions.yaml's
+// `device_check: NoCheck` overloads (ops_device_check.h): a constexpr binary search.
+constexpr int name_cmp(const char *a, const char *b)
+{
+	for (; *a && *a == *b; a++, b++)
+		;
+	return (unsigned char)*a - (unsigned char)*b;
+}
+constexpr bool device_nocheck(const char *op)
+{
+	const char *pre = "aten::", *p = op;
+	for (; *pre && *pre == *p; pre++, p++)
+		;
+	if (!*pre)
+		op = p;
+	int lo = 0, hi = (int)(sizeof device_check::kNoCheck / sizeof *device_check::kNoCheck) - 1;
+	while (lo <= hi) {
+		int mid = (lo + hi) / 2, c = name_cmp(device_check::kNoCheck[mid], op);
+		if (c == 0)
+			return true;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return false;
+}
+
+// Two rules, as ATen's generated CUDA wrappers have them.  An ExactSame op (the default) wants every
+// tensor argument, zero-dim CPU tensors included, on one device (c10::impl::check_and_update_common_device).
+// A NoCheck op (TensorIterator's and a few that check inside) lets read-only zero-dim CPU tensors through
+// as scalars.  Lists of optional tensors (index's indices, which may stay on the CPU) are not looked at.
 struct DeviceCheck {
 	OpScope *scope = nullptr;
+	bool strict = false; // ExactSame
 	std::optional<c10::Device> dev;
 	int bad = -1; // the argument position of the first tensor on another device
 	c10::Device other{c10::DeviceType::CPU};
@@ -85,7 +116,7 @@ struct DeviceCheck {
 	{
 		if (!t.defined() || bad >= 0)
 			return;
-		if (!written && t.dim() == 0 && t.device().is_cpu())
+		if (!strict && !written && t.dim() == 0 && t.device().is_cpu())
 			return;
 		if (!dev)
 			dev = t.device();
@@ -137,6 +168,8 @@ template <OpName Name, auto F, typename R, typename... A> struct Checked<Name, F
 		OpScope scope;
 		DeviceCheck dc;
 		dc.scope = &scope;
+		static constexpr bool strict = !device_nocheck(Name.s);
+		dc.strict = strict;
 		(dc.add(a), ...);
 		if (C10_UNLIKELY(dc.bad >= 0))
 			dc.raise(Name.s);

@@ -24,14 +24,35 @@ BAD_INDEX_CASES = {
 }
 
 
+BAD_INDEX_CASES.update({
+    "index_copy": lambda x, i: x.clone().index_copy_(0, i, torch.ones_like(x[:1])),
+    "index_fill": lambda x, i: x.clone().index_fill_(0, i, 1.0),
+    "embedding": lambda x, i: torch.nn.functional.embedding(i, x),
+})
+
+
+def _cpu_error(fn, x, i):
+    try:
+        fn(x, i)
+    except Exception as e:  # noqa: BLE001 - the CPU's own error is the expectation
+        return e
+    raise AssertionError("the CPU accepted the bad index")
+
+
 @pytest.mark.parametrize("name", sorted(BAD_INDEX_CASES))
 def test_out_of_range_index_is_an_error(name):
+    """The kernel's asynchronous error has the CPU's exception type (IndexError for index_select, embedding,
+    take, advanced indexing...; RuntimeError for gather/scatter) and contains the CPU's message."""
     fn = BAD_INDEX_CASES[name]
     x = torch.arange(12.0).view(3, 4)
     xd = _dev(x)
     bad = torch.tensor([100])
-    with pytest.raises((RuntimeError, IndexError), match="(?i)out of (bounds|range)"):
+    want = _cpu_error(fn, x, bad)
+    core = str(want).split("\n")[0].split("(): ")[-1].rstrip(".")
+    with pytest.raises(Exception) as got:
         fn(xd, _dev(bad)).cpu()
+    assert type(got.value) is type(want), (type(got.value), got.value, type(want), want)
+    assert core in str(got.value), (core, str(got.value))
     torch.neuron.synchronize()  # the error is consumed: the device is usable again
     assert torch.equal(xd.cpu(), x), "a failed op wrote into its input"
     good = torch.tensor([2])
@@ -159,3 +180,32 @@ def test_nonzero_static(dtype, no_fallback):
            torch.nonzero_static(torch.ones(0, 3, dtype=dtype), size=2))
     _close(torch.nonzero_static(torch.ones((), dtype=dtype, device="neuron"), size=2),
            torch.nonzero_static(torch.ones((), dtype=dtype), size=2))
+
+
+def test_exact_same_ops_refuse_cpu_scalars():
+    """Ops whose CUDA wrappers check ExactSame (native_functions.yaml) refuse a zero-dim CPU tensor as CUDA
+    does; index_select read a CPU index tensor's memory as if it were the device's (index 93869001324033).
+    TensorIterator ops (NoCheck) still take it as a scalar."""
+    x = torch.randn(3, 4)
+    xd = _dev(x)
+    same = "Expected all tensors to be on the same device"
+    for fn in (lambda: xd.index_select(0, torch.tensor(1)),
+               lambda: xd.gather(0, torch.tensor(1)),
+               lambda: torch.addmm(torch.tensor(1.0), xd, _dev(torch.randn(4, 2))),
+               lambda: torch.mm(xd, torch.tensor(1.0)),
+               lambda: torch.nn.functional.embedding(torch.tensor(1), xd)):
+        with pytest.raises(RuntimeError, match=same):
+            fn()
+    torch.testing.assert_close((xd + torch.tensor(2.0)).cpu(), x + 2)
+    torch.testing.assert_close(xd.masked_fill(_dev(x > 0), torch.tensor(5.0)).cpu(), x.masked_fill(x > 0, 5.0))
+    torch.testing.assert_close(torch.where(_dev(x > 0), xd, torch.tensor(0.0)).cpu(), torch.where(x > 0, x, 0.0))
+
+
+@pytest.mark.parametrize("fn", ["amax", "amin", "argmax", "argmin", "max", "min"])
+def test_empty_reduction_dim_is_an_index_error(fn):
+    e = torch.empty(0, 3)
+    with pytest.raises(IndexError) as cpu:
+        getattr(e, fn)(0)
+    with pytest.raises(IndexError) as dev:
+        getattr(_dev(e), fn)(0)
+    assert str(cpu.value).split("\n")[0] in str(dev.value)
