@@ -268,6 +268,7 @@ static std::tuple<at::Tensor, at::Tensor> min_dim(const at::Tensor &s, int64_t d
 
 static at::Tensor argext(const char *name, int op, const at::Tensor &s, std::optional<int64_t> dim, bool keep)
 {
+	TORCH_CHECK(s.scalar_type() != at::kBool, name, "(): does not support bool input"); // the CPU's check
 	c10::DeviceGuard g(s.device());
 	if (!dim.has_value()) {
 		TORCH_CHECK(s.numel() > 0, name, "(): Expected reduction dim to be specified for input.numel() == 0.");

@@ -207,6 +207,7 @@ static std::tuple<at::Tensor &, at::Tensor &> into2(std::tuple<at::Tensor, at::T
 static std::tuple<at::Tensor, at::Tensor> topk_f(const at::Tensor &self, int64_t k, int64_t dim, bool largest, bool sorted)
 {
 	NEURON_TRACK("aten::topk");
+	TORCH_CHECK(self.scalar_type() != at::kBool, "topk does not support bool dtypes on CPU"); // the CPU's words
 	int64_t d = at::maybe_wrap_dim(dim, self.dim(), true);
 	TORCH_CHECK(k >= 0 && k <= (self.dim() > 0 ? self.size(d) : 1), "selected index k out of range");
 	return select_dim("aten::topk", NK_SEL_TOPK, self, d, k, largest);

@@ -209,3 +209,13 @@ def test_empty_reduction_dim_is_an_index_error(fn):
     with pytest.raises(IndexError) as dev:
         getattr(_dev(e), fn)(0)
     assert str(cpu.value).split("\n")[0] in str(dev.value)
+
+
+@pytest.mark.parametrize("fn", [lambda t: t.argmax(), lambda t: t.argmin(0), lambda t: t.topk(1)])
+def test_bool_selection_is_refused_as_on_the_cpu(fn):
+    b = torch.tensor([True, False, True])
+    with pytest.raises(RuntimeError) as cpu:
+        fn(b)
+    with pytest.raises(RuntimeError) as dev:
+        fn(_dev(b))
+    assert str(cpu.value).split("\n")[0] in str(dev.value)
