@@ -121,10 +121,12 @@ def step(n):
 # [1<<19, 256] f32 is 512 MiB: the forward fits in 1.5 GiB, the backward does not
 n, (g, x_cpu) = retry(step, [1 << 19, 1 << 12])
 assert n == 1 << 12, n
-w = w_cpu.clone().requires_grad_()
-h = x_cpu @ w
+# the reference in float64: the CPU's own float32 gradient is off by up to 5e-3 in about 40 % of these
+# processes (measured against float64, where neuron's is within 1.1e-4 every time)
+w = w_cpu.double().requires_grad_()
+h = x_cpu.double() @ w
 (h.tanh() * h.sigmoid()).sum().backward()
-torch.testing.assert_close(g, w.grad, rtol=1e-4, atol=1e-3)
+torch.testing.assert_close(g.double(), w.grad, rtol=1e-4, atol=1e-3)
 del g, x_cpu
 check_clean()
 assert torch.neuron.memory_stats()["num_ooms"] >= 1
