@@ -6,6 +6,8 @@ indices, repeat_interleave, nonzero_static) match the CPU and run natively."""
 import pytest
 import torch
 
+from close_parity import FLOATS, INTS, _close, _make  # noqa: F401
+
 
 def _dev(t):
     return t.to("neuron")
@@ -115,25 +117,6 @@ def test_scatter_reduce_include_self_false():
         torch.testing.assert_close(got.cpu(), want)
 
 # ---- repeat_interleave and nonzero_static (small.c)
-
-FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
-
-
-def _make(shape, dtype, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype.is_floating_point:
-        return (torch.randn(shape, generator=g, dtype=torch.float64) * 2).to(dtype)
-    return torch.randint(0 if dtype == torch.uint8 else -9, 10, shape, generator=g).to(dtype)
-
-
-def _close(got, want):
-    got = got.cpu()
-    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
-    if want.dtype in (torch.bfloat16, torch.float16):
-        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)
-    else:
-        torch.testing.assert_close(got, want, atol=1e-12 if want.dtype == torch.float64 else 1e-5, rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
