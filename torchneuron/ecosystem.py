@@ -1,4 +1,5 @@
-"""Adapters for the two places where Hugging Face libraries know no device named `neuron` yet.
+"""Adapters for the places where libraries know no device named `neuron` yet: two in Hugging Face's,
+one in PyTorch's own Python.
 
 Transformers and Accelerate find the device through the `torch_neuronx` package (shipped beside this
 one), and from there pick it for `TrainingArguments`, `Accelerator`, `dispatch_model`, seeding, RNG
@@ -11,6 +12,12 @@ other vendors (Accelerate 1.15, Transformers 5.23), so on neuron they silently c
   device to torch and to `dispatch_model`).
 - `transformers.Pipeline(device=N)`, and `device=None` (which means 0), turned an index into the CPU
   (and moved a model that was on neuron back).  Here an index means neuron:N, as it means cuda:N there.
+
+- `torch.nn.attention.flex_attention` (2.13) refuses every device outside cuda/cpu/xpu/hpu/mps in
+  `_validate_device`, before it reaches its device-generic eager path (the `sdpa_dense` math
+  implementation of the FlexAttention higher-order op, with its autograd), which runs on neuron with
+  native kernels.  Here that check lets neuron tensors through and is unchanged for every other device.
+  TorchTitan's llama3 configs attend with flex.
 
 Each adapter is installed when its module is first imported, changes nothing when the library already
 chose an accelerator (CUDA, or another vendor's), and never raises at import.
@@ -86,7 +93,23 @@ def _adapt_pipeline(module):
     cls.__init__ = __init__
 
 
+def _adapt_flex_attention(module):
+    orig = module._validate_device
+    if getattr(orig, "_torchneuron", False):
+        return
+
+    @functools.wraps(orig)
+    def _validate_device(query, key, value):
+        if query.device.type == "neuron":
+            return None
+        return orig(query, key, value)
+
+    _validate_device._torchneuron = True
+    module._validate_device = _validate_device
+
+
 _ADAPTERS = {
+    "torch.nn.attention.flex_attention": _adapt_flex_attention,
     "accelerate.utils.modeling": _adapt_get_max_memory,
     "transformers.pipelines.base": _adapt_pipeline,
 }
