@@ -5,6 +5,7 @@
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
+#include "nk_weight_norm.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
@@ -434,6 +435,64 @@ static std::tuple<at::Tensor, at::Tensor> rms_norm_bwd(const at::Tensor &dy, con
 	return {dx, dw};
 }
 
+// ---- weight norm (aten _weight_norm_interface: the fused form nn.utils.weight_norm takes for dim 0 or last)
+
+// v viewed as [outer, D, inner] around dim
+static void wn_shape(const at::Tensor &v, int64_t dim, int64_t &outer, int64_t &D, int64_t &inner)
+{
+	outer = c10::multiply_integers(v.sizes().slice(0, dim));
+	D = v.size(dim);
+	inner = c10::multiply_integers(v.sizes().slice(dim + 1));
+}
+
+static void wn_check(const char *op, const at::Tensor &v, const at::Tensor &g, int64_t &dim)
+{
+	dim = at::maybe_wrap_dim(dim, v.dim());
+	TORCH_CHECK(dim == 0 || dim == v.dim() - 1, op, ": fused kernels can only be applied for first or last dim");
+	check_float(op, v, "v");
+	TORCH_CHECK(g.numel() == v.size(dim), op, ": g of shape ", g.sizes(), " does not hold one value per index of v ", v.sizes(),
+		    " along dim ", dim);
+}
+
+static std::tuple<at::Tensor, at::Tensor> weight_norm_f(const at::Tensor &v, const at::Tensor &g, int64_t dim)
+{
+	NEURON_TRACK("aten::_weight_norm_interface");
+	const char *op = "_weight_norm_interface";
+	wn_check(op, v, g, dim);
+	c10::DeviceGuard guard(v.device());
+	at::ScalarType nt = v.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+	at::Tensor vc = v.contiguous(), gc = g.contiguous().to(v.scalar_type());
+	at::Tensor w = at::empty_like(vc), norm = at::empty(g.sizes(), g.options().dtype(nt));
+	nk_weight_norm_args_t a{};
+	a.dtype = nk_dtype(v.scalar_type(), op), a.ndtype = nk_dtype(nt, op);
+	wn_shape(vc, dim, a.outer, a.D, a.inner);
+	a.v = vc.const_data_ptr(), a.g = gc.const_data_ptr(), a.w = w.data_ptr(), a.norm = norm.data_ptr();
+	launch(queue_for(v), nk_weight_norm_run, a, op); // also when v is empty: norm 0, as aten
+	return {w, norm};
+}
+
+static std::tuple<at::Tensor, at::Tensor> weight_norm_bwd(const at::Tensor &gw, const at::Tensor &v, const at::Tensor &g,
+							  const at::Tensor &norm, int64_t dim)
+{
+	NEURON_TRACK("aten::_weight_norm_interface_backward");
+	const char *op = "_weight_norm_interface_backward";
+	wn_check(op, v, g, dim);
+	TORCH_CHECK(gw.sizes() == v.sizes() && norm.numel() == g.numel(), op, ": grad_w ", gw.sizes(), " / saved_norms ", norm.sizes(),
+		    " do not match saved_v ", v.sizes(), " / saved_g ", g.sizes());
+	c10::DeviceGuard guard(v.device());
+	at::ScalarType nt = v.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+	at::Tensor vc = v.contiguous(), gc = g.contiguous().to(v.scalar_type()), gwc = gw.contiguous().to(v.scalar_type());
+	at::Tensor nc = norm.contiguous().to(nt);
+	at::Tensor gv = at::empty_like(vc), gg = at::empty(g.sizes(), vc.options());
+	nk_weight_norm_bwd_args_t a{};
+	a.dtype = nk_dtype(v.scalar_type(), op), a.ndtype = nk_dtype(nt, op);
+	wn_shape(vc, dim, a.outer, a.D, a.inner);
+	a.gw = gwc.const_data_ptr(), a.v = vc.const_data_ptr(), a.g = gc.const_data_ptr(), a.norm = nc.const_data_ptr();
+	a.gv = gv.data_ptr(), a.gg = gg.data_ptr();
+	launch(queue_for(v), nk_weight_norm_bwd_run, a, op); // v empty: grad_g = 0 / 0, NaN as aten
+	return {gv, gg.scalar_type() == g.scalar_type() ? gg : gg.to(g.scalar_type())};
+}
+
 // ---- layer norm ------------------------------------------------------------------------------------
 
 // t contiguous in dtype; no dispatcher call when it already is (Tensor::to is one even as a no-op)
@@ -536,4 +595,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "native_group_norm_backward", group_norm_bwd);
 	NEURON_IMPL(m, "_fused_rms_norm", rms_norm_f);
 	NEURON_IMPL(m, "_fused_rms_norm_backward", rms_norm_bwd);
+	NEURON_IMPL(m, "_weight_norm_interface", weight_norm_f);
+	NEURON_IMPL(m, "_weight_norm_interface_backward", weight_norm_bwd);
 }

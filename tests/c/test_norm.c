@@ -1,4 +1,5 @@
-/* test_norm.c - batch norm, group norm and rms norm (batchnorm.c, rmsnorm.c) against their references
+/* test_norm.c - batch norm, group norm, rms norm and weight norm (batchnorm.c, rmsnorm.c, weight_norm.c)
+ * against their references
  * for every float dtype (and the mixed bf16/f16 input with f32 parameters), on random odd shapes incl.
  * zero-size; batch/group norm backward against central differences in f64; bad input fails cleanly.
  * Layer norm is tested in test_layernorm.c. */
@@ -7,6 +8,7 @@
 
 #include "ctest.h"
 #include "nk_test.h"
+#include "nk_weight_norm.h"
 #include "nrt.h"
 
 static const int dtypes[] = { NK_F32, NK_BF16, NK_F16, NK_F64 };
@@ -248,6 +250,59 @@ static void test_rmsnorm_vs_ref(void)
 		}
 }
 
+/* weight norm: the threaded run equals the one-d-at-a-time reference exactly (fixed-order double sums);
+ * f64 gradients against central differences of L = sum(w * c) */
+static void test_weight_norm(void)
+{
+	static const int64_t shapes[][3] = { { 1, 7, 33 }, { 40, 5, 1 }, { 1, 100, 3 }, { 0, 4, 1 }, { 3, 0, 2 } };
+
+	for (int d = 0; d < 4; d++)
+		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+			int dt = dtypes[d], ndt = dt == NK_F64 ? NK_F64 : NK_F32;
+			int64_t O = shapes[s][0], D = shapes[s][1], I = shapes[s][2], n = O * D * I;
+			void *v = nkt_alloc(dt, n), *g = nkt_alloc(dt, D), *w0 = nkt_alloc(dt, n), *w1 = nkt_alloc(dt, n);
+			void *n0 = nkt_alloc(ndt, D), *n1 = nkt_alloc(ndt, D), *gw = nkt_alloc(dt, n);
+			void *gv0 = nkt_alloc(dt, n), *gv1 = nkt_alloc(dt, n), *gg0 = nkt_alloc(dt, D), *gg1 = nkt_alloc(dt, D);
+
+			nkt_fill(v, dt, n, -2, 2);
+			nkt_fill(g, dt, D, 0.5, 1.5);
+			nkt_fill(gw, dt, n, -1, 1);
+			nk_weight_norm_args_t f = { .dtype = dt, .ndtype = ndt, .outer = O, .D = D, .inner = I, .v = v, .g = g, .w = w0, .norm = n0 };
+			CHECK(nk_weight_norm_ref(&f) == 0, "wn ref");
+			f.w = w1, f.norm = n1;
+			CHECK(nk_weight_norm_run(&f) == 0, "wn run");
+			CHECK(nkt_err(w1, w0, dt, n, 0, 0) + nkt_err(n1, n0, ndt, D, 0, 0) == 0, "wn %s %lldx%lldx%lld: run != ref",
+			      nkt_dtype_name(dt), (long long)O, (long long)D, (long long)I);
+			nk_weight_norm_bwd_args_t b = { .dtype = dt, .ndtype = ndt, .outer = O, .D = D, .inner = I, .gw = gw, .v = v, .g = g,
+							.norm = n0, .gv = gv0, .gg = gg0 };
+			CHECK(nk_weight_norm_bwd_ref(&b) == 0, "wn bwd ref");
+			b.gv = gv1, b.gg = gg1;
+			CHECK(nk_weight_norm_bwd_run(&b) == 0, "wn bwd run");
+			CHECK(nkt_err(gv1, gv0, dt, n, 0, 0) + nkt_err(gg1, gg0, dt, D, 0, 0) == 0, "wn bwd %s: run != ref", nkt_dtype_name(dt));
+			if (dt == NK_F64 && n > 0 && n < 1000) {
+				double *vv = v, *gd = g, *c = gw, h = 1e-6;
+				for (int64_t k = 0; k < n + D; k++) {
+					double *p = k < n ? &vv[k] : &gd[k - n], keep = *p, lp = 0, lm = 0;
+					*p = keep + h;
+					f.w = w1, f.norm = n1;
+					nk_weight_norm_ref(&f);
+					for (int64_t i = 0; i < n; i++)
+						lp += ((double *)w1)[i] * c[i];
+					*p = keep - h;
+					nk_weight_norm_ref(&f);
+					for (int64_t i = 0; i < n; i++)
+						lm += ((double *)w1)[i] * c[i];
+					*p = keep;
+					double num = (lp - lm) / (2 * h), got = k < n ? ((double *)gv0)[k] : ((double *)gg0)[k - n];
+					CHECK(fabs(num - got) < 1e-6, "wn grad[%lld]: %g vs %g", (long long)k, num, got);
+				}
+			}
+			free(v), free(g), free(w0), free(w1), free(n0), free(n1), free(gw), free(gv0), free(gv1), free(gg0), free(gg1);
+		}
+	nk_weight_norm_args_t bad = { .dtype = NK_F32, .ndtype = NK_F64, .outer = 1, .D = 1, .inner = 1 };
+	CHECK(nk_weight_norm_run(&bad) != 0, "an f64 norm for f32 v is refused");
+}
+
 static void test_errors(void)
 {
 	nk_batchnorm_args_t f = { .dtype = NK_I64, .pdtype = NK_I64, .N = 1, .C = 1, .S = 1, .training = true };
@@ -267,6 +322,7 @@ int main(void)
 	RUN(test_batchnorm_bwd_numerical);
 	RUN(test_groupnorm_vs_ref);
 	RUN(test_rmsnorm_vs_ref);
+	RUN(test_weight_norm);
 	RUN(test_errors);
 	return ctest_finish();
 }

@@ -243,6 +243,47 @@ def test_rms_norm_shapes(device, neuron_ops, dtype, shape):
     _no_fallback(neuron_ops)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("shape,dim", [((8, 5, 7), 0), ((6, 4, 130), 2), ((5, 3), 1), ((33,), 0), ((0, 4), 1)])
+def test_weight_norm(device, neuron_ops, dtype, shape, dim):
+    """nn.utils.parametrizations.weight_norm's fused op (_weight_norm_interface, dim 0 or last: what the
+    HuBERT/wav2vec2/WavLM positional convolution calls) and its backward, natively; the norm is float32 for
+    bf16/f16 as on the CPU."""
+    torch.manual_seed(11)
+    gshape = [1] * len(shape)
+    gshape[dim] = shape[dim]
+    v, g = torch.randn(*shape, dtype=dtype), torch.rand(*gshape, dtype=dtype) + 0.5
+    (vc, gc), (vn, gn) = _leaves(v, g, dev=device)
+    wc, nc = torch._weight_norm_interface(vc, gc, dim)
+    wn, nn_ = torch._weight_norm_interface(vn, gn, dim)
+    assert nn_.dtype == nc.dtype and nn_.shape == nc.shape
+    _close(wn, wc, dtype)
+    _close(nn_, nc, nc.dtype, 10)
+    dw = torch.randn_like(wc)
+    wc.backward(dw), wn.backward(dw.to(device))
+    _grads_close([vc, gc], [vn, gn], dtype, 10)
+    _no_fallback(neuron_ops)
+
+
+def test_weight_norm_module_and_bad_dim(device, neuron_ops):
+    """A weight-normed Conv1d (dim=2, the HuBERT form) trains like the CPU's; a middle dim is refused as
+    the CPU refuses it."""
+    torch.manual_seed(5)
+    from torch.nn.utils.parametrizations import weight_norm
+    conv = weight_norm(torch.nn.Conv1d(4, 6, 5, padding=2, groups=2), name="weight", dim=2)
+    x = torch.randn(2, 4, 9)
+    cn = __import__("copy").deepcopy(conv).to(device)
+    yc, yn = conv(x), cn(x.to(device))
+    _close(yn, yc, torch.float32)
+    yc.square().sum().backward(), yn.square().sum().backward()
+    for (name, pc), pn in zip(conv.named_parameters(), cn.parameters()):
+        _close(pn.grad, pc.grad, torch.float32, 10)
+    _no_fallback(neuron_ops)
+    v = torch.randn(3, 4, 5, device=device)
+    with pytest.raises(RuntimeError, match="first or last dim"):
+        torch._weight_norm_interface(v, torch.ones(1, 4, 1, device=device), 1)
+
+
 @pytest.mark.parametrize("op", ["gelu", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("n", [1, 17, 1027, 70001])
 def test_activation_f32_close_to_cpu(device, neuron_ops, op, n):
