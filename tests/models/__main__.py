@@ -108,6 +108,7 @@ def main(argv=None):
             if a.resume and path.exists():
                 continue
             res = run_one(n, a.timeout, a.modes) if a.no_fork else run_forked(n, a.timeout, a.modes)
+            res["torchneuron"] = report._versions()["torchneuron"]
             path.write_text(json.dumps(res, indent=1))
             print(f"[{i}/{len(names)}] {n:16} {report.summary(res)}  ({res.get('seconds', 0)} s)", flush=True)
     if a.names and not a.report_only:

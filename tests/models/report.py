@@ -74,6 +74,19 @@ def totals(results):
     return n, eager, comp
 
 
+def _commits(results, v):
+    """The commit each result was measured on (results record it; a sweep of some models keeps the others'
+    results), most models first."""
+    by = {}
+    for r in results:
+        c = r.get("torchneuron", v["torchneuron"])
+        by.setdefault(c, []).append(r["name"])
+    if len(by) == 1:
+        return next(iter(by))
+    parts = sorted(by.items(), key=lambda kv: -len(kv[1]))
+    return ", ".join(f"{c} for {len(ns)} models" if len(ns) > 4 else f"{c} for {', '.join(sorted(ns))}" for c, ns in parts)
+
+
 def write(results, md_path, readme_path):
     v = _versions()
     n, eager, comp = totals(results)
@@ -88,7 +101,7 @@ def write(results, md_path, readme_path):
         "# Hugging Face models on neuron",
         "",
         f"Written by `make models` (tests/models) on {today}: torch {v['torch']}, transformers "
-        f"{v['transformers']}, accelerate {v['accelerate']}, peft {v['peft']}, torchneuron {v['torchneuron']}; "
+        f"{v['transformers']}, accelerate {v['accelerate']}, peft {v['peft']}, torchneuron {_commits(results, v)}; "
         f"CPU {_cpu()}.",
         "",
         "Each architecture is a tiny model built from its config with seeded random weights (1-2 layers, "
