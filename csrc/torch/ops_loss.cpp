@@ -4,6 +4,7 @@
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
+#include "nk_ctc_loss.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
@@ -504,6 +505,109 @@ static at::Tensor &ml_loss_bw_o(const at::Tensor &go, const at::Tensor &x, const
 
 using namespace neuron;
 
+// ---- CTC loss (aten _ctc_loss / _ctc_loss_backward, both overloads; the reduction is ctc_loss's composite)
+
+// The CPU kernel's argument checks and its per-batch target offsets; fills a (but its pointers) and
+// returns the lens tensor (input lengths, target lengths, offsets) on log_probs' device.
+static at::Tensor ctc_setup(const char *op, const at::Tensor &lp, const at::Tensor &tg, at::IntArrayRef il, at::IntArrayRef tl,
+			    int64_t blank, nk_ctc_loss_args_t &a)
+{
+	const char *c = "ctc_loss_cpu";
+	TORCH_CHECK(tg.scalar_type() == at::kLong || tg.scalar_type() == at::kInt, op, ": targets must be int or long, got ", tg.scalar_type());
+	TORCH_CHECK(lp.dim() == 3, "Expected 3-dimensional tensor, but got ", lp.dim(), "-dimensional tensor for argument #1 'log_probs' (while checking arguments for ", c, ")");
+	TORCH_CHECK(tg.dim() >= 1 && tg.dim() <= 2, "Expected 1 to 3 dimensions, but got ", tg.dim(), "-dimensional tensor for argument #2 'targets' (while checking arguments for ", c, ")");
+	TORCH_CHECK(lp.scalar_type() == at::kFloat || lp.scalar_type() == at::kDouble, "\"ctc_loss_cpu\" not implemented for '", lp.scalar_type(), "'");
+	int64_t N = lp.size(1), C = lp.size(2), T = lp.size(0), S = 0;
+	TORCH_CHECK(0 <= blank && blank < C, "blank must be in label range");
+	TORCH_CHECK((int64_t)il.size() == N, "input_lengths must be of size batch_size");
+	TORCH_CHECK((int64_t)tl.size() == N, "target_lengths must be of size batch_size");
+	std::vector<int64_t> lens(3 * N);
+	int64_t pos = 0;
+	for (int64_t b = 0; b < N; b++) {
+		TORCH_CHECK(tl[b] >= 0, "Expected target_lengths to have value at least 0, but got value ", tl[b], " (while checking arguments for ", c, ")");
+		lens[N + b] = tl[b];
+		lens[2 * N + b] = tg.dim() == 1 ? pos : b * tg.size(1);
+		pos += tl[b];
+		S = std::max(S, tl[b]);
+	}
+	if (tg.dim() == 1) {
+		TORCH_CHECK(tg.size(0) == pos, "Expected tensor to have size ", pos, " at dimension 0, but got size ", tg.size(0), " for argument #2 'targets' (while checking arguments for ", c, ")");
+	} else {
+		TORCH_CHECK(tg.size(0) == N, "Expected tensor to have size ", N, " at dimension 0, but got size ", tg.size(0), " for argument #2 'targets' (while checking arguments for ", c, ")");
+		TORCH_CHECK(tg.size(1) >= S, "Expected tensor to have size at least ", S, " at dimension 1, but got size ", tg.size(1), " for argument #2 'targets' (while checking arguments for ", c, ")");
+	}
+	for (int64_t b = 0; b < N; b++) {
+		TORCH_CHECK(il[b] >= 0, "Expected input_lengths to have value at least 0, but got value ", il[b], " (while checking arguments for ", c, ")");
+		TORCH_CHECK(il[b] <= T, "Expected input_lengths to have value at most ", T, ", but got value ", il[b], " (while checking arguments for ", c, ")");
+		lens[b] = il[b];
+	}
+	a.dtype = nk_dtype(lp.scalar_type(), op), a.tdtype = nk_dtype(tg.scalar_type(), op);
+	a.T = T, a.N = N, a.C = C, a.S = S, a.blank = blank;
+	for (int i = 0; i < 3; i++)
+		a.lp_st[i] = lp.stride(i);
+	at::Tensor host = at::empty({3 * N}, at::TensorOptions().dtype(at::kLong));
+	if (N > 0)
+		std::memcpy(host.data_ptr<int64_t>(), lens.data(), sizeof(int64_t) * 3 * N);
+	return host.to(lp.device());
+}
+
+static std::tuple<at::Tensor, at::Tensor> ctc_loss_f(const at::Tensor &lp, const at::Tensor &tg, at::IntArrayRef il, at::IntArrayRef tl,
+						     int64_t blank, bool zero_infinity)
+{
+	NEURON_TRACK("aten::_ctc_loss");
+	const char *op = "_ctc_loss";
+	c10::DeviceGuard guard(lp.device());
+	nk_ctc_loss_args_t a{};
+	at::Tensor tgc = tg.contiguous(), lens = ctc_setup(op, lp, tgc, il, tl, blank, a);
+	at::Tensor nll = at::empty({a.N}, lp.options()), alpha = at::empty({a.N, a.T, 2 * a.S + 1}, lp.options());
+	a.lp = lp.const_data_ptr(), a.targets = tgc.const_data_ptr(), a.lens = lens.const_data_ptr<int64_t>();
+	a.nll = nll.data_ptr(), a.alpha = alpha.data_ptr();
+	launch(queue_for(lp), nk_ctc_loss_run, a, op);
+	return {nll, alpha};
+}
+
+static at::Tensor ctc_loss_bw(const at::Tensor &grad, const at::Tensor &lp, const at::Tensor &tg, at::IntArrayRef il, at::IntArrayRef tl,
+			      const at::Tensor &nll, const at::Tensor &alpha, int64_t blank, bool zero_infinity)
+{
+	NEURON_TRACK("aten::_ctc_loss_backward");
+	const char *op = "_ctc_loss_backward";
+	c10::DeviceGuard guard(lp.device());
+	nk_ctc_loss_bwd_args_t g{};
+	at::Tensor tgc = tg.contiguous(), lens = ctc_setup(op, lp, tgc, il, tl, blank, g.f);
+	TORCH_CHECK(grad.numel() == g.f.N && nll.numel() == g.f.N && alpha.dim() == 3 && alpha.size(0) == g.f.N && alpha.size(1) == g.f.T &&
+			    alpha.size(2) == 2 * g.f.S + 1,
+		    op, ": grad ", grad.sizes(), ", neg_log_likelihood ", nll.sizes(), " or log_alpha ", alpha.sizes(), " do not match log_probs ",
+		    lp.sizes(), " and the target lengths");
+	at::Tensor gc = grad.to(lp.scalar_type()), nc = nll.contiguous().to(lp.scalar_type()), ac = alpha.contiguous().to(lp.scalar_type());
+	at::Tensor out = at::empty(lp.sizes(), lp.options()), beta = at::empty_like(ac);
+	g.f.lp = lp.const_data_ptr(), g.f.targets = tgc.const_data_ptr(), g.f.lens = lens.const_data_ptr<int64_t>();
+	g.f.nll = const_cast<void *>(nc.const_data_ptr()), g.f.alpha = const_cast<void *>(ac.const_data_ptr());
+	g.gout = gc.const_data_ptr(), g.gout_st = gc.dim() ? gc.stride(0) : 1, g.zero_infinity = zero_infinity;
+	g.grad = out.data_ptr(), g.beta = beta.data_ptr();
+	launch(queue_for(lp), nk_ctc_loss_bwd_run, g, op);
+	return out;
+}
+
+// the Tensor-lengths overloads read the lengths on the host, as aten's ctc_loss_tensor does
+static std::vector<int64_t> ctc_lengths(const at::Tensor &t, const char *what)
+{
+	TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), what, " must be integral");
+	at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
+	return std::vector<int64_t>(c.const_data_ptr<int64_t>(), c.const_data_ptr<int64_t>() + c.numel());
+}
+
+static std::tuple<at::Tensor, at::Tensor> ctc_loss_ft(const at::Tensor &lp, const at::Tensor &tg, const at::Tensor &il, const at::Tensor &tl,
+						      int64_t blank, bool zero_infinity)
+{
+	return ctc_loss_f(lp, tg, ctc_lengths(il, "input_lengths"), ctc_lengths(tl, "target_lengths"), blank, zero_infinity);
+}
+
+static at::Tensor ctc_loss_bwt(const at::Tensor &grad, const at::Tensor &lp, const at::Tensor &tg, const at::Tensor &il, const at::Tensor &tl,
+			       const at::Tensor &nll, const at::Tensor &alpha, int64_t blank, bool zero_infinity)
+{
+	return ctc_loss_bw(grad, lp, tg, ctc_lengths(il, "input_lengths"), ctc_lengths(tl, "target_lengths"), nll, alpha, blank, zero_infinity);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 {
 	NEURON_IMPL(m, "nll_loss2d_forward", nll2d_fwd);
@@ -540,4 +644,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "multilabel_margin_loss_forward.output", ml_loss_o);
 	NEURON_IMPL(m, "multilabel_margin_loss_backward", ml_loss_bw);
 	NEURON_IMPL(m, "multilabel_margin_loss_backward.grad_input", ml_loss_bw_o);
+	NEURON_IMPL(m, "_ctc_loss", ctc_loss_f);
+	NEURON_IMPL(m, "_ctc_loss.Tensor", ctc_loss_ft);
+	NEURON_IMPL(m, "_ctc_loss_backward", ctc_loss_bw);
+	NEURON_IMPL(m, "_ctc_loss_backward.Tensor", ctc_loss_bwt);
 }

@@ -284,6 +284,56 @@ def test_weight_norm_module_and_bad_dim(device, neuron_ops):
         torch._weight_norm_interface(v, torch.ones(1, 4, 1, device=device), 1)
 
 
+def _ctc_case(device, T, N, C, S, dtype, concat, reduction, zero_infinity=False, tdtype=torch.long, lens_on_cpu=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lp = torch.randn(T, N, C, dtype=dtype, generator=g).log_softmax(2)
+    il = torch.randint(max(1, T // 2), T + 1, (N,), generator=g)
+    tl = torch.randint(0, S + 1, (N,), generator=g)
+    tg = torch.randint(1, C, (N, S), dtype=tdtype, generator=g)
+    if concat:
+        tg = torch.cat([tg[b, :tl[b]] for b in range(N)])
+    res = []
+    for dev in ("cpu", device):
+        x = lp.to(dev).detach().requires_grad_()
+        ld = "cpu" if lens_on_cpu else dev
+        loss = F.ctc_loss(x, tg.to(dev), il.to(ld), tl.to(ld), reduction=reduction, zero_infinity=zero_infinity)
+        loss.sum().backward()
+        res.append((loss.detach().cpu(), x.grad.cpu()))
+    _close(res[1][0], res[0][0], dtype)
+    _close(res[1][1], res[0][1], dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("concat", [False, True])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_ctc_loss(device, neuron_ops, dtype, concat, reduction):
+    """F.ctc_loss (aten _ctc_loss and _ctc_loss_backward: what wav2vec2's CTC head calls) natively: loss
+    and gradient against the CPU for padded and concatenated targets, every reduction."""
+    _ctc_case(device, 12, 3, 6, 4, dtype, concat, reduction)
+    _no_fallback(neuron_ops)
+
+
+def test_ctc_loss_edges_and_bad_input(device, neuron_ops):
+    """Targets longer than their inputs allow (inf loss, NaN gradient; zero_infinity zeroes both), int32
+    targets with CPU lengths, then the CPU's refusals and a label outside [0, C) reported at the sync."""
+    _ctc_case(device, 5, 4, 3, 6, torch.float32, False, "none", zero_infinity=True)
+    _ctc_case(device, 5, 4, 3, 6, torch.float32, False, "none")
+    _ctc_case(device, 30, 2, 10, 8, torch.float32, True, "mean", tdtype=torch.int32, lens_on_cpu=True, seed=3)
+    _no_fallback(neuron_ops)
+    lp = torch.randn(6, 2, 4, device=device).log_softmax(2)
+    tg = torch.tensor([[1, 2], [3, 1]], device=device)
+    il, tl = torch.tensor([6, 6]), torch.tensor([2, 2])
+    with pytest.raises(RuntimeError, match="blank must be in label range"):
+        F.ctc_loss(lp, tg, il, tl, blank=4)
+    with pytest.raises(RuntimeError, match="Expected input_lengths to have value at most 6"):
+        F.ctc_loss(lp, tg, torch.tensor([7, 6]), tl)
+    with pytest.raises(RuntimeError, match="input_lengths must be of size batch_size"):
+        F.ctc_loss(lp, tg, torch.tensor([6]), tl)
+    with pytest.raises(RuntimeError, match="outside the label range"):
+        F.ctc_loss(lp, torch.tensor([[1, 9], [3, 1]], device=device), il, tl).item()
+    assert (lp.exp().sum(2) - 1).abs().max().item() < 1e-5  # the device is still usable
+
+
 @pytest.mark.parametrize("op", ["gelu", "gelu_tanh", "silu"])
 @pytest.mark.parametrize("n", [1, 17, 1027, 70001])
 def test_activation_f32_close_to_cpu(device, neuron_ops, op, n):
