@@ -1,10 +1,13 @@
-"""The `torchneuron` command: device information and a migration check.
+"""The `torchneuron` command: device information, a migration check and a neuron-vs-CPU training parity run.
 
     torchneuron info [--json]                        devices, kernels' ISA, arena, threads, cache, versions, env
     torchneuron check [--json F] [--strict] SCRIPT [args]
                                                      run SCRIPT; report native and fallback ops (calls, time),
                                                      torch.compile graphs / breaks / recompiles, peak memory,
                                                      and hard-coded CUDA in the script and its local modules
+    torchneuron parity [--rtol R] [--plot PNG] [--json F] SCRIPT [args]
+                                                     run SCRIPT on neuron and on the CPU; compare loss and
+                                                     gradient norm per step; name the first differing module
 """
 import argparse
 import ast
@@ -313,6 +316,12 @@ def main(argv=None):
     c.add_argument("--no-profile", action="store_true", help="skip per-op call counts and fallback times")
     c.add_argument("script")
     c.add_argument("args", nargs=argparse.REMAINDER)
+    sub.add_parser("parity", help="run a training script on neuron and on the CPU and compare the curves", add_help=False)
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "parity":  # its own parser (torchneuron/parity.py): the script's flags pass through
+        from . import parity
+        return parity.main(argv[1:])
     a = ap.parse_args(argv)
     if a.cmd == "info":
         return _info(a.json)
