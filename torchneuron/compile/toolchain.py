@@ -15,6 +15,7 @@ Cache layout under NEURON_CACHE_DIR (default ~/.cache/torchneuron):
                                             kept with NEURON_COMPILE_DEBUG=1 (program.c always when
                                             the C compiler fails)
     programs/<k[:2]>/<key>.lock             flock: concurrent processes compile a program once
+    kernels/<k[:2]>/<key>/...               the same for user C kernels (torchneuron.kernel)
 
 The key is a sha256 over the C source (with its prelude), the C compiler's resolved path and version
 line, the flags, the ISA (CPU model and flags), our version and the graph compiler's version.
@@ -287,8 +288,8 @@ def program_key(source):
     return h.hexdigest()
 
 
-def _entry_dir(key):
-    return os.path.join(cache_dir(), "programs", key[:2], key)
+def _entry_dir(key, kind="programs"):
+    return os.path.join(cache_dir(), kind, key[:2], key)
 
 
 def _elf_complete(path, size):
@@ -365,13 +366,20 @@ def load_program(source, debug_files=None):
     """A loaded program (ctypes.CDLL) for the generated C body `source`, from memory, from disk or
     freshly compiled.  debug_files: {name: text} kept beside the entry with NEURON_COMPILE_DEBUG=1."""
     full = prelude() + "\n" + source.replace('#include "nc_program.h"', "")
+    return load_source(full, debug_files=debug_files)
+
+
+def load_source(full, kind="programs", debug_files=None, what=None):
+    """(key, ctypes.CDLL) for the complete C source `full`, from memory, from disk or freshly compiled,
+    in the cache directory `kind` (programs/: graphs, kernels/: user kernels, torchneuron.kernel).
+    what: how a compile error names the source (default "program <key>")."""
     key = program_key(full)
     with _lock:
         lib = _loaded.get(key)
     if lib is not None:
         stats.memory_hits += 1
         return key, lib
-    d = _entry_dir(key)
+    d = _entry_dir(key, kind)
     so = os.path.join(d, "program.so")
     if debug_enabled():
         _keep_debug(d, full, debug_files)
@@ -383,7 +391,7 @@ def load_program(source, debug_files=None):
             if os.path.exists(os.path.join(d, "entry.json")):
                 lib = _try_load(key, d, so)
             if lib is None:
-                _compile_entry(key, d, so, full, debug_files)
+                _compile_entry(key, d, so, full, debug_files, what or f"program {key[:16]}")
                 lib = ctypes.CDLL(so)
                 stats.misses += 1
             else:
@@ -407,13 +415,13 @@ def _try_load(key, d, so):
         return None
 
 
-def _compile_entry(key, d, so, full, debug_files):
+def _compile_entry(key, d, so, full, debug_files, what):
     os.makedirs(d, exist_ok=True)
     src = os.path.join(d, "program.c")
     _write_atomic(src, full)
     t0 = time.perf_counter()
     try:
-        err = _run_cc(c_compiler(), src, so, f"program {key[:16]}")
+        err = _run_cc(c_compiler(), src, so, what)
     finally:
         stats.cc_seconds += time.perf_counter() - t0
     meta = {"sha256": _sha256_file(so), "size": os.path.getsize(so), "key": key, "created": time.time()}
