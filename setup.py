@@ -32,7 +32,9 @@ ext = CppExtension(
 setup(
     name="torchneuron",
     version="0.1.0",
-    packages=["torchneuron", "torchneuron.compile", "torch_neuronx"],
+    packages=["torchneuron", "torchneuron.compile", "torchneuron.kernel", "torchneuron.kernel.library", "torch_neuronx"],
+    # the C header user kernels compile against at run time (torchneuron.kernel)
+    package_data={"torchneuron.kernel": ["include/*.h"], "torchneuron.kernel.library": ["*.c"]},
     ext_modules=[ext],
     cmdclass={"build_ext": Build.with_options(use_ninja=True)},
     entry_points={

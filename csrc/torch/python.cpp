@@ -232,13 +232,14 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "torchneuron._C", nul
 
 namespace neuron {
 bool add_distributed(PyObject *m); // distributed.cpp: the c10d backend's entry point
+bool add_custom_kernels(PyObject *m); // ops_custom.cpp: user C kernels (torchneuron.kernel)
 } // namespace neuron
 
 PyMODINIT_FUNC PyInit__C(void)
 {
 	PyObject *m = PyModule_Create(&module);
 
-	if (m && !neuron::add_distributed(m)) {
+	if (m && (!neuron::add_distributed(m) || !neuron::add_custom_kernels(m))) {
 		Py_DECREF(m);
 		return nullptr;
 	}
