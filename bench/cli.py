@@ -57,8 +57,9 @@ def main(argv=None):
                     help="machine-readable report path (default: the Markdown path with .json, i.e. "
                          "docs/benchmarks.json for a full run; '-' for none); read by `python -m bench.profile`")
     ap.add_argument("--only", default=None,
-                    help="comma-separated groups: " + ",".join(g[0] for g in GROUPS) + ",compiled,collectives "
-                         "(collectives: 2 ranks, neuron vs Gloo; bench/collectives.py)")
+                    help="comma-separated groups: " + ",".join(g[0] for g in GROUPS) + ",compiled,collectives,custom "
+                         "(collectives: 2 ranks, neuron vs Gloo; bench/collectives.py; custom: per-call cost of "
+                         "a torchneuron.kernel op, bench/custom_ops.py)")
     ap.add_argument("--no-limits", action="store_true", help="skip the C microbenchmarks")
     ap.add_argument("--no-mem", action="store_true", help="skip the GPT peak-RSS subprocesses (--quick skips them)")
     ap.add_argument("--retries", type=int, default=1,
@@ -80,7 +81,7 @@ def main(argv=None):
         out = None
     only = set(a.only.split(",")) if a.only else None
     if only:
-        bad = only - {g[0] for g in GROUPS} - {"compiled", "collectives"}
+        bad = only - {g[0] for g in GROUPS} - {"compiled", "collectives", "custom"}
         if bad:
             ap.error(f"unknown group(s): {', '.join(sorted(bad))}")
 
@@ -149,6 +150,17 @@ def main(argv=None):
         except Exception as e:  # noqa: BLE001
             print(f"  collectives failed: {e}")
 
+    # ---- 9. custom kernel ops (bench/custom_ops.py: a torchneuron.kernel op next to a native one) ----
+    cust_text = cust_md = None
+    if not only or "custom" in only:
+        from . import custom_ops
+        print("9. Custom kernel ops (per-call cost, torchneuron.kernel vs native)", flush=True)
+        try:
+            cr = custom_ops.measure()
+            cust_text, cust_md = custom_ops.table(cr), custom_ops.md_section(cr)
+        except Exception as e:  # noqa: BLE001
+            print(f"  custom kernel ops failed: {e}")
+
     if limits is not None and not limits.error:
         print("machine limits again (each limit: the median of its measurements) ...", flush=True)
         limits.measure()
@@ -173,6 +185,9 @@ def main(argv=None):
     if coll_md:
         text += "\n\n8. Collectives\n" + coll_text
         md += "\n\n" + coll_md + "\n"
+    if cust_md:
+        text += "\n\n9. Custom kernel ops\n" + cust_text
+        md += "\n\n" + cust_md + "\n"
     print()
     print(text)
     if out:
