@@ -218,6 +218,11 @@ def test_missing_compiler_and_bad_definitions(monkeypatch, _cache):
         @K.op("kt::badlike", src=SOFTPLUS, entry="softplus", grid="numel(x)", out_like=("beta",))
         def badlike(x: torch.Tensor, beta: float) -> torch.Tensor:
             return x
+
+    @K.op("kt::badlike", src=SOFTPLUS, entry="softplus", grid="numel(x)", out_like=("x",))
+    def goodlike(x: torch.Tensor, beta: float) -> torch.Tensor:  # a failed definition registered nothing
+        return torch.empty_like(x)
+    assert goodlike.fast
     with pytest.raises(ValueError, match="namespace::name"):
         K.op("nonamespace", src=SOFTPLUS, grid=1)
 
@@ -291,6 +296,20 @@ def test_library_moe_gemm(lib, compiled):
     x, w = torch.randn(13, 8, requires_grad=True), torch.randn(3, 8, 4, requires_grad=True)
     offs = torch.tensor([4, 4, 11], dtype=torch.int32)  # an empty expert, two rows past the last one
     _check(lambda x, w, o: lib.moe_gemm(x, w, o), _moe_ref, [x, w, offs], compiled)
+
+
+def test_library_opcheck(lib):
+    r = lambda *s: torch.randn(*s, device=DEV)  # noqa: E731
+    offs = torch.tensor([2, 5], dtype=torch.int32, device=DEV)
+    x, w = r(5, 8), r(8)
+    q, k, v = r(1, 2, 4, 8), r(1, 2, 4, 8), r(1, 2, 4, 8)
+    out, lse = lib._attn_fwd(q, k, v, 0.3, 5.0, True)
+    for op, args in ((lib._rms_norm_fwd, (x, w, 1e-6)), (lib._rms_norm_bwd_dx, (r(5, 8), x, w, r(5).abs())),
+                     (lib._rms_norm_bwd_dw, (r(5, 8), x, r(5).abs(), w)), (lib._rope, (r(1, 3, 2, 8), r(3, 4), r(3, 4))),
+                     (lib._moe_gemm, (x, r(2, 8, 3), offs)), (lib._moe_gemm_dw, (x, r(5, 3), offs, r(2, 8, 3))),
+                     (lib._attn_fwd, (q, k, v, 0.3, 5.0, True)),
+                     (lib._attn_bwd, (r(1, 2, 4, 8), q, k, v, out, lse, 0.3, 5.0, True))):
+        torch.library.opcheck(op.op, args)
 
 
 def test_library_moe_gemm_bad_offsets_raise_at_sync(lib):

@@ -108,10 +108,8 @@ class KernelOp:
             raise ValueError(f"torchneuron.kernel: {qualname}: cannot make a schema from the signature of "
                              f"{fn.__name__}: {e}") from None
         self.schema = f"{qualname}{schema}"
-        lib = _libs.get(ns) or _libs.setdefault(ns, torch.library.Library(ns, "FRAGMENT"))
-        lib.define(name + schema)
-        self.op = getattr(getattr(torch.ops, ns), name).default
-        args = self.op._schema.arguments
+        parsed = torch._C.parse_schema(self.schema)  # checked before anything is registered
+        args = parsed.arguments
         self._names = [a.name for a in args]
         self._kinds = []
         for a in args:
@@ -124,20 +122,23 @@ class KernelOp:
                 raise ValueError(f"torchneuron.kernel: {qualname}: argument '{a.name}: {t}' has a type C kernels "
                                  "do not take (Tensor, Tensor?, float, int, bool)")
         self._written = [bool(a.alias_info and a.alias_info.is_write) for a in args]
-        self._nret = len(self.op._schema.returns)
+        self._nret = len(parsed.returns)
         if sum(k == "t" for k in self._kinds) + self._nret > 10:
             raise ValueError(f"torchneuron.kernel: {qualname}: at most 10 tensors (arguments and outputs)")
         self._grid = grid
         self._tile = int(tile or 0)
         self._contiguous = contiguous
-        self._name = _C()._kernel_name(qualname)
         spec = _parse_grid(grid, self._names, qualname)
         if out_like is not None:
             out_like = (out_like,) if isinstance(out_like, str) else tuple(out_like)
-            if len(out_like) != self._nret or any(n not in self._names or self._kinds[self._names.index(n)] != "t"
+            if len(out_like) != self._nret or any(n not in self._names or str(args[self._names.index(n)].type) != "Tensor"
                                                   for n in out_like):
-                raise ValueError(f"torchneuron.kernel: {qualname}: out_like must name one tensor argument per "
-                                 f"output ({self._nret}), got {out_like}")
+                raise ValueError(f"torchneuron.kernel: {qualname}: out_like must name one (non-optional) tensor "
+                                 f"argument per output ({self._nret}), got {out_like}")
+        lib = _libs.get(ns) or _libs.setdefault(ns, torch.library.Library(ns, "FRAGMENT"))
+        lib.define(name + schema)
+        self.op = getattr(getattr(torch.ops, ns), name).default
+        self._name = _C()._kernel_name(qualname)
         self.fast = spec is not None and (self._nret == 0 or out_like is not None)
         torch.library.register_fake(qualname, fake or fn, lib=lib)
         if self.fast:   # the glue allocates the outputs and launches: no Python per call
