@@ -16,15 +16,37 @@
 
 static bool amx_bf16, amx_i8;
 
-/* Lays out one operand of rows x cols (padded leading dimension, padded batch stride). */
-static int64_t layout(int64_t rows, int64_t cols, bool trans, int64_t batch, int64_t *rs, int64_t *cs, int64_t *bs)
+/* Operands on whole cache lines (64-byte aligned base, rows and batch entries a multiple of 64 bytes
+ * apart) take the kernels' direct path (A tiles loaded from the source); the others are packed. */
+static bool aligned_rows;
+
+/* Lays out one operand of rows x cols of es-byte elements (padded leading dimension, padded batch
+ * stride; with aligned_rows, both rounded up to 64 bytes, plus a line). */
+static int64_t layout_es(int64_t rows, int64_t cols, bool trans, int64_t batch, int64_t es, int64_t *rs, int64_t *cs,
+			 int64_t *bs)
 {
-	int64_t ld = (trans ? rows : cols) + 3;
+	int64_t per = 64 / es, ld = aligned_rows ? ((trans ? rows : cols) + per - 1) / per * per + per : (trans ? rows : cols) + 3;
 
 	*rs = trans ? 1 : ld;
 	*cs = trans ? ld : 1;
-	*bs = (trans ? cols : rows) * ld + 5;
+	*bs = (trans ? cols : rows) * ld + (aligned_rows ? per : 5);
 	return *bs * batch;
+}
+
+static int64_t layout(int64_t rows, int64_t cols, bool trans, int64_t batch, int64_t *rs, int64_t *cs, int64_t *bs)
+{
+	return layout_es(rows, cols, trans, batch, 2, rs, cs, bs);
+}
+
+/* n elements of es bytes, zeroed, 64-byte aligned. */
+static void *alloc_lines(int64_t n, int64_t es)
+{
+	size_t bytes = ((size_t)(n > 0 ? n : 1) * (size_t)es + 63) / 64 * 64;
+	void *p = aligned_alloc(64, bytes);
+
+	if (p)
+		memset(p, 0, bytes);
+	return p;
 }
 
 typedef struct {
@@ -43,7 +65,7 @@ static void check_bf16(shape_t s, bool ta, bool tb, bool tc, double alpha, doubl
 	int64_t na = layout(s.M, s.K, ta, s.batch, &g.rs_a, &g.cs_a, &g.bs_a);
 	int64_t nb = layout(s.K, s.N, tb, s.batch, &g.rs_b, &g.cs_b, &g.bs_b);
 	int64_t nc = layout(s.M, s.N, tc, s.batch, &g.rs_c, &g.cs_c, &g.bs_c);
-	uint16_t *A = nkt_alloc(NK_BF16, na), *B = nkt_alloc(NK_BF16, nb), *bv = nkt_alloc(NK_BF16, s.N);
+	uint16_t *A = alloc_lines(na, 2), *B = nkt_alloc(NK_BF16, nb), *bv = nkt_alloc(NK_BF16, s.N);
 	uint16_t *C0 = nkt_alloc(NK_BF16, nc), *C1 = nkt_alloc(NK_BF16, nc);
 	nk_gemm_args_t r;
 	double err;
@@ -67,8 +89,9 @@ static void check_bf16(shape_t s, bool ta, bool tb, bool tc, double alpha, doubl
 	CHECK(nk_gemm_amx_bf16(&g) == 0, "amx failed");
 	/* padding between rows stays NaN (or as it was) in both: compared as well */
 	err = nkt_err(C1, C0, NK_BF16, nc, 1e-4 * sqrt((double)s.K + 1), 1.0 / 128);
-	CHECK(err <= 1, "amx bf16 M=%lld N=%lld K=%lld batch=%lld ta=%d tb=%d tc=%d alpha=%g beta=%g bias=%d: err %g",
-	      (long long)s.M, (long long)s.N, (long long)s.K, (long long)s.batch, ta, tb, tc, alpha, beta, bias, err);
+	CHECK(err <= 1, "amx bf16 M=%lld N=%lld K=%lld batch=%lld ta=%d tb=%d tc=%d alpha=%g beta=%g bias=%d aligned=%d: err %g",
+	      (long long)s.M, (long long)s.N, (long long)s.K, (long long)s.batch, ta, tb, tc, alpha, beta, bias,
+	      aligned_rows, err);
 	free(A), free(B), free(bv), free(C0), free(C1);
 }
 
@@ -90,6 +113,33 @@ static void test_amx_bf16(void)
 		}
 		check_bf16(s, false, true, false, 1.0, 1.0, true);
 	}
+}
+
+/* The direct path (A on whole cache lines, as the device allocator gives it): its k tail (K % 32), the
+ * last row tile (M % 16), both, several k slices (K over 2048), batch entries, and the tasks split by
+ * rows; the packed path is the shapes above. */
+static const shape_t direct_shapes[] = {
+	{ 16, 16, 32, 1 },  { 17, 33, 64, 1 },   { 33, 50, 95, 1 },     { 1, 40, 64, 1 },    { 100, 300, 1030, 1 },
+	{ 40, 70, 2100, 1 }, { 15, 15, 33, 2 },  { 257, 250, 515, 1 }, { 64, 40, 4200, 1 }, { 700, 48, 64, 2 },
+};
+
+static void test_amx_bf16_direct(void)
+{
+	if (!amx_bf16) {
+		printf("  (no AMX bf16 tiles on this CPU / OS: skipped)\n");
+		return;
+	}
+	aligned_rows = true;
+	for (size_t q = 0; q < sizeof direct_shapes / sizeof direct_shapes[0]; q++) {
+		shape_t s = direct_shapes[q];
+
+		if (NK_TEST_SMALL && s.M * s.N * s.K * s.batch > 3000000)
+			continue;
+		for (int t = 0; t < 4; t++)
+			check_bf16(s, false, t & 1, (t >> 1) & 1, t == 3 ? -0.5 : 1.0, t == 2 ? 0.25 : 0.0, false);
+		check_bf16(s, false, true, false, 1.0, 1.0, true);
+	}
+	aligned_rows = false;
 }
 
 /* Through nk_gemm_run (what linear / matmul / bmm / conv call): the AMX path where the level is amx. */
@@ -146,10 +196,10 @@ static int run_int_mm_ref(const nk_gemm_args_t *g)
 static void check_i8(shape_t s, bool ta, bool tb, bool tc, double beta, bool u8, i8_fn fn, const char *what)
 {
 	nk_gemm_args_t g = { .dtype = u8 ? NK_U8 : NK_I8, .M = s.M, .N = s.N, .K = s.K, .batch = s.batch, .alpha = 1, .beta = beta };
-	int64_t na = layout(s.M, s.K, ta, s.batch, &g.rs_a, &g.cs_a, &g.bs_a);
-	int64_t nb = layout(s.K, s.N, tb, s.batch, &g.rs_b, &g.cs_b, &g.bs_b);
+	int64_t na = layout_es(s.M, s.K, ta, s.batch, 1, &g.rs_a, &g.cs_a, &g.bs_a);
+	int64_t nb = layout_es(s.K, s.N, tb, s.batch, 1, &g.rs_b, &g.cs_b, &g.bs_b);
 	int64_t nc = layout(s.M, s.N, tc, s.batch, &g.rs_c, &g.cs_c, &g.bs_c);
-	int8_t *A = malloc((size_t)na), *B = malloc((size_t)nb);
+	int8_t *A = alloc_lines(na, 1), *B = malloc((size_t)nb);
 	int32_t *C0 = malloc((size_t)nc * 4), *C1 = malloc((size_t)nc * 4);
 	int64_t bad = 0;
 
@@ -174,8 +224,9 @@ static void check_i8(shape_t s, bool ta, bool tb, bool tc, double beta, bool u8,
 	CHECK(fn(&g) == 0, "%s failed", what);
 	for (int64_t i = 0; i < nc; i++)
 		bad += C0[i] != C1[i];
-	CHECK(bad == 0, "%s%s M=%lld N=%lld K=%lld batch=%lld ta=%d tb=%d tc=%d beta=%g: %lld wrong", what, u8 ? " u8" : "",
-	      (long long)s.M, (long long)s.N, (long long)s.K, (long long)s.batch, ta, tb, tc, beta, (long long)bad);
+	CHECK(bad == 0, "%s%s M=%lld N=%lld K=%lld batch=%lld ta=%d tb=%d tc=%d beta=%g aligned=%d: %lld wrong", what,
+	      u8 ? " u8" : "", (long long)s.M, (long long)s.N, (long long)s.K, (long long)s.batch, ta, tb, tc, beta,
+	      aligned_rows, (long long)bad);
 	free(A), free(B), free(C0), free(C1);
 }
 
@@ -203,6 +254,24 @@ static void test_amx_i8(void)
 	i8_cases(nk_gemm_amx_i8, "amx int8", NK_TEST_SMALL ? 3000000 : 200000000);
 }
 
+static void test_amx_i8_direct(void)
+{
+	if (!amx_i8) {
+		printf("  (no AMX int8 tiles on this CPU / OS: skipped)\n");
+		return;
+	}
+	aligned_rows = true;
+	for (size_t q = 0; q < sizeof direct_shapes / sizeof direct_shapes[0]; q++) {
+		shape_t s = direct_shapes[q];
+
+		if (NK_TEST_SMALL && s.M * s.N * s.K * s.batch > 3000000)
+			continue;
+		for (int t = 0; t < 4; t++)
+			check_i8(s, false, t & 1, (t >> 1) & 1, t & 2 ? 1.0 : 0.0, t == 1, nk_gemm_amx_i8, "amx int8 direct");
+	}
+	aligned_rows = false;
+}
+
 static void test_int_mm(void)
 {
 	i8_cases(run_int_mm, "int_mm", NK_TEST_SMALL ? 3000000 : 200000000);
@@ -219,8 +288,10 @@ int main(void)
 	       amx_i8 ? "yes" : "no");
 	nkt_seed(3);
 	RUN(test_amx_bf16);
+	RUN(test_amx_bf16_direct);
 	RUN(test_amx_bf16_run);
 	RUN(test_amx_i8);
+	RUN(test_amx_i8_direct);
 	RUN(test_int_mm);
 	return ctest_finish();
 }
