@@ -143,11 +143,11 @@ static inline __mmask64 bytes_mask(int64_t nbytes)
 static void pack_b_strip(const amx_plan_t *pl, int64_t s, int64_t t0, int64_t t1, uint8_t *dst);
 
 /* B's tiles of strips s0 .. s1-1 (columns 16 s ..) and k tiles t0 .. t1-1 into the VNNI layout at dst:
- * tile (s, t) at dst + ((s - s0) * (t1 - t0) + t - t0) * TILE. */
-static void pack_b(const amx_plan_t *pl, int64_t s0, int64_t s1, int64_t t0, int64_t t1, uint8_t *dst)
+ * tile (s, t) at dst + ((s - s0) * ldt + t - t0) * TILE. */
+static void pack_b(const amx_plan_t *pl, int64_t s0, int64_t s1, int64_t t0, int64_t t1, uint8_t *dst, int64_t ldt)
 {
 	const nk_gemm_args_t *g = pl->g;
-	int64_t K = g->K, nt = t1 - t0;
+	int64_t K = g->K;
 	int es = pl->es, grp = 4 / es;
 
 	if (g->cs_b == 1) {
@@ -169,7 +169,7 @@ static void pack_b(const amx_plan_t *pl, int64_t s0, int64_t s1, int64_t t0, int
 				}
 				for (int64_t s = s0; s < s1; s++) {
 					int64_t j0 = s * 16, n = nk_min64(16, g->N - j0);
-					uint8_t *d = dst + ((s - s0) * nt + t - t0) * TILE + r * 64;
+					uint8_t *d = dst + ((s - s0) * ldt + t - t0) * TILE + r * 64;
 
 					/* bf16, two whole strips and two rows: 32 columns of both rows interleaved at once
 					 * (per 128-bit lane, unpack gives the pairs of columns 8L..8L+3 and 8L+4..8L+7) */
@@ -179,7 +179,7 @@ static void pack_b(const amx_plan_t *pl, int64_t s0, int64_t s1, int64_t t0, int
 						__m512i lo = _mm512_unpacklo_epi16(x0, x1), hi = _mm512_unpackhi_epi16(x0, x1);
 
 						_mm512_store_si512(d, _mm512_permutex2var_epi64(lo, lo_idx, hi));
-						_mm512_store_si512(d + nt * TILE, _mm512_permutex2var_epi64(lo, hi_idx, hi));
+						_mm512_store_si512(d + ldt * TILE, _mm512_permutex2var_epi64(lo, hi_idx, hi));
 						s++;
 						continue;
 					}
@@ -193,7 +193,7 @@ static void pack_b(const amx_plan_t *pl, int64_t s0, int64_t s1, int64_t t0, int
 		return;
 	}
 	for (int64_t s = s0; s < s1; s++)
-		pack_b_strip(pl, s, t0, t1, dst + (s - s0) * nt * TILE);
+		pack_b_strip(pl, s, t0, t1, dst + (s - s0) * ldt * TILE);
 }
 
 /* Strip s (columns 16 s ..), k tiles t0 .. t1-1, into its VNNI tiles at dst (B not row-major). */
@@ -321,13 +321,31 @@ typedef struct {
 	int n;
 } apf_t;
 
+/* Vector work done a little at every k step of a tile block, while the tile unit is busy: the epilogue
+ * of the previous block (rows of `pend`) and the packing of the B strips the next block needs (k tiles
+ * of strips ps .. ps + pns - 1 into pdst, ldt tiles per strip).  Each advances in proportion to the
+ * steps, so both are done by the block's last step. */
+typedef struct {
+	const amx_plan_t *pl;
+	const char *pend;         /* NULL: no epilogue */
+	int64_t ldc, pi, pm, pj, pn, rows_done;
+	uint8_t *pdst;            /* NULL: no packing */
+	int64_t ps, pns, pt0, pt1, ldt, tiles_done;
+} side_t;
+
+static void side_step(side_t *sd, int64_t u, int64_t steps);
+
 /* A tm x tn block of 16 x 16 tiles (tm, tn in 1..2) of C over the k tiles of the segments: B tile t of
  * the first strip at b + (t - bt0) * TILE (the second at + bstr); c the f32/int32 block (row stride ldc bytes),
  * zeroed instead of loaded when `first`. */
 static inline __attribute__((always_inline)) void tile_block(int kind, int tm, int tn, const aseg_t *seg, int nseg,
 							     const uint8_t *b, int64_t bt0, int64_t bstr, char *c,
-							     int64_t ldc, bool first, const apf_t *pf)
+							     int64_t ldc, bool first, const apf_t *pf, side_t *sd)
 {
+	int64_t u = 0, steps = 0;
+
+	for (int q = 0; q < nseg; q++)
+		steps += seg[q].t1 - seg[q].t0;
 	if (first) {
 		_tile_zero(0);
 		if (tn > 1)
@@ -351,7 +369,7 @@ static inline __attribute__((always_inline)) void tile_block(int kind, int tm, i
 
 		/* the order of the optimization manual: each tile is reloaded right after its last reader, so
 		 * that the loads of one step overlap the products of the last (tiles are not renamed) */
-		for (int64_t t = seg[q].t0; t < seg[q].t1; t++) {
+		for (int64_t t = seg[q].t0; t < seg[q].t1; t++, u++) {
 			const uint8_t *bt = b + (t - bt0) * TILE;
 
 			for (int i = 0; i < pf->n; i++)
@@ -369,6 +387,8 @@ static inline __attribute__((always_inline)) void tile_block(int kind, int tm, i
 				if (tn > 1)
 					TDP(kind, 3, 5, 7);
 			}
+			if (sd)
+				side_step(sd, u, steps);
 		}
 	}
 	_tile_stored(0, c, ldc);
@@ -382,16 +402,16 @@ static inline __attribute__((always_inline)) void tile_block(int kind, int tm, i
 
 #define TILE_BLOCK_KIND(kind)                                                                              \
 	static void tile_block_##kind(int tm, int tn, const aseg_t *seg, int nseg, const uint8_t *b, int64_t bt0,  \
-				      int64_t bstr, char *c, int64_t ldc, bool first, const apf_t *pf)         \
+				      int64_t bstr, char *c, int64_t ldc, bool first, const apf_t *pf, side_t *sd) \
 	{                                                                                                  \
 		if (tm == 2 && tn == 2)                                                                    \
-			tile_block(kind, 2, 2, seg, nseg, b, bt0, bstr, c, ldc, first, pf);                \
+			tile_block(kind, 2, 2, seg, nseg, b, bt0, bstr, c, ldc, first, pf, sd);            \
 		else if (tm == 2)                                                                          \
-			tile_block(kind, 2, 1, seg, nseg, b, bt0, bstr, c, ldc, first, pf);                \
+			tile_block(kind, 2, 1, seg, nseg, b, bt0, bstr, c, ldc, first, pf, sd);            \
 		else if (tn == 2)                                                                          \
-			tile_block(kind, 1, 2, seg, nseg, b, bt0, bstr, c, ldc, first, pf);                \
+			tile_block(kind, 1, 2, seg, nseg, b, bt0, bstr, c, ldc, first, pf, sd);            \
 		else                                                                                       \
-			tile_block(kind, 1, 1, seg, nseg, b, bt0, bstr, c, ldc, first, pf);                \
+			tile_block(kind, 1, 1, seg, nseg, b, bt0, bstr, c, ldc, first, pf, sd);            \
 	}
 TILE_BLOCK_KIND(KIND_BF16)
 TILE_BLOCK_KIND(KIND_I8)
@@ -463,6 +483,29 @@ static void store_block(const amx_plan_t *pl, const void *acc, int64_t lda, int6
 
 			r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), qnan);
 			_mm256_mask_storeu_epi16(c + j, mk, _mm512_cvtepi32_epi16(r));
+		}
+	}
+}
+
+/* Step u of `steps`: the epilogue rows and packed tiles due by then (all of them at the last step). */
+static void side_step(side_t *sd, int64_t u, int64_t steps)
+{
+	if (sd->pend) {
+		int64_t due = (u + 1) * sd->pm / steps;
+
+		if (due > sd->rows_done) {
+			store_block(sd->pl, sd->pend + sd->rows_done * sd->ldc, sd->ldc / 4, sd->pi + sd->rows_done,
+				    due - sd->rows_done, sd->pj, sd->pn);
+			sd->rows_done = due;
+		}
+	}
+	if (sd->pdst) {
+		int64_t nt = sd->pt1 - sd->pt0, due = (u + 1) * nt / steps;
+
+		if (due > sd->tiles_done) {
+			pack_b(sd->pl, sd->ps, sd->ps + sd->pns, sd->pt0 + sd->tiles_done, sd->pt0 + due,
+			       sd->pdst + sd->tiles_done * TILE, sd->ldt);
+			sd->tiles_done = due;
 		}
 	}
 }
@@ -551,17 +594,18 @@ static void run_task(const amx_plan_t *pl, char *acc, uint8_t *bbuf, int64_t tas
 	int64_t i0 = pl->ic + r0 * 16, j0 = s0 * 16, nsp = nk_cdiv(ns, 2);
 	int64_t ldc = pl->nsl > 1 ? pl->nb * 4 : 128;
 	apf_t pf;
-	/* the epilogue of a block runs after the next block's tile products are issued (its tile stores
-	 * have then completed, and the vector work overlaps the tile unit's): one block pending */
+	/* the epilogue of a block runs during the next block's tile products (its tile stores have then
+	 * completed, and the vector work overlaps the tile unit's): one block pending */
 	const char *pend = NULL;
 	int64_t pi = 0, pm = 0, pj = 0, pn = 0;
 	int flip = 0;
 
 	for (int64_t sl = 0; sl < pl->nsl; sl++) {
-		int64_t t0 = sl * pl->kts, t1 = nk_min64(pl->nkt, t0 + pl->kts), bstr = (t1 - t0) * TILE;
+		int64_t t0 = sl * pl->kts, t1 = nk_min64(pl->nkt, t0 + pl->kts), nt = t1 - t0, bstr = nt * TILE;
 		bool first = sl == 0, last = sl == pl->nsl - 1;
 
-		pack_b(pl, s0, s0 + ns, t0, t1, bbuf);
+		/* the first strip pair now, each of the others during the first row pair's block before it */
+		pack_b(pl, s0, s0 + nk_min64(2, ns), t0, t1, bbuf, nt);
 		for (int64_t mq = 0; mq < mt; mq += 2) {
 			int tm = (int)nk_min64(2, mt - mq), tmn = (int)nk_min64(2, mt - mq - 2);
 			aseg_t seg[2];
@@ -571,19 +615,26 @@ static void run_task(const amx_plan_t *pl, char *acc, uint8_t *bbuf, int64_t tas
 				int tn = (int)nk_min64(2, ns - sq);
 				const uint8_t *b = bbuf + sq * bstr;
 				char *c = pl->nsl > 1 ? acc + (mq * 16 * pl->nb + sq * 16) * 4 : acc + (flip ^= 1) * 32 * 128;
+				side_t sd = { .pl = pl };
 
+				if (mq == 0 && sq + 2 < ns)
+					sd.pdst = bbuf + (sq + 2) * bstr, sd.ps = s0 + sq + 2, sd.pns = nk_min64(2, ns - sq - 2),
+					sd.pt0 = t0, sd.pt1 = t1, sd.ldt = nt;
+				if (last && pend)
+					sd.pend = pend, sd.ldc = ldc, sd.pi = pi, sd.pm = pm, sd.pj = pj, sd.pn = pn;
 				pf.n = 0;
 				if (tmn > 0)
 					a_prefetch(pl, r0 + mq + 2, tmn, sq / 2, nsp, &pf);
 				if (pl->kind == KIND_BF16)
-					tile_block_KIND_BF16(tm, tn, seg, nseg, b, t0, bstr, c, ldc, first, &pf);
+					tile_block_KIND_BF16(tm, tn, seg, nseg, b, t0, bstr, c, ldc, first, &pf,
+							     sd.pdst || sd.pend ? &sd : NULL);
 				else if (pl->kind == KIND_I8)
-					tile_block_KIND_I8(tm, tn, seg, nseg, b, t0, bstr, c, ldc, first, &pf);
+					tile_block_KIND_I8(tm, tn, seg, nseg, b, t0, bstr, c, ldc, first, &pf,
+							   sd.pdst || sd.pend ? &sd : NULL);
 				else
-					tile_block_KIND_U8(tm, tn, seg, nseg, b, t0, bstr, c, ldc, first, &pf);
+					tile_block_KIND_U8(tm, tn, seg, nseg, b, t0, bstr, c, ldc, first, &pf,
+							   sd.pdst || sd.pend ? &sd : NULL);
 				if (last) {
-					if (pend)
-						store_block(pl, pend, ldc / 4, pi, pm, pj, pn);
 					pend = c, pi = i0 + mq * 16, pj = j0 + sq * 16;
 					pm = nk_min64(32, g->M - pi), pn = nk_min64(32, g->N - pj);
 					c_prefetch(pl, pi, pm, pj, pn);
