@@ -664,16 +664,26 @@ static void run_tasks(void *ctx, int64_t t0, int64_t t1)
 }
 
 /* Task blocks of the super block: columns nb (the B of a slice within BBLOCK_BYTES), rows mb (all of
- * them), rows split while there are fewer than 2 tasks per thread or the tasks do not share out evenly
- * (then up to 4 per thread).  Each task packs its B block, so a split of rows packs that block again. */
+ * them), split further while there are fewer than 2 tasks per thread or the tasks do not share out
+ * evenly (then up to 4 per thread).  Each task packs its B block and streams its rows' A, so a split of
+ * rows packs B again and a split of columns reads A again: the split goes to the smaller operand's side
+ * (columns when A has no more rows than B has columns). */
 static void plan_tasks(amx_plan_t *pl, bool par, int64_t nt)
 {
 	int64_t nb_max = nk_min64(NB_MAX, amx_max64(32, BBLOCK_BYTES / (pl->kts * TILE) * 16 / 32 * 32));
-	int64_t rows = pl->rtiles * 16, pairs = nk_cdiv(pl->rtiles, 2);
+	int64_t rows = pl->rtiles * 16, rpairs = nk_cdiv(pl->rtiles, 2), cpairs = nk_cdiv(pl->strips, 2);
 	int64_t ncb = nk_cdiv(pl->g->N, nb_max), nrb = 1;
 
-	while (par && nrb < pairs && (ncb * nrb < 2 * nt || ((ncb * nrb) % nt && ncb * nrb < 4 * nt)))
-		nrb++;
+	while (par && (ncb * nrb < 2 * nt || ((ncb * nrb) % nt && ncb * nrb < 4 * nt))) {
+		bool cols = rows <= pl->g->N ? ncb < cpairs : nrb >= rpairs;
+
+		if (cols && ncb < cpairs)
+			ncb++;
+		else if (nrb < rpairs)
+			nrb++;
+		else
+			break;
+	}
 	pl->mb = nk_cdiv(nk_cdiv(rows, nrb), 32) * 32;
 	pl->nb = nk_cdiv(nk_cdiv(pl->g->N, ncb), 32) * 32;
 	pl->tasks_m = nk_cdiv(pl->rtiles, pl->mb / 16);
