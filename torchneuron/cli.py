@@ -1,6 +1,8 @@
 """The `torchneuron` command: device information, a migration check and a neuron-vs-CPU training parity run.
 
     torchneuron info [--json]                        devices, kernels' ISA, arena, threads, cache, versions, env
+    torchneuron info --watch [--interval S] [--count N] [--json]
+                                                     live memory and queue activity of every process on neuron
     torchneuron check [--json F] [--strict] SCRIPT [args]
                                                      run SCRIPT; report native and fallback ops (calls, time),
                                                      torch.compile graphs / breaks / recompiles, peak memory,
@@ -21,7 +23,7 @@ import time
 ENV_VARS = ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_MEMORY_LIMIT", "NEURON_LAUNCH_BLOCKING", "NEURON_FALLBACK",
             "NEURON_FALLBACK_COPY", "NEURON_NUM_THREADS", "NEURON_KERNELS", "NEURON_INLINE_BYTES", "NEURON_HUGEPAGES",
             "NEURON_CACHE_DIR", "NEURON_COMPILE_DEBUG", "NEURON_COMPILE_PROFILE", "NEURON_CC", "NEURON_LAUNCH_SITES",
-            "TORCHNEURON_DISABLE", "TORCHNEURON_CUDA", "TORCH_DEVICE_BACKEND_AUTOLOAD")
+            "NEURON_WATCH", "TORCHNEURON_DISABLE", "TORCHNEURON_CUDA", "TORCH_DEVICE_BACKEND_AUTOLOAD")
 
 
 # ---- info ------------------------------------------------------------------------------------------
@@ -91,6 +93,83 @@ def _info(as_json):
     print(f"cache: {d['cache']['dir']} ({d['cache']['files']} files, {d['cache']['bytes'] / 2**20:.1f} MiB)")
     for name in ENV_VARS[:6]:
         print(f"  {name}={os.environ.get(name, '')}")
+    return 0
+
+
+# ---- info --watch: the processes using neuron devices (their watch pages, csrc/runtime/watch.c) --------
+
+WATCH_GLOB = "/dev/shm/neuron-watch-*"
+
+
+def read_watch_pages(remove_stale=True):
+    """[page dict] of every live process's watch page; pages of processes that died are removed."""
+    import glob
+
+    out = []
+    for path in sorted(glob.glob(WATCH_GLOB)):
+        try:
+            pid = int(path.rsplit("-", 1)[1])
+        except ValueError:
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            if remove_stale:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            continue
+        except PermissionError:
+            pass  # another user's process: still alive
+        for _ in range(5):  # the seqlock: an even sequence number, the same before and after the read
+            try:
+                with open(path, "rb") as f:
+                    raw = f.read(4096)
+            except OSError:
+                break
+            if len(raw) < 9:
+                break
+            seq = int.from_bytes(raw[:8], "little")
+            end = raw.find(b"\0", 8)
+            with open(path, "rb") as f:
+                seq2 = int.from_bytes(f.read(8), "little")
+            if seq % 2 == 0 and seq == seq2 and end > 8:
+                try:
+                    out.append(json.loads(raw[8:end].decode("utf-8", "replace")))
+                except ValueError:
+                    pass
+                break
+            time.sleep(0.01)
+    return out
+
+
+def _watch(interval, count, as_json):
+    """nvidia-smi / neuron-top for neuron: per process and device, memory and queue activity."""
+    prev, n = {}, 0
+    while count is None or n < count:
+        pages = read_watch_pages()
+        if as_json:
+            print(json.dumps(pages), flush=True)
+        else:
+            print(time.strftime("%H:%M:%S"), f"{len(pages)} process(es) using neuron devices")
+            print(f"  {'pid':>7} {'dev':>4} {'allocated':>10} {'reserved':>10} {'peak':>10} {'limit':>9} "
+                  f"{'queued':>7} {'records/s':>10}  command")
+            for pg in pages:
+                for d in pg["devices"]:
+                    key = (pg["pid"], d["index"])
+                    rate = "-"
+                    if key in prev and pg["time"] > prev[key][0]:
+                        rate = f"{(d['done'] - prev[key][1]) / (pg['time'] - prev[key][0]):.0f}"
+                    prev[key] = (pg["time"], d["done"])
+                    mib = lambda b: f"{b / 2**20:.1f}M"  # noqa: E731
+                    print(f"  {pg['pid']:>7} {d['index']:>4} {mib(d['allocated']):>10} {mib(d['reserved']):>10} "
+                          f"{mib(d['peak_allocated']):>10} {d['limit'] / 2**30:>8.1f}G {d['pushed'] - d['done']:>7} "
+                          f"{rate:>10}  {pg['cmd'][:60]}")
+            sys.stdout.flush()
+        n += 1
+        if count is None or n < count:
+            time.sleep(interval)
     return 0
 
 
@@ -312,6 +391,10 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     i = sub.add_parser("info", help="devices and settings")
     i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--watch", action="store_true",
+                   help="live memory and queue activity of every process using neuron devices (like nvidia-smi)")
+    i.add_argument("--interval", type=float, default=1.0, help="seconds between --watch refreshes")
+    i.add_argument("--count", type=int, help="--watch refreshes before exiting (default: until interrupted)")
     c = sub.add_parser("check", help="run a script and report what it needs from the backend")
     c.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
     c.add_argument("--strict", action="store_true",
@@ -327,6 +410,11 @@ def main(argv=None):
         return parity.main(argv[1:])
     a = ap.parse_args(argv)
     if a.cmd == "info":
+        if a.watch:
+            try:
+                return _watch(a.interval, a.count, a.json)
+            except KeyboardInterrupt:
+                return 0
         return _info(a.json)
     return _check(a)
 

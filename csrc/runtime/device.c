@@ -259,6 +259,8 @@ int nrt_init(void)
 	else
 		rc = state == 1 ? NRT_OK : report_init_failure();
 	pthread_mutex_unlock(&rt.lock);
+	if (rc == NRT_OK)
+		nrt_watch_start();
 	return rc;
 }
 

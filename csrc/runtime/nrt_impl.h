@@ -330,6 +330,8 @@ struct nrt_device {
 };
 
 extern struct nrt_device nrt_devices[NRT_MAX_DEVICES];
+/* Starts publishing the watch page /dev/shm/neuron-watch-<pid> (watch.c); once, after the devices exist. */
+void nrt_watch_start(void);
 /* Valid visible device index (nrt_init succeeded and dev < count). */
 bool nrt_device_valid(int dev);
 

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 EXE = os.path.join(os.path.dirname(sys.executable), "torchneuron")
 
@@ -52,3 +53,36 @@ def test_info_json():
     assert d["devices"][0]["index"] == 0 and d["devices"][0]["arena_limit_bytes"] > 0
     assert d["kernels"]["level"] and d["threads"]["kernel_pool"] >= 1
     assert d["torch"].startswith("2.13") and "dir" in d["cache"]
+
+
+WATCHED = """
+import sys, time, torch
+x = torch.randn(4096, 4096, device="neuron")  # 64 MiB
+print("ready", flush=True)
+t = time.time()
+while time.time() - t < 30 and sys.stdin.readline().strip() != "stop":
+    pass
+"""
+
+
+def test_info_watch_sees_a_process_and_drops_dead_pages(tmp_path):
+    """`info --watch --json` lists a process holding 64 MiB on neuron with its pid and queue counters; a
+    page whose process is gone is removed, and the watched process's page is gone after it exits."""
+    stale = "/dev/shm/neuron-watch-999999999"
+    with open(stale, "wb") as f:
+        f.write(b"\0" * 4096)
+    child = subprocess.Popen([sys.executable, "-c", WATCHED], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(0.6)  # two refreshes of the page (250 ms)
+        p = _run(["info", "--watch", "--json", "--count", "1"])
+        assert p.returncode == 0, p.stderr
+        pages = {pg["pid"]: pg for pg in json.loads(p.stdout.splitlines()[0])}
+        assert child.pid in pages, pages
+        d = pages[child.pid]["devices"][0]
+        assert d["index"] == 0 and d["allocated"] >= 64 << 20 and d["reserved"] >= d["allocated"]
+        assert d["pushed"] >= d["done"] >= 1 and d["limit"] > 0
+        assert not os.path.exists(stale)
+    finally:
+        child.communicate("stop\n", timeout=60)
+    assert not os.path.exists(f"/dev/shm/neuron-watch-{child.pid}")
