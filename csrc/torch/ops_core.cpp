@@ -1,6 +1,7 @@
 // ops_core.cpp - the tensor basics on neuron: allocation, views, resize, copies between devices and
 // dtypes, .item(), fill, random ops, and the boxed CPU fallback for every op without a native kernel.
 #include "neuron.h"
+#include "complex.h"
 #include "profiler.h"
 #include "out.h"
 #include "pointwise.h"
@@ -145,12 +146,11 @@ static c10::Device target_device(std::optional<c10::Device> d)
 	return c10::Device(kDev, idx);
 }
 
-// Complex (and other) dtypes have no kernels on neuron: refuse to create such tensors, so an op
-// producing one fails at once with this message (a half-made complex tensor on the device sends the
-// conjugate fallback and _copy_from into unbounded recursion).
+// complex32 (chalf) has no kernels on neuron: refuse to create such tensors, so an op producing one
+// fails at once with this message.  complex64 and complex128 are native (ops_complex.cpp).
 static void check_dtype_supported(at::ScalarType t)
 {
-	TORCH_CHECK_TYPE(!at::isComplexType(t), "neuron: dtype ", t, " is not supported on neuron (complex tensors have no kernels yet)");
+	TORCH_CHECK_TYPE(t != at::kComplexHalf, "neuron: dtype ", t, " is not supported on neuron");
 }
 
 static at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
@@ -273,10 +273,15 @@ static at::Tensor copy_from(const at::Tensor &src, const at::Tensor &dst, bool n
 			    .check_all_same_dtype(false)
 			    .check_all_same_device(false)
 			    .build();
-	nk_iter_t it;
-	iter_to_nk(iter, it, "aten::_copy_from");
 	nrt_queue_t *q = current_queue(idx);
-	launch_cost(q, nk_copy_run, it, "aten::_copy_from", (size_t)dst.numel() * (src.element_size() + dst.element_size()));
+	size_t cost = (size_t)dst.numel() * (src.element_size() + dst.element_size());
+	if (C10_UNLIKELY(copy_needs_complex(src, dst))) {
+		copy_complex(iter, src, dst, q, cost); // complex operands, or conj/neg bits to apply
+	} else {
+		nk_iter_t it;
+		iter_to_nk(iter, it, "aten::_copy_from");
+		launch_cost(q, nk_copy_run, it, "aten::_copy_from", cost);
+	}
 	bool async_ok = non_blocking && dst.device().is_cpu() && nrt_host_is_pinned(dst.const_data_ptr());
 	if (!(src_dev && dst_dev && src.device() == dst.device()) && !async_ok) {
 		sync_queue(q, "aten::_copy_from");
@@ -302,7 +307,7 @@ static at::Scalar local_scalar_dense(const at::Tensor &self)
 	at::Scalar r;
 	AT_DISPATCH_V2(self.scalar_type(), "_local_scalar_dense", AT_WRAP([&] {
 		r = at::Scalar(*(const scalar_t *)self.const_data_ptr());
-	}), AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16);
+	}), AT_EXPAND(AT_ALL_TYPES), AT_EXPAND(AT_COMPLEX_TYPES), at::kBool, at::kHalf, at::kBFloat16);
 	return r;
 }
 
@@ -316,6 +321,10 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &v)
 	OpScope op;
 	op.write(self, "aten::fill_");
 	DeviceScope g(self.device().index());
+	if (C10_UNLIKELY(self.is_complex())) {
+		fill_complex(self, v);
+		return self;
+	}
 	auto iter = at::TensorIteratorConfig().add_output(self).resize_outputs(false).check_all_same_dtype(false).build();
 	nk_pointwise_args_t a{};
 	iter_to_nk(iter, a.it, "aten::fill_");

@@ -3,6 +3,7 @@
 // memory-overlap checks; type promotion follows at::result_type; the C kernels (nk_pointwise_run,
 // act.c, special.c) get the operands' descriptors and run on the current queue.
 #include "neuron.h"
+#include "complex.h"
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
@@ -47,11 +48,13 @@ namespace neuron {
 
 enum class Kind { Same, Bool, Float };
 
-// Launch record: the kernel arguments plus room for CPU-scalar operands, which the trampoline points
-// at inside the queue's copy of the record.
+// Launch record: the kernel arguments plus room for CPU-scalar operands (16 bytes: a complex double),
+// which the trampoline points at inside the queue's copy of the record.  cx: an operand is complex, the
+// complex kernel (complex.c) runs the op.
 struct PwLaunch {
 	nk_pointwise_args_t a;
-	uint64_t scal[NK_MAX_OPS];
+	uint64_t scal[NK_MAX_OPS][2];
+	int cx;
 };
 
 static int pw_tramp(void *p)
@@ -59,17 +62,17 @@ static int pw_tramp(void *p)
 	auto *x = (PwLaunch *)p;
 	for (int i = 0; i < x->a.it.nops; i++)
 		if (!x->a.it.data[i])
-			x->a.it.data[i] = (char *)&x->scal[i];
-	return nk_pointwise_run(&x->a);
+			x->a.it.data[i] = (char *)&x->scal[i][0];
+	return x->cx ? nk_complex_pointwise_run(&x->a) : nk_pointwise_run(&x->a);
 }
 
 static void store_scalar(uint64_t *slot, at::ScalarType t, const c10::Scalar &s)
 {
-	*slot = 0;
+	slot[0] = slot[1] = 0;
 	AT_DISPATCH_V2(t, "store_scalar", AT_WRAP([&] {
 		scalar_t v = s.to<scalar_t>();
 		std::memcpy(slot, &v, sizeof v);
-	}), AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16);
+	}), AT_EXPAND(AT_ALL_TYPES), AT_EXPAND(AT_COMPLEX_TYPES), at::kBool, at::kHalf, at::kBFloat16);
 }
 
 static bool is_cpu_scalar(const at::Tensor &t)
@@ -83,7 +86,7 @@ static c10::Scalar cpu_scalar_value(const at::Tensor &t)
 	c10::Scalar v;
 	AT_DISPATCH_V2(t.scalar_type(), "cpu_scalar_value", AT_WRAP([&] {
 		v = c10::Scalar(*t.const_data_ptr<scalar_t>());
-	}), AT_EXPAND(AT_ALL_TYPES), at::kBool, at::kHalf, at::kBFloat16);
+	}), AT_EXPAND(AT_ALL_TYPES), AT_EXPAND(AT_COMPLEX_TYPES), at::kBool, at::kHalf, at::kBFloat16);
 	return v;
 }
 
@@ -95,9 +98,9 @@ static size_t elem_size(at::ScalarType t)
 // Fills the operand k of a launch record for a CPU scalar, in dtype t.
 static void set_scalar_operand(PwLaunch &L, int k, at::ScalarType t, const c10::Scalar &v, const char *name)
 {
-	store_scalar(&L.scal[k], t, v);
+	store_scalar(L.scal[k], t, v);
 	L.a.it.data[k] = nullptr;
-	L.a.it.dtype[k] = (int8_t)nk_dtype(t, name);
+	L.a.it.dtype[k] = (int8_t)nk_dtype_cx(t, name);
 }
 
 // The common case without TensorIterator: every tensor operand is a plain contiguous neuron tensor of
@@ -107,7 +110,7 @@ static void set_scalar_operand(PwLaunch &L, int k, at::ScalarType t, const c10::
 // (nothing done) when the case is not that simple; TensorIterator handles it then.
 static bool pointwise_fast(const char *name, int op, c10::SmallVector<at::Tensor, 4> &in, at::Tensor &res,
 			   at::ScalarType common, at::ScalarType odt, c10::Device dev, unsigned nocast, double a,
-			   double b, int64_t ia, int64_t ib)
+			   double b, int64_t ia, int64_t ib, bool cx)
 {
 	const at::Tensor *shape_src = nullptr;
 	for (const auto &x : in) {
@@ -144,7 +147,7 @@ static bool pointwise_fast(const char *name, int op, c10::SmallVector<at::Tensor
 	it.nops = 1 + (int)in.size();
 	it.shape[0] = n;
 	it.data[0] = (char *)res.data_ptr();
-	it.dtype[0] = (int8_t)nk_dtype(odt, name);
+	it.dtype[0] = (int8_t)nk_dtype_cx(odt, name);
 	it.strides[0][0] = (int64_t)elem_size(odt);
 	size_t cost = (size_t)n * elem_size(odt);
 	for (int k = 1; k < it.nops; k++) {
@@ -158,12 +161,13 @@ static bool pointwise_fast(const char *name, int op, c10::SmallVector<at::Tensor
 			continue;
 		}
 		it.data[k] = (char *)x.const_data_ptr();
-		it.dtype[k] = (int8_t)nk_dtype(x.scalar_type(), name);
+		it.dtype[k] = (int8_t)nk_dtype_cx(x.scalar_type(), name);
 		it.strides[k][0] = (int64_t)x.element_size();
 		cost += (size_t)n * x.element_size();
 	}
 	L.a.op = op;
 	L.a.a = a, L.a.b = b, L.a.ia = ia, L.a.ib = ib;
+	L.cx = cx;
 	launch_cost(current_queue(dev.index()), pw_tramp, L, name, cost);
 	return true;
 }
@@ -192,6 +196,11 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 	if (kind == Kind::Float && at::isIntegralType(common, true))
 		common = c10::typeMetaToScalarType(c10::get_default_dtype());
 	at::ScalarType odt = kind == Kind::Bool ? at::kBool : common;
+	bool cx = at::isComplexType(common);
+	for (const auto &x : in)
+		cx |= at::isComplexType(x.scalar_type());
+	if (C10_UNLIKELY(cx))
+		complex_op_params(name, op, in, odt, ia);
 	for (i = 0; i < in.size(); i++) {
 		if (!(nocast >> i & 1) && !is_cpu_scalar(in[i]) && in[i].scalar_type() != common &&
 		    in[i].device().type() == kDev)
@@ -210,7 +219,7 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 		res = at::Tensor();
 	}
 	DeviceScope g(dev->index());
-	if (pointwise_fast(name, op, in, res, common, odt, *dev, nocast, a, b, ia, ib)) {
+	if (pointwise_fast(name, op, in, res, common, odt, *dev, nocast, a, b, ia, ib, cx)) {
 		if (via_temp)
 			return inplace ? into_self(out, res) : into(out, res, rule);
 		return res;
@@ -239,12 +248,13 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 			}
 			cost += (size_t)iter.numel() * iter.element_size(k);
 			it.data[k] = (char *)iter.data_ptr(k);
-			it.dtype[k] = (int8_t)nk_dtype(iter.dtype(k), name);
+			it.dtype[k] = (int8_t)nk_dtype_cx(iter.dtype(k), name);
 			for (int d = 0; d < it.ndim; d++)
 				it.strides[k][d] = iter.strides(k)[d];
 		}
 		L.a.op = op;
 		L.a.a = a, L.a.b = b, L.a.ia = ia, L.a.ib = ib;
+		L.cx = cx;
 		launch_cost(current_queue(dev->index()), pw_tramp, L, name, cost);
 	}
 	res = iter.output(0);
@@ -271,13 +281,16 @@ static void check_alpha(const at::Tensor &s, const at::Tensor &o, const c10::Sca
 
 static void alpha_params(const c10::Scalar &alpha, double &a, int64_t &ia)
 {
-	if (alpha.isIntegral(true))
+	if (alpha.isComplex()) // its imaginary part: complex_alpha
+		a = alpha.toComplexDouble().real(), ia = 0;
+	else if (alpha.isIntegral(true))
 		ia = alpha.toLong(), a = (double)ia;
 	else
 		a = alpha.toDouble(), ia = (int64_t)a;
 }
 
-void iter_to_nk(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *name)
+template <int (*DT)(c10::ScalarType, const char *)>
+static void iter_fill(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *name)
 {
 	TORCH_CHECK(iter.ndim() <= NK_MAX_DIMS, name, ": too many dimensions for neuron");
 	it.ndim = (int)iter.ndim();
@@ -286,10 +299,20 @@ void iter_to_nk(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *n
 		it.shape[d] = iter.shape()[d];
 	for (int k = 0; k < it.nops; k++) {
 		it.data[k] = (char *)iter.data_ptr(k);
-		it.dtype[k] = (int8_t)nk_dtype(iter.dtype(k), name);
+		it.dtype[k] = (int8_t)DT(iter.dtype(k), name);
 		for (int d = 0; d < it.ndim; d++)
 			it.strides[k][d] = iter.strides(k)[d];
 	}
+}
+
+void iter_to_nk(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *name)
+{
+	iter_fill<nk_dtype>(iter, it, name);
+}
+
+void iter_to_nk_cx(const at::TensorIteratorBase &iter, nk_iter_t &it, const char *name)
+{
+	iter_fill<nk_dtype_cx>(iter, it, name);
 }
 
 // ---- the tables: one line per op ----------------------------------------------------------------
@@ -314,7 +337,7 @@ template <int OP, Kind K> static at::Tensor &pw_alpha(const char *n, at::Tensor 
 {
 	check_alpha(s, t, al);
 	double a; int64_t ia; alpha_params(al, a, ia);
-	return o = pointwise(n, OP, {s, t}, o, K, a, 0, ia);
+	return o = pointwise(n, OP, {s, t}, o, K, a, complex_imag(al), ia);
 }
 template <int OP> static at::Tensor &pw_alpha_scalar(const char *n, at::Tensor &o, const at::Tensor &s, const c10::Scalar &v,
 						     const c10::Scalar &al)
@@ -326,7 +349,7 @@ template <int OP> static at::Tensor &pw3_value(const char *n, at::Tensor &o, con
 					       const at::Tensor &t2, const c10::Scalar &v)
 {
 	double a; int64_t ia; alpha_params(v, a, ia);
-	return o = pointwise(n, OP, {s, t1, t2}, o, Kind::Same, a, 0, ia);
+	return o = pointwise(n, OP, {s, t1, t2}, o, Kind::Same, a, complex_imag(v), ia);
 }
 // one scalar parameter a (leaky_relu's slope), or two (hardtanh's bounds, softplus' beta/threshold)
 template <int OP, Kind K> static at::Tensor &pw1_a(const char *n, at::Tensor &o, const at::Tensor &s, const c10::Scalar &a)
@@ -588,7 +611,7 @@ static at::Tensor rsub_t(const at::Tensor &s, const at::Tensor &other, const c10
 	if (!alpha.isIntegral(false))
 		at::native::alpha_check(at::result_type(s, other), alpha);
 	double a; int64_t ia; alpha_params(alpha, a, ia);
-	return pointwise("aten::rsub", NK_OP_SUB, {other, s}, {}, Kind::Same, a, 0, ia);
+	return pointwise("aten::rsub", NK_OP_SUB, {other, s}, {}, Kind::Same, a, complex_imag(alpha), ia);
 }
 static at::Tensor rsub_s(const at::Tensor &s, const c10::Scalar &other, const c10::Scalar &alpha) { return rsub_t(s, wrap(other), alpha); }
 

@@ -1,6 +1,7 @@
 // ops_reduce.cpp - reductions: sum/mean/prod, amax/amin/max/min, argmax/argmin, any/all, vector norms,
 // var/std (and their pairs with mean), logsumexp, nansum, count_nonzero, equal (nk_reduce_run).
 #include "neuron.h"
+#include "complex.h"
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
@@ -126,10 +127,40 @@ static RedPlan plan_reduce(const at::Tensor &x, at::OptionalIntArrayRef dims_opt
 	return p;
 }
 
+// Complex sum and mean: the real kernel over the interleaved (re, im) pairs, as [O, R, 2I] real;
+// prod: the complex kernel.  Other reductions of complex tensors are refused, naming the op.
+static void launch_reduce_complex(const char *name, const RedPlan &p, int op, const at::Tensor &out)
+{
+	at::ScalarType t = p.in.scalar_type();
+	TORCH_CHECK(at::isComplexType(t) && t == out.scalar_type() && t != at::kComplexHalf, name, ": dtype ", t, " to ",
+		    out.scalar_type(), " is not supported on neuron");
+	TORCH_CHECK(op == NK_RED_SUM || op == NK_RED_MEAN || op == NK_RED_PROD, name, ": dtype ", t, " is not supported on neuron");
+	if (p.O * p.I == 0)
+		return;
+	size_t cost = (size_t)(p.O * p.R * p.I) * p.in.element_size() + (size_t)out.numel() * out.element_size();
+	nrt_queue_t *q = current_queue(p.in.device().index());
+	if (op == NK_RED_PROD) {
+		nk_complex_prod_args_t r{p.in.const_data_ptr(), out.data_ptr(), nk_dtype_cx(t, name), p.O, p.R, p.I};
+		launch_cost(q, nk_complex_prod_run, r, name, cost);
+		return;
+	}
+	nk_reduce_args_t r{};
+	r.in = p.in.const_data_ptr();
+	r.out = out.data_ptr();
+	r.dtype_in = r.dtype_out = nk_dtype(c10::toRealValueType(t), name);
+	r.O = p.O, r.R = p.R, r.I = 2 * p.I;
+	r.op = op;
+	launch_cost(q, nk_reduce_run, r, name, cost);
+}
+
 static void launch_reduce(const char *name, const RedPlan &p, int op, const at::Tensor &out, const at::Tensor &out2, double a = 0)
 {
 	if (out.numel() == 0 && !(p.O * p.I == 0))
 		return;
+	if (C10_UNLIKELY(p.in.is_complex() || out.is_complex())) {
+		launch_reduce_complex(name, p, op, out);
+		return;
+	}
 	nk_reduce_args_t r{};
 	r.in = p.in.const_data_ptr();
 	r.out = out.data_ptr();

@@ -3,6 +3,7 @@
 // the integer and bit binary ops that share their wrappers (gcd, lcm, shifts, heaviside, nextafter,
 // copysign).
 #include "neuron.h"
+#include "complex.h"
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
@@ -69,7 +70,8 @@ static at::Tensor &sp2(const char *n, at::Tensor &o, const at::Tensor &s, const 
 }
 static at::Tensor &angle_b(const char *n, at::Tensor &o, const at::Tensor &s)
 {
-	TORCH_CHECK(!s.is_complex(), "angle: complex tensors are not supported on neuron");
+	if (s.is_complex())
+		return complex_angle(n, o, s);
 	return sp1<NK_SP_ANGLE>(n, o, s);
 }
 
