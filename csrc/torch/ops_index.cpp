@@ -3,6 +3,7 @@
 // x[mask], index_put_) and repeat_interleave.  Arguments are checked like aten; the C kernels
 // (index.c, small.c) get the operands' shapes and strides.
 #include "neuron.h"
+#include "complex.h"
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
@@ -416,6 +417,11 @@ static at::Tensor index_select_f(const at::Tensor &self, int64_t dim, const at::
 	NEURON_TRACK("aten::index_select");
 	check_index_1d("index_select", index);
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
+	if (C10_UNLIKELY(self.is_complex())) { // the (re, im) pairs move as a real trailing dim
+		at::Tensor s1 = self.dim() == 0 ? self.reshape({1}) : self;
+		at::Tensor r = complex_from_real(index_select_f(real_view_raw(s1), d, index));
+		return self.dim() == 0 ? r.reshape({}) : r;
+	}
 	c10::DeviceGuard g(self.device());
 	at::Tensor x1 = as1d(self);
 	auto shape = x1.sizes().vec();
@@ -816,6 +822,8 @@ static at::Tensor index_f(const at::Tensor &self, const c10::List<std::optional<
 {
 	NEURON_TRACK("aten::index.Tensor");
 	c10::DeviceGuard g(self.device());
+	if (C10_UNLIKELY(self.is_complex() && self.dim() > 0)) // the (re, im) pairs move as a real trailing dim
+		return complex_from_real(index_f(real_view_raw(self), indices));
 	AdvIndex r = adv_index("aten::index", self, indices);
 	if (!r.ok)
 		return at::native::call_fallback_fn<&cpu_fallback, at::_ops::index_Tensor>::call(self, indices);

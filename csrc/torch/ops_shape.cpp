@@ -1,6 +1,7 @@
 // ops_shape.cpp - shape ops and factories: tril/triu, flip, roll, tril_indices/triu_indices, and the
 // factories computed on the host and copied (arange, linspace, logspace) or filled (eye).
 #include "neuron.h"
+#include "complex.h"
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
@@ -108,6 +109,12 @@ static at::Tensor flip_f(const at::Tensor &self, at::IntArrayRef dims)
 	NEURON_TRACK("aten::flip");
 	c10::DeviceGuard g(self.device());
 	int64_t nd = self.dim();
+	if (C10_UNLIKELY(self.is_complex())) { // the (re, im) pairs move as a real trailing dim
+		std::vector<int64_t> wd;
+		for (int64_t d : dims)
+			wd.push_back(at::maybe_wrap_dim(d, nd));
+		return complex_from_real(flip_f(real_view_raw(self), wd));
+	}
 	std::vector<bool> flip(std::max<int64_t>(nd, 1), false);
 	for (int64_t d : dims) {
 		int64_t w = at::maybe_wrap_dim(d, nd);
