@@ -1,6 +1,7 @@
 // ops_gemm.cpp - matrix products: mm, addmm, bmm, baddbmm, addmv, addbmm, addr, dot, vdot (nk_gemm_run).
 // Shapes and dtypes are checked here; the kernel gets explicit strides.
 #include "neuron.h"
+#include "complex.h"
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
@@ -68,7 +69,7 @@
 
 namespace neuron {
 
-static at::Tensor vdot_f(const at::Tensor &s, const at::Tensor &o) { NEURON_TRACK("aten::vdot"); return at::dot(s, o); }
+static at::Tensor vdot_f(const at::Tensor &s, const at::Tensor &o) { NEURON_TRACK("aten::vdot"); return at::dot(s.is_complex() ? s.conj() : s, o); }
 // aten's addbmm: result = beta*self, then result.addmm_(b1[b], b2[b]) batch by batch (rounded to the
 // dtype after each batch, as the CPU does)
 static at::Tensor addbmm_f(const at::Tensor &self, const at::Tensor &b1, const at::Tensor &b2, const c10::Scalar &beta, const c10::Scalar &alpha)
@@ -148,7 +149,8 @@ static at::Tensor &addr_o(const at::Tensor &self, const at::Tensor &v1, const at
 
 static bool gemm_dtype(at::ScalarType t)
 {
-	return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf || at::isIntegralType(t, false);
+	return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf || at::isIntegralType(t, false) ||
+	       t == at::kComplexFloat || t == at::kComplexDouble; // complex: real GEMMs on the planes (ops_complex.cpp)
 }
 
 // Tiny GEMMs run inline on an idle queue (launch_cost).  Cost: multiply-adds * element size / 16, or the
@@ -165,6 +167,11 @@ static size_t gemm_cost(const nk_gemm_args_t &g, size_t es)
 // C[b] = alpha * A[b] @ B[b] + beta * C[b] on 3-d views (batch, rows, cols); strides as given.
 static void gemm3(const char *name, const at::Tensor &A, const at::Tensor &B, const at::Tensor &C, double alpha, double beta)
 {
+	if (C10_UNLIKELY(C.is_complex())) {
+		at::Tensor c = C;
+		complex_matmul(name, A, B, c, beta, alpha, beta != 0);
+		return;
+	}
 	nk_gemm_args_t g{};
 	g.dtype = nk_dtype(C.scalar_type(), name);
 	g.batch = C.size(0), g.M = C.size(1), g.N = C.size(2), g.K = A.size(2);
@@ -182,6 +189,11 @@ static void gemm3(const char *name, const at::Tensor &A, const at::Tensor &B, co
 static void gemm2(const char *name, const at::Tensor &A, const at::Tensor &B, const at::Tensor &C, double alpha, double beta,
 		  const at::Tensor *bias = nullptr)
 {
+	if (C10_UNLIKELY(C.is_complex())) { // never with a bias: mm_into copies a complex bias into C first
+		at::Tensor c = C;
+		complex_matmul(name, A, B, c, beta, alpha, beta != 0);
+		return;
+	}
 	nk_gemm_args_t g{};
 	if (bias) { // [gemm bias] C's old value read from the (expanded) bias inside the GEMM kernel
 		g.bias = bias->const_data_ptr(), g.rs_bias = bias->stride(0), g.cs_bias = bias->stride(1), g.bs_bias = 0;
@@ -202,7 +214,7 @@ static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, i
 {
 	TORCH_CHECK(a.dim() == dims && b.dim() == dims, op, ": expected ", dims, "-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
 	TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(), " != ", b.scalar_type());
-	TORCH_CHECK(gemm_dtype(a.scalar_type()), op, ": dtype ", a.scalar_type(), " is not supported on neuron (float32, float64, bfloat16, float16 and the integer dtypes are)");
+	TORCH_CHECK(gemm_dtype(a.scalar_type()), op, ": dtype ", a.scalar_type(), " is not supported on neuron (float32, float64, bfloat16, float16, complex64, complex128 and the integer dtypes are)");
 	TORCH_CHECK(a.size(dims - 1) == b.size(dims - 2), op, ": mat1 and mat2 shapes cannot be multiplied (", a.size(dims - 2), "x",
 		    a.size(dims - 1), " and ", b.size(dims - 2), "x", b.size(dims - 1), ")");
 }
