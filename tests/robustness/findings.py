@@ -15,8 +15,6 @@ FINDINGS = {
     'dtype.bitwise_float': "RuntimeError where the CPU's dtype dispatch raises NotImplementedError",
     'dtype.bool_neg': "message differs from the CPU's: neuron: synchronize: aten::neg: nk_pointwise: op 'neg' not supported for dtype bool",
     'dtype.bool_sub': "message differs from the CPU's: neuron: synchronize: aten::sub.Tensor: nk_pointwise: op 'sub' not supported for dtype bool",
-    'dtype.complex_abs': 'dtype not supported on neuron (the CPU computes it): neuron: dtype ComplexFloat is not supported on neuron (complex tensors have no kernels yet)',
-    'dtype.complex_create': 'dtype not supported on neuron (the CPU computes it): neuron: dtype ComplexFloat is not supported on neuron (complex tensors have no kernels yet)',
     'dtype.embedding_float_idx': "message differs from the CPU's: Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got Float instead (while checking arguments for embedding)",
     'dtype.float8_create': 'dtype not supported on neuron (the CPU computes it): aten::_copy_from: dtype Float8_e4m3fn is not supported on neuron',
     'dtype.gcd_float': "RuntimeError where the CPU's dtype dispatch raises NotImplementedError",

@@ -50,6 +50,8 @@ def _same(a, b, torch):
         if a.is_floating_point() or a.is_complex():
             if a.dtype in (torch.half, torch.bfloat16) or "float8" in str(a.dtype):
                 a, b = a.float(), b.float()
+            if a.is_complex():  # compared as (re, im) pairs: isinf & (x > 0) needs an order
+                a, b = torch.view_as_real(a.resolve_conj()), torch.view_as_real(b.resolve_conj())
             ok = torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
             ok = ok and torch.equal(a.isnan(), b.isnan()) and torch.equal(a.isinf() & (a > 0), b.isinf() & (b > 0))
         else:
