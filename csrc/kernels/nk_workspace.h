@@ -15,6 +15,8 @@ enum {
 	NK_WS_ATTENTION, /* attention tiles */
 	NK_WS_PARTIALS,  /* per-chunk partial sums of split reductions (caller thread) */
 	NK_WS_SPATIAL,   /* interp.c: f32 gradient plane (bf16/f16 backward), uint8 intermediate image */
+	NK_WS_FFT,       /* fft.c: a row's double complex scratch */
+	NK_WS_FFT_TABLE, /* fft.c: twiddles and Bluestein's chirp tables (calling thread) */
 	NK_WS_SLOTS
 };
 
