@@ -12,19 +12,26 @@
 #include "ops_util.h"
 #include "pointwise.h"
 
+extern "C" {
+#include "nk_fft.h"
+}
+
 #include <ATen/TensorIterator.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_conj.h>
 #include <ATen/ops/bmm.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/complex.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/real.h>
 #include <ATen/ops/view_as_complex.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <cstring>
 
 namespace neuron {
@@ -230,6 +237,115 @@ void complex_matmul(const char *name, const at::Tensor &A, const at::Tensor &B, 
 	out.copy_(r);
 }
 
+
+// ---- FFT: aten's _fft_c2c / _fft_r2c / _fft_c2r on the DFT kernel (fft.c) ----------------------------
+// torch.fft's functions (fft, ifft, rfft, irfft, hfft, fft2, fftn, ...) and stft/istft reduce to these
+// three.  A multi-dim transform is 1-D transforms dim after dim; the normalization (0 none, 1 by
+// 1/sqrt(n), 2 by 1/n, n the product of the transformed sizes) is applied by the last one.
+
+static double fft_scale(int64_t norm, int64_t n)
+{
+	return norm == 0 ? 1.0 : norm == 1 ? 1.0 / std::sqrt((double)n) : 1.0 / (double)n;
+}
+
+// the 1-D DFT of complex x along dim d, into a new tensor of x's shape
+static at::Tensor fft_dim(const char *name, const at::Tensor &x, int64_t d, bool forward, double scale)
+{
+	at::Tensor xm = x.movedim(d, -1);
+	int64_t n = xm.size(-1);
+	at::Tensor out = at::empty(xm.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+	if (out.numel() == 0)
+		return out.movedim(-1, d);
+	at::Tensor x2 = xm.reshape({-1, n});
+	nk_fft_args_t a{};
+	a.dtype = nk_dtype_cx(x.scalar_type(), name);
+	a.n = n, a.batch = x2.size(0);
+	a.in = x2.const_data_ptr(), a.is_n = x2.stride(1), a.is_b = x2.stride(0);
+	a.out = out.data_ptr(), a.os_n = 1, a.os_b = n;
+	a.forward = forward, a.scale = scale;
+	launch_cost(current_queue(x.device().index()), nk_fft_run, a, name, (size_t)out.numel() * out.element_size() * 8);
+	return out.movedim(-1, d);
+}
+
+static at::Tensor fft_c2c_dims(const char *name, const at::Tensor &x, at::IntArrayRef dims, int64_t norm, bool forward)
+{
+	TORCH_CHECK(x.is_complex() && x.scalar_type() != at::kComplexHalf, name, ": dtype ", x.scalar_type(), " is not supported on neuron");
+	DeviceScope g(x.device().index());
+	if (dims.empty())
+		return x.clone();
+	int64_t n = 1;
+	for (int64_t d : dims)
+		n *= x.size(at::maybe_wrap_dim(d, x.dim()));
+	at::Tensor r = x;
+	for (size_t i = 0; i < dims.size(); i++)
+		r = fft_dim(name, r, at::maybe_wrap_dim(dims[i], x.dim()), forward, i + 1 == dims.size() ? fft_scale(norm, n) : 1.0);
+	return r;
+}
+
+static at::Tensor fft_c2c(const at::Tensor &self, at::IntArrayRef dim, int64_t norm, bool forward)
+{
+	NEURON_TRACK("aten::_fft_c2c");
+	return fft_c2c_dims("aten::_fft_c2c", self, dim, norm, forward);
+}
+static at::Tensor &fft_c2c_out(const at::Tensor &self, at::IntArrayRef dim, int64_t norm, bool forward, at::Tensor &out)
+{
+	NEURON_TRACK("aten::_fft_c2c.out");
+	return into(out, fft_c2c_dims("aten::_fft_c2c.out", self, dim, norm, forward));
+}
+
+static at::Tensor fft_r2c_f(const char *name, const at::Tensor &self, at::IntArrayRef dim, int64_t norm, bool onesided)
+{
+	auto t = self.scalar_type();
+	TORCH_CHECK(t == at::kFloat || t == at::kDouble, name, ": dtype ", t, " is not supported on neuron (float32 and float64 are)");
+	TORCH_CHECK(!dim.empty(), name, ": expected at least one dim");
+	at::Tensor r = fft_c2c_dims(name, self.to(c10::toComplexType(t)), dim, norm, true);
+	if (!onesided)
+		return r;
+	int64_t last = at::maybe_wrap_dim(dim.back(), self.dim());
+	return r.narrow(last, 0, self.size(last) / 2 + 1).contiguous();
+}
+static at::Tensor fft_r2c(const at::Tensor &self, at::IntArrayRef dim, int64_t norm, bool onesided)
+{
+	NEURON_TRACK("aten::_fft_r2c");
+	return fft_r2c_f("aten::_fft_r2c", self, dim, norm, onesided);
+}
+static at::Tensor &fft_r2c_out(const at::Tensor &self, at::IntArrayRef dim, int64_t norm, bool onesided, at::Tensor &out)
+{
+	NEURON_TRACK("aten::_fft_r2c.out");
+	return into(out, fft_r2c_f("aten::_fft_r2c.out", self, dim, norm, onesided));
+}
+
+// c2r: the other dims complex-to-complex, then the last one's Hermitian half completed
+// (X[n-k] = conj X[k]) and transformed; the real part is the result (the imaginary parts of X[0] and,
+// for even n, X[n/2] are ignored, as a c2r transform ignores them).
+static at::Tensor fft_c2r_f(const char *name, const at::Tensor &self, at::IntArrayRef dim, int64_t norm, int64_t n)
+{
+	TORCH_CHECK(self.is_complex() && self.scalar_type() != at::kComplexHalf, name, ": dtype ", self.scalar_type(), " is not supported on neuron");
+	TORCH_CHECK(!dim.empty(), name, ": expected at least one dim");
+	TORCH_CHECK(n >= 1, name, ": Invalid number of data points (", n, ") specified");
+	DeviceScope g(self.device().index());
+	int64_t last = at::maybe_wrap_dim(dim.back(), self.dim());
+	int64_t total = n;
+	for (size_t i = 0; i + 1 < dim.size(); i++)
+		total *= self.size(at::maybe_wrap_dim(dim[i], self.dim()));
+	at::Tensor x = fft_c2c_dims(name, self, dim.slice(0, dim.size() - 1), 0, false);
+	int64_t h = n / 2 + 1;
+	TORCH_CHECK(x.size(last) >= h, name, ": expected the last dim to have at least ", h, " entries, got ", x.size(last));
+	at::Tensor y = x.narrow(last, 0, h);
+	at::Tensor full = n - h > 0 ? at::cat({y, y.narrow(last, 1, n - h).flip(last).conj()}, last) : y;
+	at::Tensor r = fft_dim(name, full, last, false, fft_scale(norm, total));
+	return at::real(r).contiguous();
+}
+static at::Tensor fft_c2r(const at::Tensor &self, at::IntArrayRef dim, int64_t norm, int64_t n)
+{
+	NEURON_TRACK("aten::_fft_c2r");
+	return fft_c2r_f("aten::_fft_c2r", self, dim, norm, n);
+}
+static at::Tensor &fft_c2r_out(const at::Tensor &self, at::IntArrayRef dim, int64_t norm, int64_t n, at::Tensor &out)
+{
+	NEURON_TRACK("aten::_fft_c2r.out");
+	return into(out, fft_c2r_f("aten::_fft_c2r.out", self, dim, norm, n));
+}
 } // namespace neuron
 
 using namespace neuron;
@@ -242,6 +358,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "polar.out", polar_o);
 	NEURON_IMPL(m, "conj_physical.out", conj_physical_o);
 	NEURON_IMPL(m, "conj_physical_", conj_physical_i);
+	NEURON_IMPL(m, "_fft_c2c", fft_c2c);
+	NEURON_IMPL(m, "_fft_c2c.out", fft_c2c_out);
+	NEURON_IMPL(m, "_fft_r2c", fft_r2c);
+	NEURON_IMPL(m, "_fft_r2c.out", fft_r2c_out);
+	NEURON_IMPL(m, "_fft_c2r", fft_c2r);
+	NEURON_IMPL(m, "_fft_c2r.out", fft_c2r_out);
 }
 
 // aten's copy_ hands neuron copies to _copy_from, which the Conjugate and Negative fallbacks would
