@@ -2,6 +2,7 @@
 // exponential_, cauchy_, geometric_, log_normal_, randperm, multinomial and native_dropout
 // (random.c, random_dist.c), on the device's Philox generator.
 #include "neuron.h"
+#include "complex.h"
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
@@ -261,6 +262,11 @@ static at::Tensor &normal_(at::Tensor &self, double mean, double std, std::optio
 {
 	NEURON_TRACK("aten::normal_");
 	TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+	if (C10_UNLIKELY(self.is_complex() && self.scalar_type() != at::kComplexHalf)) { // as aten: each part N(mean, std^2 / 2)
+		at::Tensor r = real_view_raw(self);
+		normal_(r, mean, std / std::sqrt(2.0), gen);
+		return self;
+	}
 	// refused at the call, as the CPU does (the kernel would fail later, on the queue)
 	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"normal_kernel_cpu\" not implemented for '",
 				    c10::toString(self.scalar_type()), "'");

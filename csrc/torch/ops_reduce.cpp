@@ -333,6 +333,8 @@ static at::Tensor all_dim(const at::Tensor &s, int64_t d, bool k) { NEURON_TRACK
 static at::Tensor vector_norm(const at::Tensor &s, const c10::Scalar &ord, at::OptionalIntArrayRef dim, bool keep, std::optional<at::ScalarType> dt)
 {
 	NEURON_TRACK("aten::linalg_vector_norm");
+	if (C10_UNLIKELY(s.is_complex())) // the norm of the moduli, in the real dtype
+		return vector_norm(at::abs(s), ord, dim, keep, dt ? std::optional<at::ScalarType>(c10::toRealValueType(*dt)) : std::nullopt);
 	TORCH_CHECK(at::isFloatingType(s.scalar_type()), "linalg.vector_norm: Expected a floating point or complex tensor as input. Got ", s.scalar_type());
 	double p = ord.toDouble();
 	if (p < 0 || std::isinf(p))

@@ -62,6 +62,9 @@ def test_factories_and_fills(device, dtype):
     assert torch.zeros_like(x).cpu().equal(torch.zeros(4, 4, dtype=dtype))
     assert torch.tensor([1 + 2j, 3 - 4j], device=device).cpu().equal(torch.tensor([1 + 2j, 3 - 4j]))
     assert torch.tensor(2 - 1j, device=device).item() == 2 - 1j
+    torch.manual_seed(0)
+    r = torch.randn(20000, dtype=dtype, device=device)             # each part N(0, 1/2), as aten
+    assert r.dtype == dtype and abs(r.real.var().item() - 0.5) < 0.05 and abs(r.imag.var().item() - 0.5) < 0.05
 
 
 @pytest.mark.parametrize("dtype", CX)
@@ -285,6 +288,9 @@ def test_reductions(device, dtype):
     _close(p.to(device).prod(1), p.prod(1), scale=10)
     _close(d.conj().sum(0), c.conj().sum(0))
     assert torch.zeros(0, 3, dtype=dtype, device=device).sum(0).cpu().equal(torch.zeros(3, dtype=dtype))
+    for ord in (2, 1, float("inf"), 3):
+        _close(torch.linalg.vector_norm(d, ord, dim=1), torch.linalg.vector_norm(c, ord, dim=1))
+    _close(d.norm(), c.norm())
 
 
 @pytest.mark.parametrize("dtype", CX)
