@@ -211,6 +211,11 @@ static void pack_b_strip(const amx_plan_t *pl, int64_t s, int64_t t0, int64_t t1
 			__mmask64 mk = bytes_mask((K - t * pl->kt) * es);
 			__m512i r[16];
 
+			/* the columns' lines 4 tiles ahead (16 runs a row of W apart: too many streams for the
+			 * hardware prefetchers) */
+			if (t + 4 < pl->nkt)
+				for (int j = 0; j < n; j++)
+					_mm_prefetch((const char *)B + (j * g->cs_b + (t + 4) * pl->kt) * es, _MM_HINT_T0);
 			for (int j = 0; j < 16; j++)
 				r[j] = j < n ? _mm512_maskz_loadu_epi8(mk, B + (j * g->cs_b + t * pl->kt) * es)
 					     : _mm512_setzero_si512();
@@ -625,6 +630,10 @@ static void run_task(const amx_plan_t *pl, char *acc, uint8_t *bbuf, int64_t tas
 				pf.n = 0;
 				if (tmn > 0)
 					a_prefetch(pl, r0 + mq + 2, tmn, sq / 2, nsp, &pf);
+				/* this block's C, a whole block ahead of its epilogue */
+				if (last)
+					c_prefetch(pl, i0 + mq * 16, nk_min64(32, g->M - i0 - mq * 16), j0 + sq * 16,
+						   nk_min64(32, g->N - j0 - sq * 16));
 				if (pl->kind == KIND_BF16)
 					tile_block_KIND_BF16(tm, tn, seg, nseg, b, t0, bstr, c, ldc, first, &pf,
 							     sd.pdst || sd.pend ? &sd : NULL);
@@ -637,7 +646,6 @@ static void run_task(const amx_plan_t *pl, char *acc, uint8_t *bbuf, int64_t tas
 				if (last) {
 					pend = c, pi = i0 + mq * 16, pj = j0 + sq * 16;
 					pm = nk_min64(32, g->M - pi), pn = nk_min64(32, g->N - pj);
-					c_prefetch(pl, pi, pm, pj, pn);
 				}
 			}
 		}
