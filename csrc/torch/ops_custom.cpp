@@ -242,11 +242,11 @@ PyObject *py_kernel_launch(PyObject *, PyObject *const *args, Py_ssize_t nargs)
 // ---- the boxed fast path ---------------------------------------------------------------------------
 
 // How the glue runs an op without Python: its outputs are new contiguous tensors shaped like one of
-// its tensor arguments, its grid one of numel / rows / size(d) of an argument, or a constant.
+// its tensor arguments (or like it without its last dimension), its grid one of numel / rows / size(d) of an argument, or a constant.
 struct FastSpec {
 	nk_kernel_fn_t fn;
 	const char *name;
-	std::vector<int> like;   // per return: the argument index it is shaped like
+	std::vector<int> like;   // per return: 2 * the argument index it is shaped like, + 1 without the last dim
 	int grid_kind, grid_arg; // 0 constant (grid_val), 1 numel, 2 rows (numel / size(-1)), 3 size(grid_val)
 	int64_t grid_val, tile;
 	bool contiguous;         // inputs made contiguous before the launch
@@ -303,8 +303,11 @@ struct FastKernel final : c10::OperatorKernel {
 		}
 		std::vector<at::Tensor> outs;
 		for (int a : spec.like) {
-			const at::Tensor &src = (*stack)[base + a].toTensor();
-			outs.push_back(at::empty(src.sizes(), src.options().memory_format(c10::MemoryFormat::Contiguous)));
+			const at::Tensor &src = (*stack)[base + a / 2].toTensor();
+			auto sizes = src.sizes();
+			if (a % 2)
+				sizes = sizes.slice(0, std::max<size_t>(sizes.size(), 1) - 1);
+			outs.push_back(at::empty(sizes, src.options().memory_format(c10::MemoryFormat::Contiguous)));
 			l.tensor(outs.back(), true);
 		}
 		l.go(grid, spec.tile);

@@ -129,12 +129,13 @@ class KernelOp:
         self._tile = int(tile or 0)
         self._contiguous = contiguous
         spec = _parse_grid(grid, self._names, qualname)
+        like = None
         if out_like is not None:
             out_like = (out_like,) if isinstance(out_like, str) else tuple(out_like)
-            if len(out_like) != self._nret or any(n not in self._names or str(args[self._names.index(n)].type) != "Tensor"
-                                                  for n in out_like):
-                raise ValueError(f"torchneuron.kernel: {qualname}: out_like must name one (non-optional) tensor "
-                                 f"argument per output ({self._nret}), got {out_like}")
+            like = tuple(_parse_like(n, self._names, args) for n in out_like) if len(out_like) == self._nret else None
+            if like is None or None in like:
+                raise ValueError(f"torchneuron.kernel: {qualname}: out_like must name, per output ({self._nret}), "
+                                 f"a (non-optional) tensor argument x as 'x' or 'x[:-1]', got {out_like}")
         lib = _libs.get(ns) or _libs.setdefault(ns, torch.library.Library(ns, "FRAGMENT"))
         lib.define(name + schema)
         self.op = getattr(getattr(torch.ops, ns), name).default
@@ -142,8 +143,7 @@ class KernelOp:
         self.fast = spec is not None and (self._nret == 0 or out_like is not None)
         torch.library.register_fake(qualname, fake or fn, lib=lib)
         if self.fast:   # the glue allocates the outputs and launches: no Python per call
-            like = tuple(self._names.index(n) for n in (out_like or ()))
-            _C()._kernel_register(qualname, kernel.fn, like, spec[0], spec[1], spec[2], self._tile, contiguous)
+            _C()._kernel_register(qualname, kernel.fn, like or (), spec[0], spec[1], spec[2], self._tile, contiguous)
         else:
             self._sig = inspect.signature(fn)
             lib.impl(name, self._eager, "PrivateUse1")
@@ -188,6 +188,15 @@ class KernelOp:
         return f"<torchneuron.kernel op {self.schema} ({'glue' if self.fast else 'python'} launch)>"
 
 
+def _parse_like(spec, names, args):
+    """2 * the index of the tensor argument `spec` names ("x", or "x[:-1]": without its last dim) + 1 for
+    the latter; None if it names none."""
+    m = re.match(r"^\s*([A-Za-z_]\w*)\s*(\[\s*:\s*-1\s*\])?\s*$", spec) if isinstance(spec, str) else None
+    if not m or m.group(1) not in names or str(args[names.index(m.group(1))].type) != "Tensor":
+        return None
+    return 2 * names.index(m.group(1)) + (1 if m.group(2) else 0)
+
+
 def _eval_grid(grid, names, vals):
     kind, i, v = _parse_grid(grid, names, "")
     if kind == 0:
@@ -216,8 +225,9 @@ def op(qualname, src=None, *, file=None, entry=None, grid, tile=None, mutates_ar
     tile         work items per tile (default: about 4 tiles per pool thread); fix it when the kernel's
                  result must not depend on the thread count
     mutates_args the arguments the kernel writes (as torch.library.custom_op)
-    out_like     per output, the tensor argument it has the shape and dtype of (contiguous): the glue
-                 then allocates outputs and launches without calling Python (the fast eager path)
+    out_like     per output, the tensor argument x it has the dtype and shape of ("x"), or the shape
+                 without the last dim ("x[:-1]": per-row statistics), contiguous: the glue then allocates
+                 outputs and launches without calling Python (the fast eager path)
     fake         the fake (meta) implementation; default: the decorated function
     contiguous   pass read-only tensor arguments contiguous (default True); False passes them as they
                  are (the descriptors carry strides)

@@ -7,7 +7,8 @@ one and a few lines here (the op, its fake and its autograd).  Importing the mod
     moe_gemm(x, w, offs)                         grouped GEMM of a mixture-of-experts layer (moe_gemm.c)
     softcap_attention(q, k, v, softcap, causal)  attention with a soft-capped score (softcap_attention.c)
 
-All take contiguous float32 tensors on neuron.
+All take contiguous float32 tensors on neuron.  Every op but moe_gemm's forward (its output is not shaped
+like an input) runs through the glue launch (out_like).
 """
 import math
 import os
@@ -26,13 +27,14 @@ def _c(name):
     return os.path.join(_DIR, name)
 
 
-def _new(shape, like, dtype=torch.float32):
-    return torch.empty(shape, dtype=dtype, device=like.device)
+def _new(shape, like):
+    """What the glue allocates for out_like: contiguous, like's dtype and device."""
+    return torch.empty(shape, dtype=like.dtype, device=like.device)
 
 
 # ---- RMSNorm ----------------------------------------------------------------------------------------
 
-@op("nkl::rms_norm_fwd", file=_c("rmsnorm.c"), entry="rms_norm_fwd", grid="rows(x)")
+@op("nkl::rms_norm_fwd", file=_c("rmsnorm.c"), entry="rms_norm_fwd", grid="rows(x)", out_like=("x", "x[:-1]"))
 def _rms_norm_fwd(x: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     return _new(x.shape, x), _new(x.shape[:-1], x)
 
@@ -124,7 +126,8 @@ def moe_gemm(x, w, offs):
 
 # ---- attention with a score modification ------------------------------------------------------------
 
-@op("nkl::softcap_attention_fwd", file=_c("softcap_attention.c"), entry="softcap_attention_fwd", grid="rows(q)")
+@op("nkl::softcap_attention_fwd", file=_c("softcap_attention.c"), entry="softcap_attention_fwd", grid="rows(q)",
+    out_like=("q", "q[:-1]"))
 def _attn_fwd(q: Tensor, k: Tensor, v: Tensor, scale: float, cap: float, causal: bool) -> tuple[Tensor, Tensor]:
     return _new(q.shape, q), _new(q.shape[:-1], q)
 
