@@ -175,6 +175,13 @@ static at::Tensor gather_f(const at::Tensor &self, int64_t dim, const at::Tensor
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
 	check_gather_shapes("gather", self, d, index, nullptr);
 	c10::DeviceGuard g(self.device());
+	if (C10_UNLIKELY(self.is_complex() && self.dim() > 0)) { // the (re, im) pairs move as a real trailing dim
+		auto sz = index.sizes().vec();
+		sz.push_back(2);
+		at::Tensor i2 = index.dim() == 0 ? index.reshape({1, 1}).expand({1, 2}) : index.unsqueeze(-1).expand(sz);
+		at::Tensor r = complex_from_real(gather_f(real_view_raw(self), d, i2, sparse_grad));
+		return index.dim() == 0 ? r.reshape({}) : r;
+	}
 	at::Tensor out = at::empty(index.sizes(), self.options());
 	if (index.numel() == 0)
 		return out;

@@ -202,3 +202,16 @@ def test_bool_selection_is_refused_as_on_the_cpu(fn):
     with pytest.raises(RuntimeError) as dev:
         fn(_dev(b))
     assert str(cpu.value).split("\n")[0] in str(dev.value)
+
+
+def test_gather_complex(device):
+    """gather of complex64/complex128 moves the (re, im) pairs (TorchTitan's rotary cache with positions
+    gathers a complex tensor); broadcast-expanded inputs and indices as the rotary code builds them."""
+    g = torch.Generator().manual_seed(4)
+    for dt in (torch.complex64, torch.complex128):
+        x = torch.randn(3, 5, dtype=dt, generator=g)
+        i = torch.randint(0, 5, (3, 4), generator=g)
+        assert torch.equal(torch.gather(x.to(device), 1, i.to(device)).cpu(), torch.gather(x, 1, i))
+        c = torch.randn(6, 4, dtype=dt, generator=g)[None, :, None, :].expand(2, -1, -1, -1)
+        pos = torch.randint(0, 6, (2, 3), generator=g).view(2, 3, 1, 1).expand(2, 3, 1, 4)
+        assert torch.equal(torch.gather(c.to(device), 1, pos.to(device)).cpu(), torch.gather(c, 1, pos))
