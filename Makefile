@@ -29,7 +29,7 @@ CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC)) $(1)/obj/gen/nc_prelude.o
 
-.PHONY: all venv hf-deps build install clib ctest test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness profile models
+.PHONY: all venv hf-deps titan-deps titan build install clib ctest test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness profile models
 
 all: install
 
@@ -99,6 +99,25 @@ $(HF_STAMP): $(VENV)/.torch-installed $(HF_REQ)
 
 hf-deps: $(HF_STAMP)
 
+# TorchTitan 0.3.0 and its closure (tests/models/requirements-titan.txt, every version pinned) go into
+# their own directory, put on PYTHONPATH only by the TorchTitan run (tests/models/titan.py): it needs
+# huggingface-hub<2 beside the sweep's 2.4, and triton, which no other test should see.
+TITAN_REQ   := tests/models/requirements-titan.txt
+TITAN_SITE  := $(VENV)/titan-site
+TITAN_STAMP := $(VENV)/.titan-installed
+$(TITAN_STAMP): $(VENV)/.torch-installed $(TITAN_REQ)
+	rm -rf $(TITAN_SITE)
+	$(VPY) -m pip install --quiet --no-deps --target $(TITAN_SITE) -r $(TITAN_REQ)
+	PYTHONPATH=$(TITAN_SITE) $(VPY) -c "import torch, torchtitan.train; v = torch.__version__; \
+	  assert v == '2.13.0+cpu', f'installing torchtitan changed torch to {v}'"
+	@touch $@
+
+titan-deps: $(TITAN_STAMP)
+
+# TorchTitan's llama3 debug model, FSDP2 on 2 ranks, neuron against the CPU (tests/models/titan.py)
+titan: install $(TITAN_STAMP)
+	$(VPY) -m tests.models.titan $(ARGS)
+
 $(VENV)/.neuron-installed: $(VENV)/.torch-installed $(BUILD)/libneuron.a setup.py pyproject.toml \
 		$(wildcard csrc/torch/*.cpp csrc/torch/*.h)
 	MAX_JOBS=2 $(VPY) -m pip install --quiet --no-build-isolation --no-deps -e .
@@ -107,10 +126,10 @@ $(VENV)/.neuron-installed: $(VENV)/.torch-installed $(BUILD)/libneuron.a setup.p
 install: $(VENV)/.neuron-installed
 build: install
 
-pytest: install $(HF_STAMP)
+pytest: install $(HF_STAMP) $(TITAN_STAMP)
 	$(VPY) -m pytest -q -x tests/python
 
-test: ctest test-sanitize install $(HF_STAMP)
+test: ctest test-sanitize install $(HF_STAMP) $(TITAN_STAMP)
 	$(VPY) -m pytest -q tests/python
 
 # PyTorch's OpInfo database on neuron vs CPU (tests/conformance): writes docs/conformance.md
