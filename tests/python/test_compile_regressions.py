@@ -245,6 +245,34 @@ print("ok", [str(w.message) for w in ws if "corrupted" in str(w.message)])
     assert p.returncode == 0 and "not a complete shared object" in p.stdout, p.report
 
 
+@pytest.mark.parametrize("damage", ["truncate", "overwrite"])
+def test_loaded_program_survives_its_cache_file_damaged_in_place(tmp_path, damage):
+    # a program this process compiled (and one it loaded from disk) runs from a private copy, not a
+    # mapping of the cache file: truncating or overwriting program.so in place afterwards was a SIGBUS
+    # (robustness catalogue cache.loaded.so_truncated / so_foreign)
+    code = f"""
+import os, torch
+from pathlib import Path
+f = lambda x: (x * 5 - 2).tanh()
+x = torch.randn(5, 6)
+torch.compile(f, backend="neuron")(x.to("neuron"))
+(so,) = Path({str(tmp_path)!r}).glob("programs/*/*/program.so")
+maps = open("/proc/self/maps").read()
+assert str(so) not in maps, "the cache file itself is mapped"
+with open(so, "r+b") as fh:
+    if {damage!r} == "truncate":
+        fh.truncate(100)
+    else:
+        fh.write(b"\\x7fELF" + bytes(os.path.getsize(so) - 4))
+torch._dynamo.reset()
+out = torch.compile(f, backend="neuron")(x.to("neuron"))
+torch.testing.assert_close(out.cpu(), f(x))
+print("ok")
+"""
+    p = run_python(code, env={"NEURON_CACHE_DIR": str(tmp_path)}, timeout=180)
+    assert p.returncode == 0 and "ok" in p.stdout, p.report
+
+
 # ---- 14: out of memory inside a compiled function --------------------------------------------------------
 
 def test_intermediate_out_of_memory_raises_and_device_stays_usable(tmp_path):

@@ -9,8 +9,6 @@ FINDINGS = {
     'autograd.detach_inplace': "message differs from the CPU's: one of the variables needed for gradient computation has been modified by an inplace operation: [neuronFloatType [3]], which is output 0 of Sigmoid, is at versi",
     'autograd.inplace_relu_saved': "message differs from the CPU's: one of the variables needed for gradient computation has been modified by an inplace operation: [neuronFloatType [3]], which is output 0 of Sigmoid, is at versi",
     'autograd.saved_modified': "message differs from the CPU's: one of the variables needed for gradient computation has been modified by an inplace operation: [neuronFloatType [3]], which is output 0 of Exp, is at version 1",
-    'cache.loaded.so_foreign': "SIGBUS when the program.so this process has already loaded is damaged in place and the same graph is compiled again; not investigated (the process's existing mapping of the file is the likely cause); a cache damaged before start-up is rebuilt (the other cache.* cases match)",
-    'cache.loaded.so_truncated': "SIGBUS when the program.so this process has already loaded is damaged in place and the same graph is compiled again; not investigated (the process's existing mapping of the file is the likely cause); a cache damaged before start-up is rebuilt (the other cache.* cases match)",
     'dtype.addmm_half_bias': "silent: the backend misses the CPU's check (self and mat2 must have the same dtype, but got Half and Float)",
     'dtype.bitwise_float': "RuntimeError where the CPU's dtype dispatch raises NotImplementedError",
     'dtype.bool_neg': "message differs from the CPU's: neuron: synchronize: aten::neg: nk_pointwise: op 'neg' not supported for dtype bool",

@@ -10,7 +10,8 @@ Cache layout under NEURON_CACHE_DIR (default ~/.cache/torchneuron):
                                             (another program's files), with a mismatching .so (corrupted)
                                             or with a .so shorter than its ELF headers say (truncated, even
                                             if entry.json was rewritten to match) is a miss: rebuilt.
-                                            All of it is checked before dlopen maps the file.
+                                            All of it is checked before dlopen, which maps a
+                                            private copy (unlinked once loaded), never the cache file.
     programs/<k[:2]>/<key>/program.c, graph.ir, plan.txt, fusion.log, cc.log
                                             kept with NEURON_COMPILE_DEBUG=1 (program.c always when
                                             the C compiler fails)
@@ -275,6 +276,7 @@ class Stats:
 
 stats = Stats()
 _loaded = {}   # key -> CDLL
+_copies = 0    # private copies loaded (their temporary names are unique in the process)
 
 
 def program_key(source):
@@ -392,7 +394,7 @@ def load_source(full, kind="programs", debug_files=None, what=None):
                 lib = _try_load(key, d, so)
             if lib is None:
                 _compile_entry(key, d, so, full, debug_files, what or f"program {key[:16]}")
-                lib = ctypes.CDLL(so)
+                lib = _dlopen_copy(so, d)
                 stats.misses += 1
             else:
                 stats.disk_hits += 1
@@ -409,10 +411,48 @@ def _try_load(key, d, so):
         _corrupt(key, d, why)
         return None
     try:
-        return ctypes.CDLL(so)
+        return _dlopen_copy(so, d)
     except OSError as e:
         _corrupt(key, d, f"cannot load: {e}")
         return None
+
+
+def _dlopen_copy(so, d):
+    """dlopen a private copy of the cache file so (the bytes entry.json's sha256 vouches for, written to
+    a temporary file that is unlinked once loaded), never the file itself: a loaded program's pages stay
+    backed by the file it was mapped from, so a cache file truncated or overwritten in place afterwards
+    (another process, a user, a full disk) would fault (SIGBUS) code this process already runs.  Each
+    copy has a name of its own: dlopen returns an already-loaded library of the same name (a reused
+    /proc/self/fd/N of a memfd would give the previous program)."""
+    with open(so, "rb") as f:
+        data = f.read()
+    try:
+        with open(os.path.join(d, "entry.json")) as f:
+            want = json.load(f)["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        want = None
+    if want is None or hashlib.sha256(data).hexdigest() != want:
+        raise OSError(errno.EIO, "program.so changed while it was being loaded")
+    global _copies
+    with _lock:
+        _copies += 1
+        n = _copies
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"torchneuron-{os.getpid()}-{n}-{os.path.basename(d)[:16]}-", suffix=".so")
+    except OSError:
+        return ctypes.CDLL(so)  # no writable temporary directory: the cache file itself
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            return ctypes.CDLL(so)  # a temporary directory mounted noexec: the cache file itself
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _compile_entry(key, d, so, full, debug_files, what):
