@@ -210,13 +210,41 @@ static void gemm2(const char *name, const at::Tensor &A, const at::Tensor &B, co
 		    name, gemm_cost(g, C.element_size()));
 }
 
-static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, int64_t dims)
+// aten's argument checks of the matrix products, in its order and words: mm's and addmm's meta
+// functions, common_checks_baddbmm_bmm and the bmm kernels, addmv's (self is the bias, or null)
+static void check_gemm_dtype(const char *op, const at::Tensor &a)
 {
-	TORCH_CHECK(a.dim() == dims && b.dim() == dims, op, ": expected ", dims, "-D tensors, got ", a.dim(), "-D and ", b.dim(), "-D");
-	TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected m1 and m2 to have the same dtype, but got: ", a.scalar_type(), " != ", b.scalar_type());
 	TORCH_CHECK(gemm_dtype(a.scalar_type()), op, ": dtype ", a.scalar_type(), " is not supported on neuron (float32, float64, bfloat16, float16, complex64, complex128 and the integer dtypes are)");
-	TORCH_CHECK(a.size(dims - 1) == b.size(dims - 2), op, ": mat1 and mat2 shapes cannot be multiplied (", a.size(dims - 2), "x",
-		    a.size(dims - 1), " and ", b.size(dims - 2), "x", b.size(dims - 1), ")");
+}
+static void check_mm(const char *op, const at::Tensor &a, const at::Tensor &b, int64_t dims, const at::Tensor *self = nullptr)
+{
+	if (dims == 3) {
+		TORCH_CHECK(a.dim() == 3, "batch1 must be a 3D tensor");
+		TORCH_CHECK(b.dim() == 3, "batch2 must be a 3D tensor");
+		TORCH_CHECK(b.size(0) == a.size(0) && b.size(1) == a.size(2), "Expected size for first two dimensions of batch2 tensor to be: [",
+			    a.size(0), ", ", a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
+		if (self)
+			TORCH_CHECK(self->dtype() == a.dtype(), "Input dtypes must be the same, got: input ", self->dtype(), ", batch1: ", a.dtype(),
+				    ", batch2: ", b.dtype());
+		TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected scalar type ", a.scalar_type(), " but found ", b.scalar_type());
+		check_gemm_dtype(op, a);
+		return;
+	}
+	if (self) { // addmm
+		TORCH_CHECK(self->scalar_type() == b.scalar_type(), "self and mat2 must have the same dtype, but got ", self->scalar_type(), " and ",
+			    b.scalar_type());
+		TORCH_CHECK(a.scalar_type() == b.scalar_type(), "mat1 and mat2 must have the same dtype, but got ", a.scalar_type(), " and ",
+			    b.scalar_type());
+		TORCH_CHECK(a.dim() == 2, "mat1 must be a matrix, got ", a.dim(), "-D tensor");
+		TORCH_CHECK(b.dim() == 2, "mat2 must be a matrix, got ", b.dim(), "-D tensor");
+	} else { // mm
+		TORCH_CHECK(a.dim() == 2, "self must be a matrix");
+		TORCH_CHECK(b.dim() == 2, "mat2 must be a matrix");
+		TORCH_CHECK(a.dtype() == b.dtype(), "expected m1 and m2 to have the same dtype, but got: ", a.dtype(), " != ", b.dtype());
+	}
+	check_gemm_dtype(op, a);
+	TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ", b.size(0), "x",
+		    b.size(1), ")");
 }
 
 // beta as a Scalar of out's kind: an integral out must not be multiplied by a double Scalar (mul_ would
@@ -271,14 +299,14 @@ static at::Tensor &mm_out(const at::Tensor &a, const at::Tensor &b, at::Tensor &
 static at::Tensor addmm(const at::Tensor &bias, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha)
 {
 	NEURON_TRACK("aten::addmm");
-	check_mm("addmm", a, b, 2);
+	check_mm("addmm", a, b, 2, &bias);
 	at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
 	return mm_into("aten::addmm", a, b, out, bias.to(a.scalar_type()), beta.toDouble(), alpha.toDouble());
 }
 static at::Tensor &addmm_out(const at::Tensor &bias, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha, at::Tensor &out)
 {
 	NEURON_TRACK("aten::addmm.out");
-	check_mm("addmm", a, b, 2);
+	check_mm("addmm", a, b, 2, &bias);
 	if (out.is_same(bias)) { // addmm_: C = beta*C + alpha*AB in place
 		TORCH_CHECK(out.sizes() == at::IntArrayRef({a.size(0), b.size(1)}), "addmm_: self has the wrong shape");
 		if (beta.toDouble() == 0)
@@ -331,14 +359,14 @@ static at::Tensor &bmm_out(const at::Tensor &a, const at::Tensor &b, at::Tensor 
 static at::Tensor baddbmm(const at::Tensor &bias, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha)
 {
 	NEURON_TRACK("aten::baddbmm");
-	check_mm("baddbmm", a, b, 3);
+	check_mm("baddbmm", a, b, 3, &bias);
 	at::Tensor out = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
 	return bmm_into("aten::baddbmm", a, b, out, bias.to(a.scalar_type()), beta.toDouble(), alpha.toDouble());
 }
 static at::Tensor &baddbmm_(at::Tensor &self, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha)
 {
 	NEURON_TRACK("aten::baddbmm_");
-	check_mm("baddbmm_", a, b, 3);
+	check_mm("baddbmm_", a, b, 3, &self);
 	if (beta.toDouble() == 0)
 		self.zero_();
 	return bmm_into("aten::baddbmm_", a, b, self, self, beta.toDouble() == 0 ? 1 : beta.toDouble(), alpha.toDouble());
@@ -348,6 +376,8 @@ static at::Tensor dot(const at::Tensor &a, const at::Tensor &b)
 	NEURON_TRACK("aten::dot");
 	TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
 	TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(), "] and src [", b.numel(), "] to have the same number of elements, but got ", a.numel(), " and ", b.numel(), " elements respectively");
+	TORCH_CHECK(a.scalar_type() == b.scalar_type(), "dot : expected both vectors to have same dtype, but found ", a.scalar_type(), " and ",
+		    b.scalar_type());
 	check_mm("dot", a.unsqueeze(0), b.unsqueeze(1), 2);
 	at::Tensor out = at::empty({1, 1}, a.options());
 	mm_into("aten::dot", a.unsqueeze(0), b.unsqueeze(1), out, {}, 0, 1);
@@ -356,6 +386,12 @@ static at::Tensor dot(const at::Tensor &a, const at::Tensor &b)
 static at::Tensor addmv_f(const at::Tensor &bias, const at::Tensor &m, const at::Tensor &v, const c10::Scalar &beta, const c10::Scalar &alpha)
 {
 	NEURON_TRACK("aten::addmv");
+	TORCH_CHECK(m.dim() == 2 && v.dim() == 1 && bias.dim() <= 1, "vector + matrix @ vector expected, got ", bias.dim(), ", ", m.dim(), ", ",
+		    v.dim());
+	TORCH_CHECK(m.size(1) == v.size(0) && (m.size(0) == bias.numel() || bias.numel() == 1), "size mismatch, got input (", bias.numel(),
+		    "), mat (", m.size(0), "x", m.size(1), "), vec (", v.size(0), ")");
+	TORCH_CHECK(bias.dtype() == m.dtype() && m.dtype() == v.dtype(), "addmv input tensors must have the same dtype, but got ",
+		    bias.scalar_type(), ", ", m.scalar_type(), ", and ", v.scalar_type());
 	check_mm("addmv", m, v.unsqueeze(1), 2);
 	at::Tensor out = at::empty({m.size(0), 1}, m.options());
 	mm_into("aten::addmv", m, v.unsqueeze(1), out, bias.defined() ? bias.to(m.scalar_type()).reshape({-1, 1}) : bias, beta.toDouble(), alpha.toDouble());

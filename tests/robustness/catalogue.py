@@ -570,3 +570,29 @@ case("mp.dataloader_workers", MP,
      "torch.ones(1, device=dev).sum().item()\n"
      "dl = DataLoader(TensorDataset(torch.arange(16.).reshape(8, 2)), batch_size=4, num_workers=2)\n"
      "out = torch.stack([b[0].to(dev) * 2 for b in dl]).sum(0)", alone=True)
+
+# ---- matrix products: the argument checks in aten's order and words ----------------------------------
+MM = "sizes"
+F2, H2 = "torch.ones(2, 2, device=dev)", "torch.ones(2, 2, dtype=torch.half, device=dev)"
+_mm = {
+    "addmm_mat_dtypes": f"out = torch.addmm({F2}, {H2}, {F2})",
+    "addmm_bias_1d_dtype": f"out = torch.addmm(torch.ones(2, dtype=torch.double, device=dev), {F2}, {F2})",
+    "addmm_out_bias_dtype": f"out = torch.addmm({H2}, {F2}, {F2}, out=torch.empty(2, 2, device=dev))",
+    "addmm_inplace_dtype": f"out = {F2}.addmm_({H2}, {H2})",
+    "addmm_1d_mat2": f"out = torch.addmm({F2}, {F2}, torch.ones(2, device=dev))",
+    "mm_1d_self": f"out = torch.mm(torch.ones(2, device=dev), {F2})",
+    "mm_long_float": f"out = torch.mm({F2}, torch.ones(2, 2, dtype=torch.long, device=dev))",
+    "matmul_half_float": f"out = torch.matmul({F2}, {H2})",
+    "bmm_dtypes": f"out = torch.bmm({F2}[None], {H2}[None])",
+    "bmm_inner": "out = torch.bmm(torch.ones(2, 2, 3, device=dev), torch.ones(2, 2, 2, device=dev))",
+    "bmm_2d": f"out = torch.bmm({F2}, {F2})",
+    "baddbmm_bias_dtype": f"out = torch.baddbmm({F2}[None], {H2}[None], {H2}[None])",
+    "baddbmm_batch_dtype": f"out = torch.baddbmm({F2}[None], {F2}[None], {H2}[None])",
+    "addmv_dtypes": f"out = torch.addmv(torch.ones(2, device=dev), {F2}, torch.ones(2, dtype=torch.half, device=dev))",
+    "addmv_size": f"out = torch.addmv(torch.ones(3, device=dev), {F2}, torch.ones(2, device=dev))",
+    "mv_dtypes": f"out = torch.mv({F2}, torch.ones(2, dtype=torch.half, device=dev))",
+    "dot_dtypes": "out = torch.dot(torch.ones(2, device=dev), torch.ones(2, dtype=torch.half, device=dev))",
+    "addmm_ok_int": "out = torch.addmm(torch.ones(2, 2, dtype=torch.long, device=dev), torch.ones(2, 3, dtype=torch.long, device=dev), torch.ones(3, 2, dtype=torch.long, device=dev), beta=2, alpha=3)",
+}
+for n, body in _mm.items():
+    case(f"mm.{n}", MM, body, fast=True)
