@@ -49,10 +49,12 @@ def _register():
         _dist.register()
     except Exception as e:
         warnings.warn(f"torchneuron: the c10d backend 'neuron' is not available: {e}")
-    try:  # the nested-tensor fast path of nn.TransformerEncoder; torch.load keeping the CPU's storage contract
-        from . import checkpoint as _checkpoint, nested as _nested
+    try:  # the nested-tensor fast path of nn.TransformerEncoder; torch.load keeping the CPU's storage contract;
+        # a clear error for a neuron tensor pickled for another process
+        from . import checkpoint as _checkpoint, nested as _nested, sharing as _sharing
         _nested.register()
         _checkpoint.register()
+        _sharing.register()
     except Exception as e:  # never fails the device
         warnings.warn(f"torchneuron: nested tensors / checkpoint restore not registered: {e}")
     try:  # Accelerate's device_map="auto" memory and Transformers' pipeline(device=N) on neuron

@@ -559,12 +559,21 @@ for n, dmg in _damage.items():
 
 # ---- multiprocessing: pickling for a spawn child, DataLoader workers ---------------------------------
 MP = "multiprocessing"
+# a neuron tensor has no cross-process sharing (CUDA's IPC, the CPU's shared memory): a clear refusal that
+# names the remedy (torchneuron/sharing.py), not torch's "_share_fd_: only available on CPU"
+_SHARE = ("raises", RuntimeError, r"cannot be shared with another process.*tensor\.cpu\(\)")
 case("mp.forking_pickle_tensor", MP,
      "import pickle, torch.multiprocessing\nfrom multiprocessing.reduction import ForkingPickler\n"
-     "out = pickle.loads(ForkingPickler.dumps(torch.arange(4., device=dev)))", alone=True)
+     "out = pickle.loads(ForkingPickler.dumps(torch.arange(4., device='neuron')))", _SHARE, alone=True)
 case("mp.forking_pickle_param", MP,
      "import pickle, torch.multiprocessing\nfrom multiprocessing.reduction import ForkingPickler\n"
-     "out = pickle.loads(ForkingPickler.dumps(torch.nn.Parameter(torch.ones(3, device=dev)))).detach()", alone=True)
+     "out = pickle.loads(ForkingPickler.dumps(torch.nn.Parameter(torch.ones(3, device='neuron')))).detach()", _SHARE, alone=True)
+case("mp.forking_pickle_storage", MP,
+     "import pickle, torch.multiprocessing\nfrom multiprocessing.reduction import ForkingPickler\n"
+     "out = pickle.loads(ForkingPickler.dumps(torch.ones(3, device='neuron').untyped_storage()))", _SHARE, alone=True)
+case("mp.forking_pickle_cpu_still_shared", MP,
+     "import pickle, torch.multiprocessing\nfrom multiprocessing.reduction import ForkingPickler\n"
+     "out = pickle.loads(ForkingPickler.dumps(torch.arange(4.)))", "ok", alone=True)
 case("mp.dataloader_workers", MP,
      "from torch.utils.data import DataLoader, TensorDataset\n"
      "torch.ones(1, device=dev).sum().item()\n"
