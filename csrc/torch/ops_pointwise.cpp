@@ -456,9 +456,17 @@ static void check_pow_scalar(const at::Tensor &s, const c10::Scalar &e)
 	TORCH_CHECK(!(at::isIntegralType(s.scalar_type(), true) && e.isIntegral(true) && e.toLong() < 0),
 		    "Integers to negative integer powers are not allowed.");
 }
+// aten's pow_tensor_scalar_kernel computes exponents 0.5 and -0.5 as sqrt and rsqrt in float, double
+// and bfloat16 (not in half, which calls std::pow): pow(-inf, 0.5) is nan and pow(-0., 0.5) -0. there,
+// where C's pow gives inf and +0.
 static at::Tensor &pow_ts_b(const char *n, at::Tensor &o, const at::Tensor &s, const c10::Scalar &e)
 {
 	check_pow_scalar(s, e);
+	if (e.isFloatingPoint() && (e.toDouble() == 0.5 || e.toDouble() == -0.5)) {
+		at::ScalarType t = at::result_type(s, e);
+		if (t == at::kFloat || t == at::kDouble || t == at::kBFloat16)
+			return o = pointwise(n, e.toDouble() > 0 ? NK_OP_SQRT : NK_OP_RSQRT, {s}, o, Kind::Float);
+	}
 	return o = pointwise(n, NK_OP_POW, {s, wrap(e)}, o, Kind::Same);
 }
 static at::Tensor pow_st(const c10::Scalar &b, const at::Tensor &e)

@@ -325,6 +325,13 @@ _nan = {
     "bf16_add": "out = x.bfloat16() + 1", "isclose": "out = torch.isclose(x, x, equal_nan=True)",
     "dropout_eval": "out = F.dropout(x, 0.5, training=False)", "cross_entropy": "out = F.cross_entropy(x, torch.tensor([0, 2], device=dev))",
 }
+# pow's exponents 0.5 and -0.5: sqrt and rsqrt in float, double and bfloat16 (nan for -inf, -0 for -0),
+# C's pow in half and with a tensor exponent, as aten's pow kernels have it
+_nan.update({f"pow_{e}_{d}": f"out = x.to(torch.{d}).pow({v})" for e, v in (("half", 0.5), ("mhalf", -0.5))
+             for d in ("double", "bfloat16", "half")})
+_nan.update({"pow_mhalf": "out = x.pow(-0.5)", "pow_tensor_exp": "out = x.pow(torch.tensor(0.5, device=dev))",
+             "pow_signed_zero": "out = 1 / torch.tensor([-0.0, 0.0], device=dev).pow(0.5)",
+             "pow_int_half": "out = torch.tensor([-4, 0, 4], device=dev).pow(0.5)"})
 for n, body in _nan.items():
     case(f"nan.{n}", NI, N + body, fast=True)
 

@@ -51,7 +51,6 @@ FINDINGS = {
     'index.take.async': "RuntimeError where ATen raises IndexError (TORCH_CHECK_INDEX): the backend's check uses TORCH_CHECK",
     'index.take.neg': "RuntimeError where ATen raises IndexError (TORCH_CHECK_INDEX): the backend's check uses TORCH_CHECK",
     'nan.gelu': "gelu(inf): neuron inf, the CPU's float32 path nan (its float64 path gives inf, the limit): a CPU inconsistency, but a difference from the CPU",
-    'nan.pow': "pow(-inf, 0.5): neuron inf (C's pow), the CPU nan (float32 and float64): a difference from the CPU",
     'oom.sum_uint8_no_temporary': 'sum of uint8 allocates an int64 copy of the input (8x) where the CPU needs no temporary',
     'sizes.argmax_empty': "RuntimeError where ATen raises IndexError (TORCH_CHECK_INDEX): the backend's check uses TORCH_CHECK",
     'sizes.cat_mismatch': "message differs from the CPU's: Sizes of tensors must match except in dimension 0. Expected size 3 but got size 4 for tensor number in the list.",
