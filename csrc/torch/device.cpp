@@ -165,7 +165,9 @@ int nk_dtype(c10::ScalarType t, const char *op)
 	case c10::kBFloat16: return NK_BF16;
 	case c10::kFloat: return NK_F32;
 	case c10::kDouble: return NK_F64;
-	default: TORCH_CHECK(false, op, ": dtype ", t, " is not supported on neuron");
+	// a dtype without kernels: NotImplementedError, as the CPU's dtype dispatch raises for the dtypes
+	// it lacks ("\"add_stub\" not implemented for 'UInt16'")
+	default: TORCH_CHECK_NOT_IMPLEMENTED(false, op, ": dtype ", t, " is not supported on neuron");
 	}
 }
 

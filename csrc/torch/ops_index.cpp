@@ -202,9 +202,26 @@ static at::Tensor gather_f(const at::Tensor &self, int64_t dim, const at::Tensor
 	launch_index(a, self, "aten::gather");
 	return out;
 }
+// aten's out= overlap checks of the gathering ops, before anything runs: out may not overlap itself or
+// an input ("unsupported operation: some elements of the input tensor and the written-to tensor refer
+// to a single memory location"); an input in `exact_ok` may be out itself (gather's index).
+static void check_out_overlap(const at::Tensor &out, std::initializer_list<const at::Tensor *> in,
+			      const at::Tensor *exact_ok = nullptr)
+{
+	at::assert_no_internal_overlap(out);
+	for (const at::Tensor *x : in)
+		at::assert_no_overlap(out, *x);
+	if (exact_ok)
+		at::assert_no_partial_overlap(out, *exact_ok);
+}
+
 static at::Tensor &gather_o(const at::Tensor &self, int64_t dim, const at::Tensor &index, bool sg, at::Tensor &out)
 {
 	NEURON_TRACK("aten::gather.out");
+	// aten's gather meta checks the overlap after resizing out to the index's shape
+	check_out(out, self.scalar_type(), self.device(), OutRule::Exact);
+	at::native::resize_output(out, index.sizes());
+	check_out_overlap(out, {&self}, &index);
 	return into(out, gather_f(self, dim, index, sg));
 }
 
@@ -391,11 +408,15 @@ static at::Tensor &scatter_reduce_two_i(at::Tensor &self, int64_t dim, const at:
 
 // ---- index_select / index_add / index_copy / index_fill: a 1-d index along dim --------------------
 
+// (each op checks the index's dtype in its own words)
 static void check_index_1d(const char *op, const at::Tensor &index)
 {
 	TORCH_CHECK_INDEX(index.dim() <= 1, op, "(): Index is supposed to be a vector");
+}
+static void check_index_int(const char *op, const at::Tensor &index)
+{
 	TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, op,
-		    "(): Expected dtype int32/int64 for index");
+		    "(): Expected dtype int32/int64 for index but got: ", index.scalar_type());
 }
 
 // The nk_index arguments for "x along dim indexed by a 1-d index" over an iteration shape `shape`
@@ -423,6 +444,8 @@ static at::Tensor index_select_f(const at::Tensor &self, int64_t dim, const at::
 {
 	NEURON_TRACK("aten::index_select");
 	check_index_1d("index_select", index);
+	TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+		    "index_select(): Expected dtype int32 or int64 for index");
 	int64_t d = at::maybe_wrap_dim(dim, self.dim());
 	if (C10_UNLIKELY(self.is_complex())) { // the (re, im) pairs move as a real trailing dim
 		at::Tensor s1 = self.dim() == 0 ? self.reshape({1}) : self;
@@ -445,12 +468,15 @@ static at::Tensor index_select_f(const at::Tensor &self, int64_t dim, const at::
 static at::Tensor &index_select_o(const at::Tensor &self, int64_t dim, const at::Tensor &index, at::Tensor &out)
 {
 	NEURON_TRACK("aten::index_select.out");
+	check_out_overlap(out, {&self, &index});
 	return into(out, index_select_f(self, dim, index));
 }
 
 // out = self (copied unless it is self), then out[..index[i]..] op= source[..i..] (or value).
+// label: what a bad index's (asynchronous) error names (a literal: the queue keeps the pointer), default name
 static at::Tensor &index_scatter(const char *name, int op, const at::Tensor &self, int64_t dim, const at::Tensor &index,
-				 const at::Tensor &source, const c10::Scalar &value, bool wrap, at::Tensor &out)
+				 const at::Tensor &source, const c10::Scalar &value, bool wrap, at::Tensor &out,
+				 const char *label = nullptr)
 {
 	check_index_1d(name, index);
 	check_same_device(name, {&self, &index, &source});
@@ -471,8 +497,10 @@ static at::Tensor &index_scatter(const char *name, int op, const at::Tensor &sel
 	shape[d] = index.numel();
 	at::Tensor s1;
 	if (source.defined()) {
-		TORCH_CHECK(source.scalar_type() == self.scalar_type(), name, "(): self (", self.scalar_type(), ") and source (",
-			    source.scalar_type(), ") must have the same scalar type");
+		TORCH_CHECK(source.scalar_type() == self.scalar_type(), name,
+			    op == NK_IDX_SCATTER ? "(): self and source expected to have the same dtype, but got (self) " : "(): self (",
+			    self.scalar_type(), op == NK_IDX_SCATTER ? " and (source) " : ") and source (", source.scalar_type(),
+			    op == NK_IDX_SCATTER ? "" : ") must have the same scalar type");
 		s1 = as1d(source);
 		TORCH_CHECK(s1.dim() == x1.dim(), name, "(): Source/destination tensor must have same slice shapes");
 		TORCH_CHECK(s1.size(d) == index.numel(), name, "(): Number of indices (", index.numel(), ") should be equal to source.size(dim) (", s1.size(d), ")");
@@ -492,7 +520,7 @@ static at::Tensor &index_scatter(const char *name, int op, const at::Tensor &sel
 		a.value = value.toDouble();
 		a.ivalue = value.isBoolean() ? value.toBool() : value.isIntegral(false) ? value.toLong() : (int64_t)a.value;
 	}
-	launch_index(a, self, name);
+	launch_index(a, self, label ? label : name);
 	return out;
 }
 
@@ -502,8 +530,12 @@ static at::Tensor &index_add_o(const at::Tensor &self, int64_t dim, const at::Te
 	NEURON_TRACK("aten::index_add.out");
 	bool one = alpha.isBoolean() ? alpha.toBool() : alpha.toDouble() == 1.0;
 	at::assert_no_overlap(out, source);	// before the scaled copy hides it
+	check_index_1d("index_add_", index);
+	check_index_int("index_add_", index);
+	TORCH_CHECK(source.scalar_type() == self.scalar_type(), "index_add_(): self (", self.scalar_type(), ") and source (",
+		    source.scalar_type(), ") must have the same scalar type");
 	at::Tensor src = one ? source : source * alpha;
-	return index_scatter("index_add", NK_IDX_SCATTER_ADD, self, dim, index, src, 0, false, out);
+	return index_scatter("index_add_", NK_IDX_SCATTER_ADD, self, dim, index, src, 0, false, out);
 }
 static at::Tensor index_add_f(const at::Tensor &self, int64_t dim, const at::Tensor &index, const at::Tensor &source, const c10::Scalar &alpha)
 {
@@ -517,8 +549,9 @@ static at::Tensor &index_add_i(at::Tensor &self, int64_t dim, const at::Tensor &
 static at::Tensor &index_copy_o(const at::Tensor &self, int64_t dim, const at::Tensor &index, const at::Tensor &source, at::Tensor &out)
 {
 	NEURON_TRACK("aten::index_copy.out");
-	TORCH_CHECK_INDEX(index.scalar_type() == at::kLong, "index_copy_(): Expected a long tensor for index, but got ", index.scalar_type());
-	return index_scatter("index_copy", NK_IDX_SCATTER, self, dim, index, source, 0, false, out);
+	TORCH_CHECK(index.scalar_type() == at::kLong, "index_copy_(): Expected a long tensor for index, but got ", index.scalar_type());
+	// the CPU's "index_copy_(): index 50 is out of bounds for dimension 0 with size 4"
+	return index_scatter("index_copy_", NK_IDX_SCATTER, self, dim, index, source, 0, false, out, "index_copy_()");
 }
 static at::Tensor index_copy_f(const at::Tensor &self, int64_t dim, const at::Tensor &index, const at::Tensor &source)
 {
@@ -532,7 +565,8 @@ static at::Tensor &index_copy_i(at::Tensor &self, int64_t dim, const at::Tensor 
 static at::Tensor &index_fill_s(at::Tensor &self, int64_t dim, const at::Tensor &index, const c10::Scalar &v)
 {
 	NEURON_TRACK("aten::index_fill_.int_Scalar");
-	TORCH_CHECK_INDEX(index.scalar_type() == at::kLong, "index_fill_(): Expected a long tensor for index, but got ", index.scalar_type());
+	TORCH_CHECK_INDEX(index.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
+	(void)cpu_scalar(v, self.scalar_type()); // the CPU's checked conversion: "value cannot be converted to type int16_t without overflow"
 	return index_scatter("index_fill_", NK_IDX_SCATTER, self, dim, index, {}, v, true, self);
 }
 static at::Tensor &index_fill_t(at::Tensor &self, int64_t dim, const at::Tensor &index, const at::Tensor &v)
@@ -549,6 +583,8 @@ static at::Tensor &index_reduce_o(const at::Tensor &self, int64_t dim, const at:
 	NEURON_TRACK("aten::index_reduce.out");
 	TORCH_CHECK(reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
 		    "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ", reduce, ".");
+	check_index_1d("index_reduce_", index);
+	check_index_int("index_reduce_", index);
 	bool mean = reduce == "mean";
 	int op = mean ? NK_IDX_SCATTER_ADD : scatter_reduce_op(reduce, "index_reduce");
 	c10::DeviceGuard g(self.device());
@@ -557,11 +593,11 @@ static at::Tensor &index_reduce_o(const at::Tensor &self, int64_t dim, const at:
 		out.copy_(self);
 	}
 	if (!include_self)
-		index_scatter("index_reduce", NK_IDX_SCATTER, out, dim, index, {}, reduce_identity(op, self.scalar_type()), false, out);
-	index_scatter("index_reduce", op, out, dim, index, source, 0, false, out);
+		index_scatter("index_reduce_", NK_IDX_SCATTER, out, dim, index, {}, reduce_identity(op, self.scalar_type()), false, out);
+	index_scatter("index_reduce_", op, out, dim, index, source, 0, false, out);
 	if (mean) {
 		at::Tensor count = include_self ? at::ones_like(out) : at::zeros_like(out);
-		index_scatter("index_reduce", NK_IDX_SCATTER_ADD, count, dim, index, at::ones_like(source), 0, false, count);
+		index_scatter("index_reduce_", NK_IDX_SCATTER_ADD, count, dim, index, at::ones_like(source), 0, false, count);
 		divide_by_count(out, count);
 	}
 	return out;
@@ -606,6 +642,7 @@ static at::Tensor take_f(const at::Tensor &self, const at::Tensor &index)
 static at::Tensor &take_o(const at::Tensor &self, const at::Tensor &index, at::Tensor &out)
 {
 	NEURON_TRACK("aten::take.out");
+	check_out_overlap(out, {&self, &index});
 	return into(out, take_f(self, index));
 }
 static at::Tensor &put_i(at::Tensor &self, const at::Tensor &index, const at::Tensor &source, bool accumulate)
@@ -787,7 +824,9 @@ static AdvIndex adv_index(const char *name, const at::Tensor &self, const c10::L
 			a.is[k][j] = e.stride(j);
 		a.size[k] = self.size(pos[k]);
 		a.stride[k] = self.stride(pos[k]);
-		a.dim[k] = (int)pos[k];
+		// aten moves non-adjacent indexed dims to the front (transposeToFront) and reports a bad index
+		// against that order: x[i, :, j] names j's dim as dimension 1
+		a.dim[k] = (int)(adjacent ? pos[k] : k);
 	}
 	a.out = r.off.mutable_data_ptr<int64_t>();
 	if (r.off.numel())
@@ -845,6 +884,12 @@ static at::Tensor index_f(const at::Tensor &self, const c10::List<std::optional<
 static at::Tensor &index_o(const at::Tensor &self, const c10::List<std::optional<at::Tensor>> &indices, at::Tensor &out)
 {
 	NEURON_TRACK("aten::index.Tensor_out");
+	check_out_overlap(out, {&self});
+	for (size_t k = 0; k < indices.size(); k++) {
+		std::optional<at::Tensor> i = indices[k];
+		if (i && i->defined())
+			at::assert_no_overlap(out, *i);
+	}
 	return into(out, index_f(self, indices));
 }
 
@@ -936,7 +981,7 @@ static at::Tensor masked_select(const at::Tensor &self, const at::Tensor &mask)
 	TORCH_CHECK(self.device() == mask.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
 		    self.device(), " and ", mask.device(), "!");
 	c10::DeviceGuard g(self.device());
-	auto shape = at::infer_size(self.sizes(), mask.sizes());
+	auto shape = at::infer_size(mask.sizes(), self.sizes()); // aten: expand_outplace(mask, self), in this order
 	at::Tensor x = self.expand(shape).contiguous(), m = mask.expand(shape).contiguous();
 	sync_device(self.device().index(), "aten::masked_select");
 	const bool *mp = m.const_data_ptr<bool>();

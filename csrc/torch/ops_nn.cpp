@@ -47,12 +47,14 @@ static at::Tensor &cat_out(const at::ITensorListRef &tensors, int64_t dim, at::T
 	int64_t d = at::maybe_wrap_dim(dim, ref->dim());
 	std::vector<int64_t> shape = ref->sizes().vec();
 	int64_t total = 0;
+	int64_t num = -1;
 	for (const at::Tensor &t : ts) {
+		num++;
 		if (t.dim() == 1 && t.numel() == 0)
 			continue;
 		TORCH_CHECK(t.dim() == ref->dim(), "torch.cat(): Tensors must have same number of dimensions: got ", ref->dim(), " and ", t.dim());
 		for (int64_t k = 0; k < ref->dim(); k++)
-			TORCH_CHECK(k == d || t.size(k) == ref->size(k), "Sizes of tensors must match except in dimension ", d, ". Expected size ", ref->size(k), " but got size ", t.size(k), " for tensor number in the list.");
+			TORCH_CHECK(k == d || t.size(k) == ref->size(k), "Sizes of tensors must match except in dimension ", d, ". Expected size ", ref->size(k), " but got size ", t.size(k), " for tensor number ", num, " in the list.");
 		total += t.size(d);
 	}
 	shape[d] = total;
@@ -88,7 +90,7 @@ static at::Tensor embedding(const at::Tensor &w, const at::Tensor &idx, int64_t 
 {
 	NEURON_TRACK("aten::embedding");
 	TORCH_CHECK(w.dim() == 2, "'weight' must be 2-D");
-	TORCH_CHECK(idx.scalar_type() == at::kLong || idx.scalar_type() == at::kInt, "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got ", idx.scalar_type(), " instead (while checking arguments for embedding)");
+	TORCH_CHECK(idx.scalar_type() == at::kLong || idx.scalar_type() == at::kInt, "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got torch.", idx.scalar_type(), "Tensor instead (while checking arguments for embedding)");
 	c10::DeviceGuard g(w.device());
 	at::Tensor wc = w.contiguous(), ic = idx.contiguous();
 	auto shape = idx.sizes().vec();
@@ -130,8 +132,9 @@ static at::Tensor softmax_impl(const char *name, const at::Tensor &x, int64_t di
 	c10::DeviceGuard g(x.device());
 	int64_t d = at::maybe_wrap_dim(dim, x.dim());
 	at::Tensor xin = half_to_float ? x.to(at::kFloat) : x;
-	// aten's dtype dispatch error (NotImplementedError), naming the op instead of its CPU kernel
-	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(xin.scalar_type()), "\"", log ? "log_softmax" : "softmax", "\" not implemented for '",
+	// aten's dtype dispatch error (NotImplementedError), naming the CPU kernel as the CPU does
+	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(xin.scalar_type()), "\"", log ? "log_" : "", "softmax_",
+				    x.dim() == 0 || d == x.dim() - 1 ? "lastdim_" : "", "kernel_impl\" not implemented for '",
 				    c10::toString(xin.scalar_type()), "'");
 	// the usual case (last dim of a contiguous tensor) takes no transposed views: they cost dispatcher
 	// calls per op

@@ -362,13 +362,22 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> group_norm_bwd(const at::T
 	return {dx, dw, db};
 }
 
+// "[*, 4, 5]" for normalized_shape (4, 5), as aten's layer_norm check words it
+static std::string star_shape(at::IntArrayRef ns)
+{
+	std::string s = "[*";
+	for (int64_t v : ns)
+		s += ", " + std::to_string(v);
+	return s + "]";
+}
+
 // ---- fused rms norm --------------------------------------------------------------------------------
 
 static void rms_shape(const char *op, const at::Tensor &x, at::IntArrayRef ns, const at::Tensor &w, int64_t &rows, int64_t &cols)
 {
 	int64_t k = (int64_t)ns.size();
 	TORCH_CHECK(k >= 1 && x.dim() >= k && x.sizes().slice(x.dim() - k).equals(ns), op, ": Given normalized_shape=", ns,
-		    ", expected input with shape [*, ", ns, "], but got input of size", x.sizes());
+		    ", expected input with shape ", star_shape(ns), ", but got input of size", x.sizes());
 	TORCH_CHECK(!w.defined() || w.sizes().equals(ns), op, ": Expected weight to be of same shape as normalized_shape, but got weight of shape ",
 		    w.sizes(), " and normalized_shape = ", ns);
 	check_float(op, x, "input");
@@ -507,7 +516,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tenso
 	NEURON_TRACK("aten::native_layer_norm");
 	int64_t k = (int64_t)ns.size();
 	TORCH_CHECK(k >= 1 && x.dim() >= k && x.sizes().slice(x.dim() - k).equals(ns), "Given normalized_shape=", ns,
-		    ", expected input with shape [*, ", ns, "], but got input of size", x.sizes());
+		    ", expected input with shape ", star_shape(ns), ", but got input of size", x.sizes());
 	bool hw = w.has_value() && w->defined(), hb = b.has_value() && b->defined();
 	if (hw)
 		TORCH_CHECK(w->sizes().equals(ns), "Expected weight to be of same shape as normalized_shape, but got weight of shape ", w->sizes(), " and normalized_shape = ", ns);

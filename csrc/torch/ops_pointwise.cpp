@@ -172,6 +172,36 @@ static bool pointwise_fast(const char *name, int op, c10::SmallVector<at::Tensor
 	return true;
 }
 
+// aten's refusals of a dtype, for the ops whose kernels lack it: checked before the launch (the kernel
+// would fail asynchronously: "nk_pointwise: op 'neg' not supported for dtype bool"), in the CPU's words
+// and types (its dtype dispatch raises NotImplementedError)
+static void check_pw_dtype(int op, at::ScalarType common, const c10::SmallVector<at::Tensor, 4> &in)
+{
+	const char *cpu = nullptr; // the CPU kernel aten's dispatch names
+	bool ok = true;
+	switch (op) {
+	case NK_OP_NEG:
+		TORCH_CHECK(common != at::kBool, "Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+			    "to invert a mask, use the `~` or `logical_not()` operator instead.");
+		return;
+	case NK_OP_SUB:
+		if (in.size() == 2)
+			at::native::sub_check(in[0], in[1]);
+		return;
+	case NK_OP_RELU:
+		TORCH_CHECK(common != at::kBool, "Boolean inputs not supported for relu");
+		return;
+	case NK_OP_ABS: cpu = "abs_cpu", ok = common != at::kBool; break;
+	case NK_OP_FRAC: cpu = "frac_cpu", ok = !at::isIntegralType(common, true); break;
+	case NK_OP_BITWISE_AND: cpu = "bitwise_and_cpu", ok = !at::isFloatingType(common); break;
+	case NK_OP_BITWISE_OR: cpu = "bitwise_or_cpu", ok = !at::isFloatingType(common); break;
+	case NK_OP_BITWISE_XOR: cpu = "bitwise_xor_cpu", ok = !at::isFloatingType(common); break;
+	case NK_OP_BITWISE_NOT: cpu = "bitwise_not_cpu", ok = !at::isFloatingType(common); break;
+	default: return;
+	}
+	TORCH_CHECK_NOT_IMPLEMENTED(ok, "\"", cpu, "\" not implemented for '", c10::toString(common), "'");
+}
+
 // out = op(inputs...) with PyTorch's promotion.  `out` may be undefined (allocated here).  Inputs
 // listed in nocast (bit mask) keep their dtype (where's condition).  Returns the result.
 static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::Tensor> inputs, at::Tensor out,
@@ -193,6 +223,7 @@ static at::Tensor pointwise(const char *name, int op, std::initializer_list<at::
 	if (!dev)
 		dev = out.defined() ? out.device() : in[0].device();
 	at::ScalarType common = at::native::result_type(st);
+	check_pw_dtype(op, common, in);
 	if (kind == Kind::Float && at::isIntegralType(common, true))
 		common = c10::typeMetaToScalarType(c10::get_default_dtype());
 	at::ScalarType odt = kind == Kind::Bool ? at::kBool : common;

@@ -272,13 +272,13 @@ static at::Tensor amin_f(const at::Tensor &s, at::IntArrayRef dim, bool keep)
 static at::Tensor max_all(const at::Tensor &s)
 {
 	NEURON_TRACK("aten::max");
-	TORCH_CHECK(s.numel() > 0, "max(): Expected reduction dim to be specified for input.numel() == 0.");
+	TORCH_CHECK(s.numel() > 0, "max(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
 	return reduce("aten::max", s, {}, false, NK_RED_AMAX, s.scalar_type(), s.scalar_type());
 }
 static at::Tensor min_all(const at::Tensor &s)
 {
 	NEURON_TRACK("aten::min");
-	TORCH_CHECK(s.numel() > 0, "min(): Expected reduction dim to be specified for input.numel() == 0.");
+	TORCH_CHECK(s.numel() > 0, "min(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.");
 	return reduce("aten::min", s, {}, false, NK_RED_AMIN, s.scalar_type(), s.scalar_type());
 }
 
@@ -302,7 +302,7 @@ static at::Tensor argext(const char *name, int op, const at::Tensor &s, std::opt
 	TORCH_CHECK(s.scalar_type() != at::kBool, name, "(): does not support bool input"); // the CPU's check
 	c10::DeviceGuard g(s.device());
 	if (!dim.has_value()) {
-		TORCH_CHECK(s.numel() > 0, name, "(): Expected reduction dim to be specified for input.numel() == 0.");
+		TORCH_CHECK_INDEX(s.numel() > 0, name, "(): Expected reduction dim to be specified for input.numel() == 0.");
 		at::Tensor flat = s.reshape({-1});
 		RedPlan p = plan_reduce(flat, at::IntArrayRef{0});
 		at::Tensor r = at::empty({}, s.options().dtype(at::kLong));
@@ -349,7 +349,7 @@ static at::Tensor &vector_norm_out(const at::Tensor &s, const c10::Scalar &ord, 
 
 static at::Tensor var_std(const char *name, int op, const at::Tensor &s, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar> &corr, bool keep)
 {
-	TORCH_CHECK(at::isFloatingType(s.scalar_type()), name, ": expected a floating point tensor, got ", s.scalar_type());
+	TORCH_CHECK(at::isFloatingType(s.scalar_type()), "std and var only support floating point and complex dtypes");
 	double c = corr.has_value() ? corr->toDouble() : 1.0;
 	return reduce(name, s, dim, keep, op, s.scalar_type(), s.scalar_type(), {}, c);
 }

@@ -105,22 +105,18 @@ static void heaviside_check(const at::Tensor &s, const at::Tensor &v)
 }
 static void nextafter_check(const at::Tensor &s, const at::Tensor &o)
 {
-	TORCH_CHECK(at::isFloatingType(s.scalar_type()) && at::isFloatingType(o.scalar_type()), "\"nextafter_cpu\" not implemented for '",
+	TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(s.scalar_type()) && at::isFloatingType(o.scalar_type()), "\"nextafter_cpu\" not implemented for '",
 		    at::isFloatingType(s.scalar_type()) ? o.scalar_type() : s.scalar_type(), "'");
 }
-static void int_check(const at::Tensor &s, const at::Tensor &o)
+// gcd, lcm and the shifts exist for integers only: the CPU's dtype dispatch raises NotImplementedError
+// ("\"lcm_cpu\" not implemented for 'Float'")
+template <const char *OPNAME> static void int_check(const at::Tensor &s, const at::Tensor &o)
 {
 	for (const at::Tensor *t : {&s, &o})
-		TORCH_CHECK(at::isIntegralType(t->scalar_type(), false), "\"gcd/lcm\" not implemented for '", t->scalar_type(), "'");
+		TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(t->scalar_type(), false), "\"", OPNAME, "_cpu\" not implemented for '",
+					    t->scalar_type(), "'");
 }
-
-// shifts, copysign and xlogy: ops the pointwise engine already has
-template <const char *OPNAME> static void shift_check(const at::Tensor &s, const at::Tensor &o)
-{
-	for (const at::Tensor *t : {&s, &o})
-		TORCH_CHECK(at::isIntegralType(t->scalar_type(), false), "\"", OPNAME, "_cpu\" not implemented for '", t->scalar_type(), "'");
-}
-static constexpr char lshift_name[] = "lshift", rshift_name[] = "rshift";
+static constexpr char lshift_name[] = "lshift", rshift_name[] = "rshift", gcd_name[] = "gcd", lcm_name[] = "lcm";
 template <int OP, PwKind K, auto CHK = no_check>
 static at::Tensor &pw2(const char *n, at::Tensor &o, const at::Tensor &s, const at::Tensor &t)
 {
@@ -171,14 +167,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	SPECIAL_BINARY_LIST(REG_SPECIAL_BINARY)
 	NEURON_FOI(m, "heaviside", (sp2<NK_SP_HEAVISIDE, false, heaviside_check>));
 	NEURON_FOI(m, "nextafter", (sp2<NK_SP_NEXTAFTER, false, nextafter_check>));
-	NEURON_FOI(m, "gcd", (sp2<NK_SP_GCD, false, int_check>));
-	NEURON_FOI(m, "lcm", (sp2<NK_SP_LCM, false, int_check>));
-	NEURON_F(m, "bitwise_left_shift.Tensor", (pw2<NK_OP_LSHIFT, PwKind::Same, shift_check<lshift_name>>));
-	NEURON_O(m, "bitwise_left_shift.Tensor_out", (pw2<NK_OP_LSHIFT, PwKind::Same, shift_check<lshift_name>>));
-	NEURON_I(m, "bitwise_left_shift_.Tensor", (pw2<NK_OP_LSHIFT, PwKind::Same, shift_check<lshift_name>>));
-	NEURON_F(m, "bitwise_right_shift.Tensor", (pw2<NK_OP_RSHIFT, PwKind::Same, shift_check<rshift_name>>));
-	NEURON_O(m, "bitwise_right_shift.Tensor_out", (pw2<NK_OP_RSHIFT, PwKind::Same, shift_check<rshift_name>>));
-	NEURON_I(m, "bitwise_right_shift_.Tensor", (pw2<NK_OP_RSHIFT, PwKind::Same, shift_check<rshift_name>>));
+	NEURON_FOI(m, "gcd", (sp2<NK_SP_GCD, false, int_check<gcd_name>>));
+	NEURON_FOI(m, "lcm", (sp2<NK_SP_LCM, false, int_check<lcm_name>>));
+	NEURON_F(m, "bitwise_left_shift.Tensor", (pw2<NK_OP_LSHIFT, PwKind::Same, int_check<lshift_name>>));
+	NEURON_O(m, "bitwise_left_shift.Tensor_out", (pw2<NK_OP_LSHIFT, PwKind::Same, int_check<lshift_name>>));
+	NEURON_I(m, "bitwise_left_shift_.Tensor", (pw2<NK_OP_LSHIFT, PwKind::Same, int_check<lshift_name>>));
+	NEURON_F(m, "bitwise_right_shift.Tensor", (pw2<NK_OP_RSHIFT, PwKind::Same, int_check<rshift_name>>));
+	NEURON_O(m, "bitwise_right_shift.Tensor_out", (pw2<NK_OP_RSHIFT, PwKind::Same, int_check<rshift_name>>));
+	NEURON_I(m, "bitwise_right_shift_.Tensor", (pw2<NK_OP_RSHIFT, PwKind::Same, int_check<rshift_name>>));
 	NEURON_F(m, "copysign.Tensor", (pw2<NK_OP_COPYSIGN, PwKind::Float>));
 	NEURON_O(m, "copysign.out", (pw2<NK_OP_COPYSIGN, PwKind::Float>));
 	NEURON_I(m, "copysign_.Tensor", (pw2<NK_OP_COPYSIGN, PwKind::Float>));

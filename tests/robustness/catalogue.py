@@ -234,6 +234,15 @@ _alias = {
     "sort_out_alias": "v = torch.empty(6, device=dev); i = torch.empty(6, dtype=torch.long, device=dev); torch.sort(a.flip(0), out=(v, i)); out = (v, i)",
     "unsqueeze_inplace_view": "v = a.view(2, 3); v.unsqueeze_(0); out = v",
     "resize_shared": "b = a.view(6); b.resize_(10)",
+    # out= that overlaps an input of the gathering ops: the CPU refuses before anything runs
+    "gather_out_self": "torch.gather(a, 0, torch.tensor([1, 0, 2, 3, 4, 5], device=dev), out=a); out = a",
+    "gather_out_resized_onto_input": "o = a[:1]; torch.gather(a, 0, torch.tensor([1, 0], device=dev), out=o); out = a",
+    "gather_out_is_index": "i = torch.tensor([1, 0], device=dev); torch.gather(torch.arange(4, device=dev), 0, i, out=i); out = i",
+    "index_select_out_self": "torch.index_select(a, 0, torch.arange(6, device=dev), out=a); out = a",
+    "take_out_input": "torch.take(a, torch.tensor([1, 0], device=dev), out=a[:2]); out = a",
+    "index_out_input": "torch.ops.aten.index.Tensor_out(a, [torch.tensor([1, 0], device=dev)], out=a[:2]); out = a",
+    "index_out_index": "i = torch.tensor([1, 0], device=dev); torch.ops.aten.index.Tensor_out(torch.arange(4, device=dev), [i], out=i); out = i",
+    "index_select_out_disjoint": "torch.index_select(a[:3], 0, torch.tensor([2, 0], device=dev), out=a[4:]); out = a",
 }
 for n, body in _alias.items():
     case(f"alias.{n}", AL, A + body, fast=True)
@@ -295,8 +304,11 @@ _dtypes = {
     "float8_create": "out = torch.ones(2, device=dev).to(torch.float8_e4m3fn).float()",
     "half_cumsum": "out = torch.ones(3, dtype=torch.half, device=dev).cumsum(0)",
 }
+# the CPU's message names its internal kernel stub ('"add_stub" not implemented for 'UInt16''): the type
+# (NotImplementedError) matches, the words name the dtype neuron lacks
+_dtype_patterns = {"uint16_add": r"dtype UInt16 is not supported on neuron"}
 for n, body in _dtypes.items():
-    case(f"dtype.{n}", DT, I + body, fast=True)
+    case(f"dtype.{n}", DT, I + body, fast=True, pattern=_dtype_patterns.get(n, ""))
 
 # ---- NaN and Inf propagation against the CPU --------------------------------------------------------
 NI = "NaN and Inf"
