@@ -29,7 +29,7 @@ CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC)) $(1)/obj/gen/nc_prelude.o
 
-.PHONY: all venv hf-deps titan-deps titan build install clib ctest test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness profile models
+.PHONY: all venv hf-deps titan-deps titan build install clib ctest test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness fuzz profile models
 
 all: install
 
@@ -138,8 +138,18 @@ conformance: install
 
 # The whole bad-input catalogue (tests/robustness) on neuron vs CPU: writes docs/robustness.md
 # (its fast subset runs in `make test` through tests/python/test_robustness.py)
+# then the fuzzer (below) with seed 1 for ROBUSTNESS_FUZZ_SECONDS, its totals into the same page
+ROBUSTNESS_FUZZ_SECONDS ?= 300
 robustness: install
 	$(VPY) -m tests.robustness
+	$(VPY) -m tests.robustness.fuzz --seed 1 --budget $(ROBUSTNESS_FUZZ_SECONDS) --doc docs/robustness.md
+
+# Fuzzing the op surface against the CPU (tests/robustness/fuzz.py): FUZZ_SECONDS of random cases
+# (pointwise, reductions, indexing, shape ops, matmul) with run seed FUZZ_SEED (default: from the clock,
+# printed); a finding prints its case seed: python -m tests.robustness.fuzz --replay SEED
+FUZZ_SECONDS ?= 180
+fuzz: install
+	$(VPY) -m tests.robustness.fuzz --budget $(FUZZ_SECONDS) $(if $(FUZZ_SEED),--seed $(FUZZ_SEED))
 
 # The Hugging Face model sweep (tests/models): each architecture in its own process against the CPU (forward,
 # training step, generate, compiled forward, fallback ops) -> docs/models.md and README's "Works with" table.

@@ -114,7 +114,7 @@ def report(results, seconds):
              "the CPU succeeds, then runs a canary (an 8x8 matmul and sum against the CPU) on the device in the same",
              "process. A worker that dies or times out is rerun case by case: a death is a crash, a timeout a hang.",
              "`make test` runs the cases marked fast (tests/python/test_robustness.py); open findings there are",
-             "strict xfails.", "",
+             "strict xfails. The fuzzer's totals (`make fuzz`, tests/robustness/fuzz.py) are in the last section.", "",
              f"{len(CASES)} cases, {seconds:.0f} s on the 2-core Intel Xeon (Sapphire Rapids class), loaded machine.", "",
              "| class | cases | matched | message/type differs | crashes | hangs | silent wrong | canary failures |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
