@@ -243,6 +243,23 @@ _alias = {
     "index_out_input": "torch.ops.aten.index.Tensor_out(a, [torch.tensor([1, 0], device=dev)], out=a[:2]); out = a",
     "index_out_index": "i = torch.tensor([1, 0], device=dev); torch.ops.aten.index.Tensor_out(torch.arange(4, device=dev), [i], out=i); out = i",
     "index_select_out_disjoint": "torch.index_select(a[:3], 0, torch.tensor([2, 0], device=dev), out=a[4:]); out = a",
+    # an out= that partly overlaps an input (out == input is allowed for these)
+    "cumsum_out_partial": "torch.cumsum(a[:3], 0, out=a[1:4]); out = a",
+    "cumprod_out_partial": "torch.cumprod(a[:3], 0, out=a[1:4]); out = a",
+    "logcumsumexp_out_partial": "torch.logcumsumexp(a[:3], 0, out=a[1:4]); out = a",
+    "sort_out_partial": "torch.sort(a[:3], out=(a[1:4], torch.empty(3, dtype=torch.long, device=dev))); out = a",
+    "topk_out_partial": "torch.topk(a, 2, out=(a[:2], torch.empty(2, dtype=torch.long, device=dev))); out = a",
+    "kthvalue_out_partial": "torch.kthvalue(a.view(2, 3), 1, 0, out=(a[1:4], torch.empty(3, dtype=torch.long, device=dev))); out = a",
+    "max_dim_out_partial": "torch.max(a.view(2, 3), 0, out=(a[1:4], torch.empty(3, dtype=torch.long, device=dev))); out = a",
+    "aminmax_out_partial": "torch.aminmax(a.view(2, 3), dim=0, out=(a[1:4], a[3:6])); out = a",
+    "mse_loss_out_partial": "torch._C._nn.mse_loss(a[:3], a[2:5], 0, out=a[1:4]); out = a",
+    "addmv_out_partial": "torch.addmv(a[:2], a.view(2, 3)[:, :2].contiguous(), a[:2].clone(), out=a[1:3]); out = a",
+    "baddbmm_out_partial": "b = a[:4].view(1, 2, 2); torch.baddbmm(b, b.clone(), b.clone(), out=a[1:5].view(1, 2, 2)); out = a",
+    "masked_select_out_partial": "torch.masked_select(a[:3], torch.tensor([True, False, True], device=dev), out=a[1:3]); out = a",
+    "index_put_values_partial": "a[1:4].index_put_((torch.tensor([0, 1], device=dev),), a[:2]); out = a",
+    "cross_out_self": "torch.linalg.cross(a[:3], a[3:].clone(), out=a[:3]); out = a",
+    "cumsum_out_self_ok": "torch.cumsum(a, 0, out=a); out = a",
+    "sort_out_self_ok": "torch.sort(a.flip(0).clone(), out=(a, torch.empty(6, dtype=torch.long, device=dev))); out = a",
 }
 for n, body in _alias.items():
     case(f"alias.{n}", AL, A + body, fast=True)

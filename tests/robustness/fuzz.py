@@ -104,9 +104,11 @@ def run_seeds(seeds, log=None, deadline=None):
 
 
 def known(r):
-    """The FUZZ_FINDINGS entry explaining this result, or None."""
+    """The FUZZ_FINDINGS entry explaining this result, or None (its pattern is searched in "variant=V reason
+    cpu-error neuron-error")."""
     for (op, pat), why in FUZZ_FINDINGS.items():
-        if re.fullmatch(op, r["op"]) and re.search(pat, r["reason"] + " " + json.dumps(r.get("neuron"))):
+        if re.fullmatch(op, r["op"]) and re.search(pat, " ".join((f"variant={r['variant']}", r["reason"],
+                                                                 json.dumps(r.get("cpu")), json.dumps(r.get("neuron"))))):
             return why
     return None
 
