@@ -492,6 +492,13 @@ static at::Tensor &index_scatter(const char *name, int op, const at::Tensor &sel
 		resize_out(out, self.sizes(), self.options());
 		out.copy_(self);
 	}
+	if (C10_UNLIKELY(out.is_complex() && source.defined())) { // index_add/index_copy: on the (re, im) pairs
+		TORCH_CHECK(source.scalar_type() == self.scalar_type(), name, "(): self (", self.scalar_type(), ") and source (",
+			    source.scalar_type(), ") must have the same scalar type");
+		at::Tensor o = real_view_raw(out.dim() == 0 ? out.view({1}) : out);
+		index_scatter(name, op, o, d, index, real_view_raw(source.dim() == 0 ? source.view({1}) : source), value, wrap, o);
+		return out;
+	}
 	at::Tensor x1 = as1d(out);
 	std::vector<int64_t> shape = x1.sizes().vec();
 	shape[d] = index.numel();
@@ -528,7 +535,7 @@ static at::Tensor &index_add_o(const at::Tensor &self, int64_t dim, const at::Te
 			       const c10::Scalar &alpha, at::Tensor &out)
 {
 	NEURON_TRACK("aten::index_add.out");
-	bool one = alpha.isBoolean() ? alpha.toBool() : alpha.toDouble() == 1.0;
+	bool one = alpha.isBoolean() ? alpha.toBool() : alpha.toComplexDouble() == c10::complex<double>(1.0, 0.0);
 	at::assert_no_overlap(out, source);	// before the scaled copy hides it
 	check_index_1d("index_add_", index);
 	check_index_int("index_add_", index);

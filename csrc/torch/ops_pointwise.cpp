@@ -515,7 +515,10 @@ static at::Tensor &where_b(const char *n, at::Tensor &o, const at::Tensor &c, co
 }
 static at::Tensor &lerp_s_b(const char *n, at::Tensor &o, const at::Tensor &s, const at::Tensor &e, const c10::Scalar &w)
 {
-	return o = pointwise(n, NK_OP_LERP_SCALAR, {s, e}, o, Kind::Same, w.toDouble());
+	// a complex weight for complex tensors (a real tensor's toDouble() refuses one, as the CPU's cast does)
+	bool cw = w.isComplex() && s.is_complex();
+	return o = pointwise(n, NK_OP_LERP_SCALAR, {s, e}, o, Kind::Same, cw ? w.toComplexDouble().real() : w.toDouble(),
+			     cw ? complex_imag(w) : 0.0);
 }
 static at::Tensor &lerp_t_b(const char *n, at::Tensor &o, const at::Tensor &s, const at::Tensor &e, const at::Tensor &w)
 {
