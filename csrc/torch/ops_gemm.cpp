@@ -283,6 +283,22 @@ static at::Tensor &mm_into(const char *name, const at::Tensor &a, const at::Tens
 	return out;
 }
 
+// complex operands, beta and alpha possibly complex: out = beta*bias + alpha*(a @ b) (ops_complex.cpp)
+static at::Tensor &complex_addmm(const char *name, const at::Tensor &bias, const at::Tensor &a, const at::Tensor &b,
+				 const c10::Scalar &beta, const c10::Scalar &alpha, at::Tensor &out)
+{
+	c10::DeviceGuard g(a.device());
+	bool batched = a.dim() == 3;
+	TORCH_CHECK(!batched || a.size(0) == b.size(0), name, ": batch1 and batch2 must have same number of batches, got ", a.size(0), " and ", b.size(0));
+	std::vector<int64_t> shape = batched ? std::vector<int64_t>{a.size(0), a.size(1), b.size(2)} : std::vector<int64_t>{a.size(0), b.size(1)};
+	if (!out.is_same(bias)) {
+		resize_out(out, shape, a.options());
+		out.copy_(bias.expand(shape));
+	}
+	complex_matmul(name, a, b, out, beta, alpha, true);
+	return out;
+}
+
 static at::Tensor mm(const at::Tensor &a, const at::Tensor &b)
 {
 	NEURON_TRACK("aten::mm");
@@ -301,12 +317,16 @@ static at::Tensor addmm(const at::Tensor &bias, const at::Tensor &a, const at::T
 	NEURON_TRACK("aten::addmm");
 	check_mm("addmm", a, b, 2, &bias);
 	at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+	if (C10_UNLIKELY(a.is_complex()))
+		return complex_addmm("aten::addmm", bias.to(a.scalar_type()), a, b, beta, alpha, out);
 	return mm_into("aten::addmm", a, b, out, bias.to(a.scalar_type()), beta.toDouble(), alpha.toDouble());
 }
 static at::Tensor &addmm_out(const at::Tensor &bias, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha, at::Tensor &out)
 {
 	NEURON_TRACK("aten::addmm.out");
 	check_mm("addmm", a, b, 2, &bias);
+	if (C10_UNLIKELY(a.is_complex()))
+		return complex_addmm("aten::addmm.out", bias, a, b, beta, alpha, out);
 	if (out.is_same(bias)) { // addmm_: C = beta*C + alpha*AB in place
 		TORCH_CHECK(out.sizes() == at::IntArrayRef({a.size(0), b.size(1)}), "addmm_: self has the wrong shape");
 		if (beta.toDouble() == 0)
@@ -361,12 +381,16 @@ static at::Tensor baddbmm(const at::Tensor &bias, const at::Tensor &a, const at:
 	NEURON_TRACK("aten::baddbmm");
 	check_mm("baddbmm", a, b, 3, &bias);
 	at::Tensor out = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());
+	if (C10_UNLIKELY(a.is_complex()))
+		return complex_addmm("aten::baddbmm", bias.to(a.scalar_type()), a, b, beta, alpha, out);
 	return bmm_into("aten::baddbmm", a, b, out, bias.to(a.scalar_type()), beta.toDouble(), alpha.toDouble());
 }
 static at::Tensor &baddbmm_(at::Tensor &self, const at::Tensor &a, const at::Tensor &b, const c10::Scalar &beta, const c10::Scalar &alpha)
 {
 	NEURON_TRACK("aten::baddbmm_");
 	check_mm("baddbmm_", a, b, 3, &self);
+	if (C10_UNLIKELY(a.is_complex()))
+		return complex_addmm("aten::baddbmm_", self, a, b, beta, alpha, self);
 	if (beta.toDouble() == 0)
 		self.zero_();
 	return bmm_into("aten::baddbmm_", a, b, self, self, beta.toDouble() == 0 ? 1 : beta.toDouble(), alpha.toDouble());
