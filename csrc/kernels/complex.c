@@ -328,9 +328,14 @@ static void cx_prod_range(void *ctx, int64_t lo, int64_t hi)
 	for (int64_t oi = lo; oi < hi; oi++) {
 		int64_t o = oi / a->I, i = oi % a->I;
 		cx_t acc = cx(1, 0);
-		for (int64_t r = 0; r < a->R; r++)
-			acc = cx_mul(acc, cx_load((const char *)a->in + ((o * a->R + r) * a->I + i) * esz, a->dtype));
-		cx_store((char *)a->out + oi * esz, a->dtype, acc);
+		for (int64_t r = 0; r < a->R; r++) {
+			int64_t e = (o * a->R + r) * a->I + i;
+			acc = cx_mul(acc, cx_load((const char *)a->in + e * esz, a->dtype));
+			if (a->scan) /* accumulated in double complex, as the CPU's (acc_type) */
+				cx_store((char *)a->out + e * esz, a->dtype, acc);
+		}
+		if (!a->scan)
+			cx_store((char *)a->out + oi * esz, a->dtype, acc);
 	}
 }
 

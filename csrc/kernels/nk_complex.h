@@ -13,7 +13,8 @@
  * value, POW_SCALAR's exponent); ia: NK_CX_COPY's flags; NK_OP_POW bit0: the exponent is a scalar (aten's
  * pow.Tensor_Scalar special cases 0, 1, 0.5, -0.5, -1).
  *
- * nk_complex_prod_run: product over R of a contiguous [O, R, I] complex tensor into [O, I].
+ * nk_complex_prod_run: product over R of a contiguous [O, R, I] complex tensor into [O, I], or with
+ * scan set the running products into a contiguous [O, R, I] (cumprod).
  */
 #ifndef NK_COMPLEX_H
 #define NK_COMPLEX_H
@@ -53,6 +54,7 @@ typedef struct {
 	void *out;
 	int dtype; /* NK_C64 or NK_C128, in and out */
 	int64_t O, R, I;
+	bool scan; /* out is [O, R, I]: out[o, r, i] = prod of in[o, 0..r, i] */
 } nk_complex_prod_args_t;
 int nk_complex_prod_run(void *args);
 

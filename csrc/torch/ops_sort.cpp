@@ -4,6 +4,7 @@
 // [O, R, I] around the selected dim; ops whose output size depends on the data (unique, bincount)
 // synchronize the device to read the size, as nonzero does.
 #include "neuron.h"
+#include "complex.h"
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
@@ -51,6 +52,26 @@ static std::tuple<at::Tensor, at::Tensor> scan(const char *name, int op, const a
 	at::Tensor out = at::empty(self.sizes(), x.options());
 	bool minmax = op == NK_SCAN_MAX || op == NK_SCAN_MIN;
 	at::Tensor idx = minmax ? at::empty(self.sizes(), x.options().dtype(at::kLong)) : at::Tensor();
+	if (C10_UNLIKELY(at::isComplexType(t))) { // cumsum over the (re, im) pairs as reals, cumprod the complex kernel
+		TORCH_CHECK((op == NK_SCAN_SUM || op == NK_SCAN_PROD) && t != at::kComplexHalf, name, ": dtype ", t, " is not supported on neuron");
+		int64_t O = 1, R = self.dim() ? self.size(d) : 1, I = 1;
+		for (int64_t k = 0; k < d; k++)
+			O *= self.size(k);
+		for (int64_t k = d + 1; k < self.dim(); k++)
+			I *= self.size(k);
+		if (x.numel() == 0)
+			return {out, idx};
+		if (op == NK_SCAN_PROD) {
+			nk_complex_prod_args_t c{x.const_data_ptr(), out.data_ptr(), nk_dtype_cx(t, name), O, R, I, true};
+			launch(current_queue(self.device().index()), nk_complex_prod_run, c, name);
+		} else {
+			nk_scan_args_t a{};
+			a.op = op, a.dtype = nk_dtype(c10::toRealValueType(t), name), a.O = O, a.R = R, a.I = 2 * I;
+			a.in = x.const_data_ptr(), a.out = out.data_ptr();
+			launch(current_queue(self.device().index()), nk_scan_run, a, name);
+		}
+		return {out, idx};
+	}
 	nk_scan_args_t a{};
 	a.op = op;
 	a.dtype = nk_dtype(t, name);

@@ -165,7 +165,7 @@ static void test_prod(void)
 	float in[24], out[8];
 	for (int i = 0; i < 12; i++)
 		in[2 * i] = (float)(i % 5) * 0.5f + 0.5f, in[2 * i + 1] = (float)(i % 3) - 1.0f;
-	nk_complex_prod_args_t p = {in, out, NK_C64, 2, 3, 2};
+	nk_complex_prod_args_t p = {in, out, NK_C64, 2, 3, 2, false};
 	CHECK(nk_complex_prod_run(&p) == 0, "prod");
 	for (int o = 0; o < 2; o++)
 		for (int i = 0; i < 2; i++) {
@@ -175,6 +175,18 @@ static void test_prod(void)
 				acc *= CMPLXL(in[2 * k], in[2 * k + 1]);
 			}
 			CHECK(cerr(CMPLX(out[2 * (o * 2 + i)], out[2 * (o * 2 + i) + 1]), acc) < 1e-6, "prod [%d, %d]", o, i);
+		}
+	float cum[24];
+	nk_complex_prod_args_t q = {in, cum, NK_C64, 2, 3, 2, true};
+	CHECK(nk_complex_prod_run(&q) == 0, "cumprod");
+	for (int o = 0; o < 2; o++)
+		for (int i = 0; i < 2; i++) {
+			long double complex acc = 1;
+			for (int r = 0; r < 3; r++) {
+				int k = (o * 3 + r) * 2 + i;
+				acc *= CMPLXL(in[2 * k], in[2 * k + 1]);
+				CHECK(cerr(CMPLX(cum[2 * k], cum[2 * k + 1]), acc) < 1e-6, "cumprod [%d, %d, %d]", o, r, i);
+			}
 		}
 	p.dtype = NK_F32;
 	CHECK(nk_complex_prod_run(&p) != 0, "a real dtype is refused");
