@@ -267,6 +267,10 @@ def test_binary_arithmetic_broadcasting_and_promotion(device, dtype):
     _close(torch.addcmul(dy, dy, dy, value=0.5), torch.addcmul(y, y, y, value=0.5))
     _close(torch.addcdiv(dy, dy, dy + 3, value=2j), torch.addcdiv(y, y, y + 3, value=2j))
     _close(torch.lerp(dy, dy * 2, 0.25), torch.lerp(y, y * 2, 0.25))
+    _close(torch.lerp(dy, dy * 2, 0.5 - 1j), torch.lerp(y, y * 2, 0.5 - 1j))
+    src, ix = _rand((3, 5), dtype, 8), torch.tensor([2, 0, 2])
+    _close(dy.index_add(0, ix.to(device), src.to(device), alpha=2), y.index_add(0, ix, src, alpha=2))
+    _close(dy.index_copy(0, torch.tensor([1, 0, 2]).to(device), src.to(device)), y.index_copy(0, torch.tensor([1, 0, 2]), src))
     z = dy.clone()
     z.mul_(dx[0]).add_(1j).div_(2).neg_().sub_(dy, alpha=2)        # in-place forms
     _close(z, (((y * x[0]) + 1j) / 2).neg() - 2 * y)
@@ -286,6 +290,8 @@ def test_reductions(device, dtype):
     p = (c * 0.3 + 1)
     _close(p.to(device).prod(), p.prod(), scale=10)
     _close(p.to(device).prod(1), p.prod(1), scale=10)
+    _close(d.cumsum(1), c.cumsum(1))
+    _close(p.to(device).cumprod(2), p.cumprod(2), scale=10)
     _close(d.conj().sum(0), c.conj().sum(0))
     assert torch.zeros(0, 3, dtype=dtype, device=device).sum(0).cpu().equal(torch.zeros(3, dtype=dtype))
     for ord in (2, 1, float("inf"), 3):
@@ -306,6 +312,12 @@ def test_matmul(device, dtype):
     _close(torch.matmul(ba.to(device).conj(), bb.to(device)), torch.matmul(ba.conj(), bb), scale=4)
     c = _rand((5, 3), dtype, 5)
     _close(torch.addmm(c.to(device), da, db, beta=0.5, alpha=2), torch.addmm(c, a, b, beta=0.5, alpha=2), scale=4)
+    _close(torch.addmm(c.to(device), da, db, beta=0.5j, alpha=2 - 1j), torch.addmm(c, a, b, beta=0.5j, alpha=2 - 1j), scale=4)
+    bc = _rand((2, 5, 4), dtype, 7)
+    _close(torch.baddbmm(bc.to(device), ba.to(device), bb.to(device), beta=1j, alpha=0.5), torch.baddbmm(bc, ba, bb, beta=1j, alpha=0.5), scale=4)
+    e = bc.to(device)
+    e.baddbmm_(ba.to(device), bb.to(device), alpha=1 + 1j)
+    _close(e, bc.baddbmm(ba, bb, alpha=1 + 1j), scale=4)
     v = _rand((7,), dtype, 6)
     _close(da @ v.to(device), a @ v, scale=4)
 
@@ -338,6 +350,12 @@ def test_autograd(device, dtype):
 
     a, b = torch.randn(5, dtype=rt), torch.randn(5, dtype=rt)
     for g_dev, g_cpu in _grads(g, [a, b], device):
+        _close(g_dev, g_cpu, scale=20)
+
+    def h(z):
+        return torch.view_as_real(z.prod(1) + z.cumsum(0).prod() + z[0].index_select(0, torch.tensor(1, device=z.device))).sum()
+
+    for g_dev, g_cpu in _grads(h, [_rand((3, 4), dtype, 2) * 0.5 + 1], device):
         _close(g_dev, g_cpu, scale=20)
 
 
