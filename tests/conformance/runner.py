@@ -44,7 +44,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import skips
-from .tolerances import DTYPES, GRAD_FACTOR, SHORT, tolerance
+from .tolerances import COMPLEX_DTYPES, DTYPES, GRAD_FACTOR, SHORT, tolerance
 
 DEV = "neuron"
 
@@ -65,7 +65,8 @@ def entry_key(op):
 
 def swept_dtypes(op):
     claimed = op.supported_dtypes("cpu")
-    return [d for d in DTYPES if d in claimed]
+    dts = DTYPES + (COMPLEX_DTYPES if entry_key(op) in skips.COMPLEX_ENTRIES else [])
+    return [d for d in dts if d in claimed]
 
 
 # ---- moving samples ------------------------------------------------------------------------------

@@ -130,3 +130,20 @@ TIE_ORDER = {
 CPU_ARGS = {
     "tensor_split": ((0,), "tensor_indices_or_sections must be a CPU tensor (aten requires it on every device)"),
 }
+
+
+# Entries whose complex64/complex128 samples are swept too (complex numbers are native for these ops:
+# docs/complex.md); the complex dtypes of every other entry are not swept yet.
+COMPLEX_ENTRIES = frozenset({
+    "add", "sub", "mul", "div.no_rounding_mode", "neg", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2",
+    "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin", "acos", "atan", "asinh",
+    "acosh", "atanh", "sigmoid", "abs", "angle", "sgn", "isnan", "isinf", "isfinite", "eq", "ne", "where",
+    "addcmul", "addcdiv", "lerp", "pow", "float_power", "true_divide", "rsub", "sum", "mean", "prod",
+    "mm", "bmm", "matmul", "addmm", "baddbmm", "dot", "vdot", "mv", "addmv",
+    "view_as_real", "view_as_complex", "complex", "polar", "conj", "conj_physical", "resolve_conj", "resolve_neg",
+    "real", "imag", "clone", "contiguous", "reshape", "view", "flatten", "transpose", "permute", "expand", "cat",
+    "stack", "index_select", "flip", "narrow", "select", "squeeze", "unsqueeze", "t", "zeros_like", "ones_like",
+    "full_like", "fill", "zero_", "to", "linalg.vector_norm",
+    "fft.fft", "fft.fft2", "fft.fftn", "fft.fftshift", "fft.hfft", "fft.hfft2", "fft.hfftn", "fft.ifft", "fft.ifft2",
+    "fft.ifftn", "fft.ifftshift", "fft.irfft", "fft.irfft2", "fft.irfftn",
+})

@@ -23,13 +23,15 @@ TOLERANCES = {
 }
 GRAD_FACTOR = 10
 
-# The dtypes the sweep covers, in report order (the dtypes op_db entries claim outside these, such as
-# complex, are not swept).
+# The dtypes the sweep covers, in report order (the dtypes op_db entries claim outside these are not
+# swept, except complex64/complex128 for the entries of skips.COMPLEX_ENTRIES).
 DTYPES = list(TOLERANCES)
+# complex results are compared with the tolerance of their real dtype (tolerance() below)
+COMPLEX_DTYPES = [torch.complex64, torch.complex128]
 SHORT = {
     torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16", torch.float16: "f16",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
-    torch.uint8: "u8", torch.bool: "bool",
+    torch.uint8: "u8", torch.bool: "bool", torch.complex64: "c64", torch.complex128: "c128",
 }
 
 
