@@ -4,11 +4,16 @@
  * the process's devices: memory (allocated, reserved, peak, limit, OOMs) and queue counters (records
  * pushed and finished over all queues).  The page is one 4 KiB shared mapping: a 64-bit sequence number
  * (odd while the thread writes, a seqlock) and then NUL-terminated JSON, so the reader needs no struct
- * layout.  The page is unlinked at exit by the process that made it (not by a forked child); a page
- * whose process died is removed by the reader.  NEURON_WATCH=0 turns it off.  Failures to publish are
+ * layout.  The page is unlinked at exit by the process that made it (not by a forked child).  A process
+ * that ends without exit handlers (os._exit, as multiprocessing children do; a signal) leaves its page:
+ * each new page's process and the reader remove the pages whose process is gone.  NEURON_WATCH=0 turns it
+ * off.  Failures to publish are
  * silent: watching never affects the program.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -120,6 +125,32 @@ static void unlink_page(void)
 		unlink(w.path);
 }
 
+/* Unlinks the pages of processes that no longer exist (ESRCH; a reused pid keeps its page, harmlessly). */
+static void sweep_dead_pages(void)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+	char path[300];
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char *end;
+		long pid;
+
+		if (strncmp(e->d_name, "neuron-watch-", 13) != 0)
+			continue;
+		pid = strtol(e->d_name + 13, &end, 10);
+		if (*end || pid <= 0 || pid == (long)getpid())
+			continue;
+		if (kill((pid_t)pid, 0) == -1 && errno == ESRCH) {
+			snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+			unlink(path);
+		}
+	}
+	closedir(d);
+}
+
 void nrt_watch_start(void)
 {
 	const char *v = getenv("NEURON_WATCH");
@@ -130,6 +161,7 @@ void nrt_watch_start(void)
 	if ((v && strcmp(v, "0") == 0) || atomic_exchange(&w.started, 1))
 		return;
 	w.owner = getpid();
+	sweep_dead_pages();
 	snprintf(w.path, sizeof w.path, "/dev/shm/neuron-watch-%d", (int)w.owner);
 	fd = open(w.path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
