@@ -51,8 +51,6 @@ class _Recorder:
             self._last_loss = float(t.detach().float().cpu())
 
     def on_step(self, optimizer):
-        import torch
-
         sq = 0.0
         for g in optimizer.param_groups:
             for p in g["params"]:
@@ -61,7 +59,6 @@ class _Recorder:
         self.grad_norms.append(math.sqrt(sq))
         self.losses.append(self._last_loss)
         self._last_loss = None
-        del torch
 
     def capturing(self):
         return len(self.losses) + 1 in self.capture_steps
