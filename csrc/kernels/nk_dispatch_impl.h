@@ -35,4 +35,11 @@ static inline bool nk_family_avx512(int family)
 	return nk_kernels()->isa[family] >= NK_ISA_AVX512;
 }
 
+/* True when the family's AVX2 + FMA kernels are to be used (the *_avx2.c entry points): the level is avx2
+ * (a CPU without AVX-512, or NEURON_KERNELS=avx2) and the family has AVX2 kernels. */
+static inline bool nk_family_avx2(int family)
+{
+	return nk_kernels()->isa[family] == NK_ISA_AVX2;
+}
+
 #endif /* NK_DISPATCH_IMPL_H */
