@@ -248,6 +248,13 @@ static at::Tensor &set_empty(at::Tensor &self)
 
 // ---- copies --------------------------------------------------------------------------------------
 
+/* The signed dtype of the width of uint16/32/64 (which have storage, fill and copies, but no arithmetic
+ * kernels yet); any other dtype itself. */
+static at::ScalarType as_signed_width(at::ScalarType t)
+{
+	return t == at::kUInt16 ? at::kShort : t == at::kUInt32 ? at::kInt : t == at::kUInt64 ? at::kLong : t;
+}
+
 // dst = src for any pair of devices among {cpu, neuron:i}, any dtypes and strides.  Device memory
 // is host-addressable, so one strided cast kernel on the neuron side's queue moves the data; copies
 // that touch pageable host memory synchronize before returning (like CUDA).
@@ -256,6 +263,12 @@ static at::Tensor copy_from(const at::Tensor &src, const at::Tensor &dst, bool n
 	NEURON_TRACK("aten::_copy_from");
 	if (dst.numel() == 0)
 		return dst;
+	if (C10_UNLIKELY(src.scalar_type() == dst.scalar_type() && as_signed_width(src.scalar_type()) != src.scalar_type())) {
+		/* uint16/32/64 have no cast kernels yet: a copy within the dtype moves bits */
+		at::ScalarType s = as_signed_width(src.scalar_type());
+		copy_from(src.view(s), dst.view(s), non_blocking);
+		return dst;
+	}
 	OpScope op;
 	op.write(dst, "aten::_copy_from");
 	bool src_dev = src.device().type() == kDev, dst_dev = dst.device().type() == kDev;
@@ -318,6 +331,19 @@ at::Tensor &fill_scalar(at::Tensor &self, const at::Scalar &v)
 	NEURON_TRACK("aten::fill_.Scalar");
 	if (self.numel() == 0)
 		return self;
+	at::ScalarType st = self.scalar_type();
+	if (C10_UNLIKELY(st == at::kUInt16 || st == at::kUInt32 || st == at::kUInt64)) {
+		/* no arithmetic kernels for these yet (NotImplementedError elsewhere): a fill writes the value's
+		 * bit pattern, through the signed dtype of the same width (torch.zeros/full of them work) */
+		double d = v.isFloatingPoint() ? v.toDouble() : 0;
+		uint64_t bits = v.isBoolean() ? (uint64_t)v.toBool()
+			      : v.isUnsigned()  ? v.toUInt64()
+			      : v.isIntegral(false) ? (uint64_t)v.toLong()
+			      : d >= 0 ? (uint64_t)d : (uint64_t)(int64_t)d;
+		at::Tensor as_signed = self.view(as_signed_width(st));
+		fill_scalar(as_signed, at::Scalar((int64_t)bits));
+		return self;
+	}
 	OpScope op;
 	op.write(self, "aten::fill_");
 	DeviceScope g(self.device().index());
