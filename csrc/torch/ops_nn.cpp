@@ -5,6 +5,7 @@
 #include "out.h"
 #include "pointwise.h"
 #include "ops_util.h"
+#include "nk_attention_varlen.h"
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
@@ -311,6 +312,174 @@ sdpa_bwd(const at::Tensor &dout, const at::Tensor &q, const at::Tensor &k, const
 	return {dq, dk, dv, at::Tensor()};
 }
 
+// ---- flash attention: the contract of aten::_flash_attention_forward/_backward ------------------------
+// torch.nn.attention.varlen.varlen_attn (TorchTitan's varlen backend) calls these with packed sequences
+// (cum_seq_q/cum_seq_k); without offsets q is [B, Tq, Hq, D].  Causality is is_causal or the window
+// (-1, 0); other windows, dropout, alibi, paged KV and seqused_k are refused.
+
+static bool flash_causal(const char *op, bool is_causal, std::optional<c10::SymInt> wl, std::optional<c10::SymInt> wr)
+{
+	int64_t l = wl.has_value() ? wl->guard_int(__FILE__, __LINE__) : -1, r = wr.has_value() ? wr->guard_int(__FILE__, __LINE__) : -1;
+	bool full = l < 0 && r < 0, causal_window = l < 0 && r == 0;
+	if (!full && !causal_window)
+		throw c10::NotImplementedError({__func__, __FILE__, __LINE__},
+					       std::string(op) + ": window_size (" + std::to_string(l) + ", " + std::to_string(r) +
+						       ") is not supported on neuron; (-1, -1) and (-1, 0) are");
+	return is_causal || causal_window;
+}
+
+static void flash_check(const char *op, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool varlen)
+{
+	int64_t dim = varlen ? 3 : 4;
+	TORCH_CHECK(q.dim() == dim && k.dim() == dim && v.dim() == dim, op, ": expected ", dim, "-D query, key and value ",
+		    varlen ? "([tokens, heads, dim] with cum_seq_q/cum_seq_k)" : "([batch, seq, heads, dim])", ", got ", q.sizes(), ", ",
+		    k.sizes(), " and ", v.sizes());
+	TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(), op,
+		    ": query, key and value must have one dtype, got ", q.scalar_type(), ", ", k.scalar_type(), " and ", v.scalar_type());
+	int64_t h = dim - 2;
+	TORCH_CHECK(q.size(dim - 1) == k.size(dim - 1) && k.size(h) == v.size(h) && k.size(h) > 0 && q.size(h) % k.size(h) == 0, op,
+		    ": query ", q.sizes(), ", key ", k.sizes(), " and value ", v.sizes(),
+		    " need equal head dims of query and key and a query head count divisible by the key/value head count");
+}
+
+/* q/k/v/out as [tokens, heads, dim] (varlen) or [batch, seq, heads, dim]: the kernels' (B, H, T, D) strides. */
+static void bhtd_strides(int64_t *dst, const at::Tensor &t)
+{
+	if (t.dim() == 3)
+		dst[0] = 0, dst[1] = t.stride(1), dst[2] = t.stride(0), dst[3] = t.stride(2);
+	else
+		dst[0] = t.stride(0), dst[1] = t.stride(2), dst[2] = t.stride(1), dst[3] = t.stride(3);
+}
+
+static void flash_args(nk_attention_args_t &a, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, bool causal,
+		       std::optional<double> scale, const char *op)
+{
+	bool varlen = q.dim() == 3;
+	a.dtype = nk_dtype(q.scalar_type(), op);
+	a.B = varlen ? 1 : q.size(0);
+	a.Hq = q.size(-2), a.Hkv = k.size(-2), a.D = q.size(-1), a.Dv = v.size(-1);
+	a.Tq = q.size(-3), a.Tk = k.size(-3);
+	a.scale = scale.has_value() ? *scale : 1.0 / std::sqrt((double)q.size(-1));
+	a.causal = causal;
+	a.q = q.const_data_ptr(), a.k = k.const_data_ptr(), a.v = v.const_data_ptr();
+	bhtd_strides(a.sq, q), bhtd_strides(a.sk, k), bhtd_strides(a.sv, v);
+}
+
+static void varlen_args(nk_attention_varlen_args_t &a, const at::Tensor &cu_q, const at::Tensor &cu_k, int64_t max_q, int64_t max_k,
+			const at::Tensor &q, const at::Tensor &k, const char *op)
+{
+	TORCH_CHECK(cu_q.dim() == 1 && cu_k.dim() == 1 && cu_q.numel() == cu_k.numel() && cu_q.numel() >= 1, op,
+		    ": cum_seq_q and cum_seq_k must be 1-D with one entry more than there are sequences, got ", cu_q.sizes(), " and ",
+		    cu_k.sizes());
+	TORCH_CHECK(cu_q.scalar_type() == cu_k.scalar_type() && (cu_q.scalar_type() == at::kInt || cu_q.scalar_type() == at::kLong), op,
+		    ": cum_seq_q and cum_seq_k must both be int32 or int64, got ", cu_q.scalar_type(), " and ", cu_k.scalar_type());
+	TORCH_CHECK(cu_q.device() == q.device() && cu_k.device() == q.device(), op, ": cum_seq_q and cum_seq_k must be on ", q.device(),
+		    ", got ", cu_q.device(), " and ", cu_k.device());
+	TORCH_CHECK(max_q >= 0 && max_k >= 0, op, ": max_q and max_k must be non-negative, got ", max_q, " and ", max_k);
+	a.cu_q = cu_q.const_data_ptr(), a.cu_k = cu_k.const_data_ptr();
+	a.cu_dtype = cu_q.scalar_type() == at::kInt ? NK_I32 : NK_I64;
+	a.nseq = cu_q.numel() - 1;
+	a.total_q = q.size(0), a.total_k = k.size(0), a.max_q = max_q, a.max_k = max_k;
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+flash_fwd(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const std::optional<at::Tensor> &cum_q,
+	  const std::optional<at::Tensor> &cum_k, c10::SymInt max_q, c10::SymInt max_k, double dropout_p, bool is_causal, bool debug_mask,
+	  std::optional<double> scale, std::optional<c10::SymInt> wl, std::optional<c10::SymInt> wr, const std::optional<at::Tensor> &seqused_k,
+	  const std::optional<at::Tensor> &alibi, const std::optional<at::Tensor> &block_table, std::optional<int64_t> num_splits)
+{
+	const char *op = "aten::_flash_attention_forward";
+	NEURON_TRACK(op);
+	bool varlen = cum_q.has_value() && cum_q->defined();
+	TORCH_CHECK(varlen == (cum_k.has_value() && cum_k->defined()), op, ": cum_seq_q and cum_seq_k must be given together");
+	TORCH_CHECK(!debug_mask, op, ": return_debug_mask is not supported on neuron");
+	if (dropout_p != 0 || (seqused_k.has_value() && seqused_k->defined()) || (alibi.has_value() && alibi->defined()) ||
+	    (block_table.has_value() && block_table->defined()))
+		throw c10::NotImplementedError({__func__, __FILE__, __LINE__},
+					       std::string(op) + ": dropout, seqused_k, alibi_slopes and block_table are not supported on neuron");
+	flash_check(op, q, k, v, varlen);
+	bool causal = flash_causal(op, is_causal, wl, wr);
+	c10::DeviceGuard g(q.device());
+	std::vector<int64_t> oshape = q.sizes().vec();
+	oshape.back() = v.size(-1);
+	at::Tensor out = at::empty(oshape, q.options());
+	at::Tensor lse = varlen ? at::empty({q.size(1), q.size(0)}, q.options().dtype(at::kFloat))
+				: at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+	nrt_queue_t *queue = current_queue(q.device().index());
+	if (varlen) {
+		nk_attention_varlen_args_t a{};
+		flash_args(a.f, q, k, v, causal, scale, op);
+		varlen_args(a, *cum_q, *cum_k, max_q.guard_int(__FILE__, __LINE__), max_k.guard_int(__FILE__, __LINE__), q, k, op);
+		at::Tensor tmp = at::empty({std::max<int64_t>(1, a.f.Hq * a.max_q)}, lse.options());
+		a.f.out = out.data_ptr(), bhtd_strides(a.f.so, out);
+		a.lse = lse.data_ptr<float>(), a.lse_tmp = tmp.data_ptr<float>();
+		if (out.numel() || lse.numel())
+			launch(queue, nk_attention_varlen_run, a, op);
+	} else {
+		TORCH_CHECK(!causal || q.size(1) == k.size(1), op, ": causal attention with ", q.size(1), " queries and ", k.size(1),
+			    " keys: only equal lengths are supported on neuron");
+		nk_attention_args_t a{};
+		flash_args(a, q, k, v, causal, scale, op);
+		a.out = out.data_ptr(), bhtd_strides(a.so, out);
+		a.lse = lse.data_ptr();
+		if (out.numel())
+			launch(queue, nk_attention_run, a, op);
+	}
+	at::Tensor rng = at::zeros({2}, q.options().dtype(at::kLong));
+	return {out, lse, rng, at::empty({0}, q.options().dtype(at::kLong)), at::empty({0}, q.options())};
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor>
+flash_bwd(const at::Tensor &dout, const at::Tensor &q, const at::Tensor &k, const at::Tensor &v, const at::Tensor &out, const at::Tensor &lse,
+	  const at::Tensor &cum_q, const at::Tensor &cum_k, c10::SymInt max_q, c10::SymInt max_k, double dropout_p, bool is_causal,
+	  const at::Tensor &, const at::Tensor &, std::optional<double> scale, std::optional<c10::SymInt> wl, std::optional<c10::SymInt> wr)
+{
+	const char *op = "aten::_flash_attention_backward";
+	NEURON_TRACK(op);
+	/* dense when the offsets are undefined (as aten's SDPA passes them) or empty (as Python can) */
+	bool varlen = cum_q.defined() && cum_q.numel() > 0;
+	if (dropout_p != 0)
+		throw c10::NotImplementedError({__func__, __FILE__, __LINE__}, std::string(op) + ": dropout is not supported on neuron");
+	flash_check(op, q, k, v, varlen);
+	TORCH_CHECK(dout.sizes() == out.sizes() && out.scalar_type() == q.scalar_type() && dout.scalar_type() == q.scalar_type(), op,
+		    ": grad_out ", dout.sizes(), " ", dout.scalar_type(), " must match out ", out.sizes(), " ", out.scalar_type());
+	TORCH_CHECK(lse.scalar_type() == at::kFloat && lse.is_contiguous(), op, ": logsumexp must be a contiguous float32 tensor");
+	bool causal = flash_causal(op, is_causal, wl, wr);
+	c10::DeviceGuard g(q.device());
+	at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+	nrt_queue_t *queue = current_queue(q.device().index());
+	if (varlen) {
+		TORCH_CHECK(lse.dim() == 2 && lse.size(0) == q.size(1) && lse.size(1) == q.size(0), op, ": logsumexp must be [heads, tokens] = [",
+			    q.size(1), ", ", q.size(0), "], got ", lse.sizes());
+		nk_attention_varlen_bwd_args_t a{};
+		flash_args(a.v.f, q, k, v, causal, scale, op);
+		varlen_args(a.v, cum_q, cum_k, max_q.guard_int(__FILE__, __LINE__), max_k.guard_int(__FILE__, __LINE__), q, k, op);
+		at::Tensor tmp = at::empty({std::max<int64_t>(1, a.v.f.Hq * a.v.max_q)}, lse.options());
+		a.v.f.out = const_cast<void *>(out.const_data_ptr()), bhtd_strides(a.v.f.so, out);
+		a.v.lse = const_cast<float *>(lse.const_data_ptr<float>()), a.v.lse_tmp = tmp.data_ptr<float>();
+		a.dout = dout.const_data_ptr(), bhtd_strides(a.sdo, dout);
+		a.dq = dq.data_ptr(), bhtd_strides(a.sdq, dq);
+		a.dk = dk.data_ptr(), bhtd_strides(a.sdk, dk);
+		a.dv = dv.data_ptr(), bhtd_strides(a.sdv, dv);
+		if (dq.numel() || dk.numel())
+			launch(queue, nk_attention_varlen_bwd_run, a, op);
+	} else {
+		TORCH_CHECK(lse.dim() == 3 && lse.size(0) == q.size(0) && lse.size(1) == q.size(2) && lse.size(2) == q.size(1), op,
+			    ": logsumexp must be [batch, heads, seq], got ", lse.sizes());
+		nk_attention_bwd_args_t a{};
+		flash_args(a.f, q, k, v, causal, scale, op);
+		a.f.out = const_cast<void *>(out.const_data_ptr()), bhtd_strides(a.f.so, out);
+		a.f.lse = const_cast<void *>(lse.const_data_ptr());
+		a.dout = dout.const_data_ptr(), bhtd_strides(a.sdo, dout);
+		a.dq = dq.data_ptr(), bhtd_strides(a.sdq, dq);
+		a.dk = dk.data_ptr(), bhtd_strides(a.sdk, dk);
+		a.dv = dv.data_ptr(), bhtd_strides(a.sdv, dv);
+		if (dq.numel() || dk.numel())
+			launch(queue, nk_attention_bwd_run, a, op);
+	}
+	return {dq, dk, dv};
+}
+
 // ---- dropout backward ------------------------------------------------------------------------------
 
 static at::Tensor dropout_bwd(const at::Tensor &grad, const at::Tensor &mask, double scale)
@@ -340,4 +509,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m)
 	NEURON_IMPL(m, "_scaled_dot_product_fused_attention_overrideable", sdpa_fwd);
 	NEURON_IMPL(m, "_scaled_dot_product_fused_attention_overrideable_backward", sdpa_bwd);
 	NEURON_IMPL(m, "native_dropout_backward", dropout_bwd);
+	NEURON_IMPL(m, "_flash_attention_forward", flash_fwd);
+	NEURON_IMPL(m, "_flash_attention_backward", flash_bwd);
 }
