@@ -86,8 +86,12 @@ def test_conv_matches_cpu(case, dtype, neuron_ops):
     w = torch.randn(Cout, Cin // groups, *k, dtype=dtype)
     b = torch.randn(Cout, dtype=dtype)
     conv = (F.conv1d, F.conv2d, F.conv3d)[nsp - 1]
-    _check(lambda x, w, b: conv(x, w, b, **kw), [x, w, b], dtype, neuron_ops)
-    _check(lambda x, w: conv(x, w, None, **kw), [x, w], dtype, neuron_ops)
+    # bf16 with long sums (Cin 32/64 x 3x3): how the CPU rounds inside its kernel depends on the CPU (oneDNN's
+    # AVX2 path on a Zen 3 differs from its avx512_bf16 one by a bf16 ulp of the largest results), so the error
+    # is measured against the largest result
+    rel = 4e-3 if dtype == torch.bfloat16 else None
+    _check(lambda x, w, b: conv(x, w, b, **kw), [x, w, b], dtype, neuron_ops, rel_max=rel)
+    _check(lambda x, w: conv(x, w, None, **kw), [x, w], dtype, neuron_ops, rel_max=rel)
 
 
 TRANSPOSED_CASES = [

@@ -72,7 +72,9 @@ def test_two_threads_match_serial(device):
     # and the device agrees with the CPU
     for i, s in zip(ins, serial):
         ref, _ = _chain(i, "cpu")
-        torch.testing.assert_close(s[0], ref, rtol=1e-4, atol=1e-5)
+        # a long chain of float32 ops: the CPU's own rounding differs by machine (MKL's AVX2 and AVX-512
+        # paths), 1.7e-5 on a Zen 3; the thread checks above are the exact ones
+        torch.testing.assert_close(s[0], ref, rtol=1e-4, atol=5e-5)
 
 
 def test_threads_on_their_own_streams_match_serial(device):

@@ -21,7 +21,7 @@ GROUP = 60
 SOLO_TIMEOUT = 90  # s, one case plus interpreter start on a loaded 2-core machine
 VERDICTS = ("matched", "differs", "crash", "hang", "wrong", "canary")
 
-from .findings import FINDINGS  # noqa: E402 - open findings, with their cause
+from .findings import CPU_DEPENDENT, FINDINGS  # noqa: E402 - open findings, with their cause
 
 
 def _env(case_env):
@@ -137,7 +137,7 @@ def report(results, seconds):
             ne = (r.get("neuron") or {})
             cpu_s = f"{cpu['type']}: {cpu['msg']}" if cpu else "-"
             ne_s = f"{ne['type']}: {ne['msg']}" if ne else "-"
-            note = FINDINGS.get(c.name, "")
+            note = FINDINGS.get(c.name, "") or CPU_DEPENDENT.get(c.name, "")
             text = f"{r['reason']}; {note}" if note and v in ("crash", "hang") else (note or r["reason"])
             lines.append(f"- `{c.name}` ({c.cls}): {text}")
             if c.expect == "cpu" or (isinstance(c.expect, tuple) and c.expect[0] == "env"):
