@@ -76,10 +76,12 @@ def build_assets(workdir):
     return len(texts)
 
 
-def titan_args(steps, seq_len, batch, compile_=False, seed=None, dump=None, ac=None):
+def titan_args(steps, seq_len, batch, compile_=False, seed=None, dump=None, ac=None, config="llama3_debugmodel"):
     """The TorchTitan command line after `-m torchtitan.train`: the stock config, made small.  seed: the seed
-    checkpoint to start from (None: no checkpointing at all; False: the caller sets checkpointing up)."""
-    a = ["--module", "llama3", "--config", "llama3_debugmodel",
+    checkpoint to start from (None: no checkpointing at all; False: the caller sets checkpointing up).  config:
+    one of TorchTitan's llama3 configs, e.g. llama3_debugmodel_varlen_attn (varlen attention instead of flex:
+    the one a compiled run can use, since TorchTitan compiles flex only with Inductor)."""
+    a = ["--module", "llama3", "--config", config,
          "--training.steps", str(steps), "--training.seq-len", str(seq_len),
          "--training.local-batch-size", str(batch),
          "--lr-scheduler.warmup-steps", "2",
