@@ -31,7 +31,7 @@ CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC)) $(1)/obj/gen/nc_prelude.o
 
-.PHONY: all venv hf-deps titan-deps titan build install clib ctest test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness fuzz profile models
+.PHONY: all venv hf-deps titan-deps titan build install clib ctest ctest-levels test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness fuzz profile models
 
 all: install
 
@@ -67,6 +67,16 @@ clib: $(BUILD)/libneuron.a
 
 ctest: $(addprefix $(BUILD)/tests/,$(CTESTS))
 	@set -e; for t in $^; do echo "== $$t"; ./$$t; done
+
+# The C tests again at the forced kernel levels below the CPU's own (NEURON_KERNELS=avx2, portable):
+# every level's kernels, not only the best one's, run in `make test` (a level the CPU lacks falls back
+# to its best, which ctest already ran, so it is skipped)
+CTEST_LEVELS ?= avx2 portable
+ctest-levels: $(addprefix $(BUILD)/tests/,$(CTESTS))
+	@set -e; for l in $(CTEST_LEVELS); do \
+	  if [ "$$l" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then echo "== level $$l: not on this CPU, skipped"; continue; fi; \
+	  echo "== level $$l"; for t in $^; do NEURON_KERNELS=$$l ./$$t > $(BUILD)/tests/level-$$l.log 2>&1 || \
+	  { cat $(BUILD)/tests/level-$$l.log; echo "FAILED at NEURON_KERNELS=$$l: $$t"; exit 1; }; tail -1 $(BUILD)/tests/level-$$l.log | sed "s|^|  $$(basename $$t): |"; done; done
 
 test-sanitize: $(addprefix $(SAN_BUILD)/tests/,$(CTESTS))
 	@set -e; for t in $^; do echo "== $$t (asan+ubsan)"; ASAN_OPTIONS=detect_leaks=1 ./$$t; done
@@ -131,7 +141,7 @@ build: install
 pytest: install $(HF_STAMP) $(TITAN_STAMP)
 	$(VPY) -m pytest -q -x tests/python
 
-test: ctest test-sanitize install $(HF_STAMP) $(TITAN_STAMP)
+test: ctest ctest-levels test-sanitize install $(HF_STAMP) $(TITAN_STAMP)
 	$(VPY) -m pytest -q tests/python
 
 # PyTorch's OpInfo database on neuron vs CPU (tests/conformance): writes docs/conformance.md

@@ -85,10 +85,12 @@ def _measure(dev, level=None):
 
 
 def _levels():
-    """The levels with kernels of their own that this CPU runs, best first (avx2 has none yet: it runs the
-    portable C)."""
+    """The levels with kernels of their own that this CPU runs, best first (avx2: the GEMM family's
+    gemm_avx2.c)."""
     have = ["portable"]
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    if " avx2 " in flags and " fma " in flags:
+        have.append("avx2")
     if " avx512f " in flags and " avx512bw " in flags:
         have.append("avx512")
     if " amx_tile " in flags:

@@ -186,8 +186,10 @@ static void ctx_init_avx512(nk_kernels_t *k, const nk_cpu_t *c)
 static void ctx_init_avx2(nk_kernels_t *k, const nk_cpu_t *c)
 {
 	(void)c;
-	/* ---- the GEMM family: micro-kernels and packers (gemm_avx2.c), attention, convolution ---- */
-	(void)k;
+	/* ---- the GEMM family: micro-kernels (gemm_avx2.c); convolution and attention reach them through
+	 * the GEMM driver ---- */
+	k->isa[NK_FAM_GEMM] = NK_ISA_AVX2;
+	k->gemm_table = nk_gemm_isa_avx2;
 
 	/* ---- the row families: cast, pointwise, reduce, softmax, layer norm, optim, norm, pool ---- */
 }

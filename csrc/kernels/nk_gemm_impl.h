@@ -188,6 +188,20 @@ void nk_gemm_pack_a_avx512(const void *src, int dtype, int64_t rs, int64_t cs, i
 void nk_gemm_pack_b_avx512(const void *src, int dtype, int64_t rs, int64_t cs, int64_t k, int64_t n,
 			   float *dst);
 
+/* AVX2 + FMA micro-kernels (gemm_avx2.c): the f32 / f64 contracts above, computed in 6-row sub-tiles;
+ * bit for bit the AVX-512 kernels' results. */
+void nk_sgemm_avx2_14x32(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
+			 float alpha, float beta, int m, int n);
+void nk_sgemm_avx2_14x32_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+			   int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sgemm_avx2_14x32_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
+			      float beta, const float *bias, int m, int n);
+void nk_sgemm_avx2_14x32_a(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c,
+			   float alpha, float beta, const float *bias, int m, int n);
+void nk_dgemm_avx2_14x16(int64_t k, const double *a, const double *b, double *c, int64_t rs_c, int64_t cs_c,
+			 double alpha, double beta, int m, int n);
+float nk_dot_f32_avx2(const float *x, const float *y, int64_t n);
+
 /* AMX tile GEMMs (gemm_amx.c; only with the OS's tile permission, through the dispatch context). */
 int nk_gemm_amx_bf16(const nk_gemm_args_t *g);
 int nk_gemm_amx_i8(const nk_gemm_args_t *g);
@@ -200,6 +214,7 @@ void nk_dgemm_pack_b(const double *src, int64_t rs, int64_t cs, int64_t k, int64
  * use is the dispatch context's (dispatch.c); nk_gemm_isa_select returns a copy of it. */
 extern const nk_gemm_isa_t nk_gemm_isa_ref;
 extern const nk_gemm_isa_t nk_gemm_isa_avx512;
+extern const nk_gemm_isa_t nk_gemm_isa_avx2; /* gemm_avx2.c: no bf16 pair kernels (bf16 via f32) */
 nk_gemm_isa_t nk_gemm_isa_select(void);
 
 /* Runs the packed driver with the given table (tests pass nk_gemm_isa_ref to check the driver with

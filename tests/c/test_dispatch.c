@@ -61,11 +61,12 @@ static void test_levels(void)
 	if (want > best)
 		want = best;
 	CHECK(nk_kernels_level() == want, "level %s, expected %s", nk_isa_name(nk_kernels_level()), nk_isa_name(want));
-	int fam = want >= NK_ISA_AVX512 ? NK_ISA_AVX512 : NK_ISA_PORTABLE; /* no AVX2 kernels yet */
-	/* AMX: the GEMM family only (bf16 and int8 tiles), over the AVX-512 context */
+	int fam = want >= NK_ISA_AVX512 ? NK_ISA_AVX512 : NK_ISA_PORTABLE;
+	/* AMX: the GEMM family only (bf16 and int8 tiles), over the AVX-512 context; AVX2: the GEMM family
+	 * (gemm_avx2.c), the others portable */
 	bool amx = want == NK_ISA_AMX && (c->amx_bf16 || c->amx_int8);
 	for (int f = 0; f < NK_NFAM; f++) {
-		int e = f == NK_FAM_GEMM && amx ? NK_ISA_AMX : fam;
+		int e = f == NK_FAM_GEMM && amx ? NK_ISA_AMX : f == NK_FAM_GEMM && want == NK_ISA_AVX2 ? NK_ISA_AVX2 : fam;
 		CHECK(nk_family_isa(f) == e, "%s uses %s, expected %s", nk_family_name(f), nk_isa_name(nk_family_isa(f)),
 		      nk_isa_name(e));
 	}
@@ -73,6 +74,7 @@ static void test_levels(void)
 	CHECK((k->gemm->bf16_tiles != NULL) == (want == NK_ISA_AMX && c->amx_bf16), "bf16 tiles at the amx level only");
 	CHECK((k->gemm->i8_tiles != NULL) == (want == NK_ISA_AMX && c->amx_int8), "int8 tiles at the amx level only");
 	CHECK((k->gemm->sgemm == nk_gemm_isa_avx512.sgemm) == (fam == NK_ISA_AVX512), "gemm table");
+	CHECK((k->gemm->sgemm == nk_gemm_isa_avx2.sgemm) == (want == NK_ISA_AVX2), "avx2 gemm table at the avx2 level");
 	CHECK((k->gemm->sbgemm != NULL) == (fam == NK_ISA_AVX512 && c->avx512_bf16), "bf16 GEMM kernels need avx512_bf16");
 	CHECK((k->softmax == &nk_rowops_avx512) == (fam == NK_ISA_AVX512), "softmax table");
 	CHECK((k->layernorm == &nk_lnops_avx512) == (fam == NK_ISA_AVX512), "layernorm table");
