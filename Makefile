@@ -31,7 +31,7 @@ CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC)) $(1)/obj/gen/nc_prelude.o
 
-.PHONY: all venv hf-deps titan-deps titan build install clib ctest ctest-levels test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness fuzz profile models
+.PHONY: all venv hf-deps titan-deps titan build install clib ctest ctest-levels pytest-levels test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness fuzz profile models
 
 all: install
 
@@ -141,8 +141,16 @@ build: install
 pytest: install $(HF_STAMP) $(TITAN_STAMP)
 	$(VPY) -m pytest -q -x tests/python
 
+# The Python tests of the GEMM family's users (mm/linear shapes, SDPA, flash attention, convolution,
+# int_mm, training parity) again at NEURON_KERNELS=avx2, where the CPU has AVX2 (about 1 min)
+PYTEST_LEVEL_FILES := test_gemm_shapes test_sdpa test_flash_attention test_conv test_int_mm test_mm_empty_k test_training_parity
+pytest-levels: install
+	@if grep -qw avx2 /proc/cpuinfo; then NEURON_KERNELS=avx2 $(VPY) -m pytest -q -p no:warnings $(patsubst %,tests/python/%.py,$(PYTEST_LEVEL_FILES)); \
+	else echo "pytest-levels: no AVX2 on this CPU, skipped"; fi
+
 test: ctest ctest-levels test-sanitize install $(HF_STAMP) $(TITAN_STAMP)
 	$(VPY) -m pytest -q tests/python
+	$(MAKE) --no-print-directory pytest-levels
 
 # PyTorch's OpInfo database on neuron vs CPU (tests/conformance): writes docs/conformance.md
 conformance: install
