@@ -67,6 +67,11 @@ def _register():
             from . import cuda as _cuda  # noqa: F401
         except Exception as e:
             warnings.warn(f"torchneuron: TORCHNEURON_CUDA=1 but the CUDA compatibility mode failed: {e}")
+    try:  # kernels launched by the autograd engine's thread name the backward() call (async errors)
+        from .profiler import register_backward_sites
+        register_backward_sites()
+    except Exception as e:  # never fails the device
+        warnings.warn(f"torchneuron: backward launch sites not registered: {e}")
     try:  # torch.compile backend "neuron" (registers when torch._dynamo is imported); never fails the device
         from .compile import register as _reg_compile; _reg_compile()  # noqa: E702
     except Exception:
@@ -90,7 +95,14 @@ def get_executed_ops():
     return _C._executed_ops()
 
 
+def get_created_dtypes():
+    """{dtype name ('torch.float64'): (tensors, bytes)} of the tensors created on neuron since the last clear
+    (torchneuron check reports float64 and int64 use from it)."""
+    from . import _C
+    return {"torch." + name: (n, b) for name, n, b in _C._created_dtypes()}
+
+
 def clear_op_tracking():
-    """Forget the ops recorded by get_fallback_ops() and get_executed_ops()."""
+    """Forget the ops recorded by get_fallback_ops(), get_executed_ops() and get_created_dtypes()."""
     from . import _C
     _C._clear_op_tracking()

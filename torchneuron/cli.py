@@ -290,7 +290,41 @@ def _fallback_times(prof, fallback_ops):
     return out
 
 
-def run_check(script, args, profile_ops=True):
+class _Progress:
+    """The progress line of `check` on stderr while the script runs: elapsed time, ATen ops seen so far (of
+    them through the fallback) and peak device memory; rewritten in place every second on a terminal, a
+    new line every `every` seconds otherwise (a CI log)."""
+
+    def __init__(self, torchneuron, torch, every=15.0):
+        import threading
+
+        self.tn, self.torch, self.t0 = torchneuron, torch, time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.every = 1.0 if self.tty else every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="torchneuron-check-progress", daemon=True)
+
+    def line(self):
+        peak = self.torch.neuron.max_memory_allocated() if self.torch.neuron.is_available() else 0
+        return (f"[torchneuron check] {time.perf_counter() - self.t0:.0f} s: {len(self.tn.get_executed_ops())} ATen ops, "
+                f"{len(self.tn.get_fallback_ops())} through the fallback, peak {peak / 2**20:.1f} MiB")
+
+    def _run(self):
+        while not self.stop.wait(self.every):
+            print(("\r" if self.tty else "") + self.line(), end="" if self.tty else "\n", file=sys.stderr, flush=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=5)
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def run_check(script, args, profile_ops=True, progress_every=15.0):
     import torch
     import torchneuron
 
@@ -310,7 +344,8 @@ def run_check(script, args, profile_ops=True):
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
             prof.__enter__()
         try:
-            runpy.run_path(script, run_name="__main__")
+            with _Progress(torchneuron, torch, progress_every):
+                runpy.run_path(script, run_name="__main__")
         except SystemExit as e:
             if e.code not in (None, 0):
                 err = f"SystemExit({e.code})"
@@ -344,6 +379,9 @@ def run_check(script, args, profile_ops=True):
         "fallback_calls": {k: {"calls": c, "ms": round(ms, 3)} for k, (c, ms) in sorted(times.items())},
         "compile": dyn,
         "peak_device_memory_bytes": torch.neuron.max_memory_allocated() if torch.neuron.is_available() else 0,
+        # tensors created on neuron per dtype: float64 / int64 are computed natively here (the system we
+        # implement narrows them to 32 bits)
+        "dtypes": {k: {"tensors": n, "bytes": b} for k, (n, b) in sorted(torchneuron.get_created_dtypes().items())},
         "cuda_findings": findings,
         "scanned_files": _local_modules(script),
     }
@@ -366,6 +404,14 @@ def _print_report(rep, out=sys.stdout):
         for reason, n in list(c["graph_breaks"].items())[:5]:
             p(f"    break x{n}: {reason[:110]}")
     p(f"  peak device memory: {rep['peak_device_memory_bytes'] / 2**20:.1f} MiB")
+    d = rep.get("dtypes", {})
+    if d:
+        p("  tensors created on neuron: " + ", ".join(
+            f"{k.replace('torch.', '')} {v['tensors']} ({v['bytes'] / 2**20:.1f} MiB)" for k, v in
+            sorted(d.items(), key=lambda kv: -kv[1]["bytes"])[:6]))
+    wide = [k.replace("torch.", "") for k in ("torch.float64", "torch.int64") if k in d]
+    if wide:
+        p(f"  64-bit: {' and '.join(wide)} used; computed natively in 64 bits on neuron (not narrowed to 32)")
     f = rep["cuda_findings"]
     p(f"  hard-coded CUDA: {len(f)} site(s) in {len(rep['scanned_files'])} file(s)")
     for x in f[:12]:
@@ -375,7 +421,7 @@ def _print_report(rep, out=sys.stdout):
 
 
 def _check(a):
-    rep = run_check(a.script, a.args, profile_ops=not a.no_profile)
+    rep = run_check(a.script, a.args, profile_ops=not a.no_profile, progress_every=a.progress_every)
     _print_report(rep)
     if a.json:
         with open(a.json, "w") as fh:
@@ -400,6 +446,8 @@ def main(argv=None):
     c.add_argument("--strict", action="store_true",
                    help="exit 2 on any fallback op, hard-coded CUDA, graph break or error (CI gate)")
     c.add_argument("--no-profile", action="store_true", help="skip per-op call counts and fallback times")
+    c.add_argument("--progress-every", type=float, default=15.0, metavar="S",
+                   help="seconds between progress lines when stderr is not a terminal (default 15)")
     c.add_argument("script")
     c.add_argument("args", nargs=argparse.REMAINDER)
     sub.add_parser("parity", help="run a training script on neuron and on the CPU and compare the curves", add_help=False)

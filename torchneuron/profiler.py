@@ -124,3 +124,31 @@ def plot_timeline(trace_json, png, title=None, max_cpu_depth=2):
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
+
+
+def register_backward_sites():
+    """Kernels that the autograd engine's device thread launches have no Python frame of their own: they
+    are attributed to the backward() / autograd.grad() call that runs them ("train.py:12 in main
+    (autograd backward)" in an async error).  Wraps torch.autograd's _engine_run_backward, which both
+    call; NEURON_LAUNCH_SITES=0 turns launch sites off altogether."""
+    import functools
+    import os
+
+    import torch
+    import torch.autograd as ag
+
+    run = getattr(ag, "_engine_run_backward", None)
+    if run is None or getattr(run, "_neuron_sites", False) or os.environ.get("NEURON_LAUNCH_SITES") == "0":
+        return
+    push, pop = torch.ops.neuron._backward_site_push, torch.ops.neuron._backward_site_pop
+
+    @functools.wraps(run)
+    def _engine_run_backward(*args, **kwargs):
+        prev = push()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            pop(prev)
+
+    _engine_run_backward._neuron_sites = True
+    ag._engine_run_backward = _engine_run_backward

@@ -1192,6 +1192,28 @@ static int emit_plan_fn(nc_graph_t *g, nc_sb_t *s)
 	return 0;
 }
 
+
+/* The trace name of the n units scheduled from p on (one kernel, or a horizontal group) of segment seg:
+ * "neuron_compiled.seg<seg>/k<kid> " and the ops it computes joined by '+', cut at cap (the ops are
+ * identifiers: a valid C string literal). */
+static void trace_name(const nc_graph_t *g, int seg, int p, int n, char *buf, size_t cap)
+{
+	size_t len = (size_t)snprintf(buf, cap, "neuron_compiled.seg%d/k%d ", seg, g->u[g->sched[p]].kid);
+
+	for (int j = 0; j < n && len + 4 < cap; j++) {
+		const nc_unit_t *u = &g->u[g->sched[p + j]];
+
+		for (int i = 0; i < u->nnodes && len + 4 < cap; i++) {
+			const char *op = g->n[u->nodes[i]].op;
+			int w = snprintf(buf + len, cap - len, "%s%s", j || i ? "+" : "", op ? op : "?");
+
+			len = w < 0 || (size_t)w >= cap - len ? cap - 4 : len + (size_t)w;
+		}
+	}
+	if (len >= cap - 4)
+		snprintf(buf + cap - 4, 4, "...");
+}
+
 int nc_emit(nc_graph_t *g, nc_sb_t *s)
 {
 	int st = 0;
@@ -1240,6 +1262,8 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 		sb_printf(s, "NC_EXPORT int nc_seg%d(void *args)\n{\n", k);
 		sb_printf(s, "\tconst int64_t *S = (const int64_t *)args;\n\tvoid *const *P = (void *const *)(S + %d);\n", g->nsyms);
 		sb_printf(s, "\tnc_ctx_t ctx = {S, P};\n\t(void)ctx; (void)P;\n");
+		/* while the device trace records, each kernel of the segment is a slice of its own */
+		sb_printf(s, "\tconst bool tr_ = RT->trace_on();\n\tint64_t tk_ = 0;\n\t(void)tk_;\n");
 		for (int i = 0; i < g->nsyms; i++)
 			sb_printf(s, "\tconst int64_t S%d = S[%d]; (void)S%d;\n", i, i, i);
 		for (int p = sg->first; p <= sg->last && !st; p++) {
@@ -1249,6 +1273,7 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 				continue; /* an epilogue is emitted inside its GEMM */
 			if (g->profile)
 				sb_printf(s, "\tint64_t t%d_ = nc_now_ns();\n", u->kid);
+			sb_printf(s, "\tif (tr_)\n\t\ttk_ = nc_now_ns();\n");
 			int skip = 0;
 			if (u->hsize > 1)
 				emit_hz_launch(g, s, p), skip = u->hsize - 1;
@@ -1261,6 +1286,12 @@ int nc_emit(nc_graph_t *g, nc_sb_t *s)
 				emit_launch(g, s, ui);
 			if (g->profile)
 				sb_printf(s, "\tnc_prof_ns[%d] += nc_now_ns() - t%d_;\n\tnc_prof_calls[%d]++;\n", u->kid, u->kid, u->kid);
+			{
+				char name[112];
+
+				trace_name(g, k, p, skip + 1, name, sizeof name);
+				sb_printf(s, "\tif (tr_)\n\t\tRT->trace_sub(\"%s\", tk_, nc_now_ns());\n", name);
+			}
 			p += skip; /* the group's other members ran inside its kernel */
 		}
 		sb_printf(s, "\treturn 0;\n}\n\n");

@@ -3,6 +3,7 @@
 #include "nc.h"
 #include "nk.h"
 #include "nrt.h"
+#include "nrt_observe.h"
 
 /* the calling thread's last nrt_kernel_fail message (csrc/runtime/error.c; declared in the
  * runtime's internal header, which nothing outside csrc/runtime includes) */
@@ -27,6 +28,8 @@ static const nc_rt_t table = {
 	.copy = nk_copy_run,
 	.kernel_msg = nrt_kernel_fail_message,
 	.num_threads = nrt_num_threads,
+	.trace_on = nrt_trace_on,
+	.trace_sub = nrt_trace_sub,
 };
 
 const nc_rt_t *nc_rt_table(void) { return &table; }

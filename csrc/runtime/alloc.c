@@ -323,6 +323,42 @@ static void spare_release(struct nrt_alloc *a)
 }
 
 /* ---- segments ----------------------------------------------------------------------------------- */
+/* Queues a segment event for the observer (under lock; dropped if host memory for it is short: the
+ * events are observability, never needed for correctness). */
+static void seg_event(struct nrt_alloc *a, int action, void *ptr, size_t size, int qid)
+{
+	if (!atomic_load_explicit(&mem_observer, memory_order_relaxed))
+		return;
+	if (a->n_seg_ev == a->cap_seg_ev) {
+		int cap = a->cap_seg_ev ? 2 * a->cap_seg_ev : 8;
+		struct nrt_seg_event *e = realloc(a->seg_ev, (size_t)cap * sizeof *e);
+
+		if (!e)
+			return;
+		a->seg_ev = e, a->cap_seg_ev = cap;
+	}
+	a->seg_ev[a->n_seg_ev++] = (struct nrt_seg_event){ action, ptr, size, qid };
+}
+
+/* Takes the queued segment events (under lock); seg_events_deliver hands them over after unlocking. */
+static struct nrt_seg_event *seg_events_take(struct nrt_alloc *a, int *n)
+{
+	struct nrt_seg_event *e = a->seg_ev;
+
+	*n = a->n_seg_ev;
+	a->seg_ev = NULL, a->n_seg_ev = a->cap_seg_ev = 0;
+	return e;
+}
+
+static void seg_events_deliver(int dev, struct nrt_seg_event *e, int n)
+{
+	nrt_mem_observer_fn obs = atomic_load_explicit(&mem_observer, memory_order_relaxed);
+
+	for (int i = 0; obs && i < n; i++)
+		obs(e[i].action, dev, e[i].ptr, e[i].size, 0, e[i].qid);
+	free(e);
+}
+
 static bool fault_take(void)
 {
 	int_fast64_t c = atomic_load(&fault_countdown);
@@ -365,6 +401,7 @@ static int segment_new(struct nrt_alloc *a, int dev, size_t size, bool small, in
 	stat_add(&a->st.segment, 1);
 	stat_add(&a->st.reserved_bytes, (int64_t)size);
 	a->st.num_device_alloc++;
+	seg_event(a, NRT_MEM_SEGMENT_ALLOC, p, size, qid);
 	*out = b;
 	return NRT_OK;
 }
@@ -374,6 +411,7 @@ static void segment_free(struct nrt_alloc *a, struct nrt_block *b)
 	stat_sub(&a->st.segment, 1);
 	stat_sub(&a->st.reserved_bytes, (int64_t)b->size);
 	a->st.num_device_free++;
+	seg_event(a, NRT_MEM_SEGMENT_FREE, b->ptr, b->size, b->qid);
 	a->target->iface.free(a->target->context, b->dev, b->ptr, b->size);
 	spare_put(a, b);
 }
@@ -703,8 +741,12 @@ int nrt_malloc(nrt_queue_t *q, size_t nbytes, void **ptr)
 put_rest:
 	if (rest)
 		spare_put(a, rest);
-unlock:
+unlock:;
+	int nev;
+	struct nrt_seg_event *ev = seg_events_take(a, &nev);
+
 	pthread_mutex_unlock(&a->lock);
+	seg_events_deliver(q->dev, ev, nev);
 	{
 		nrt_mem_observer_fn obs = atomic_load_explicit(&mem_observer, memory_order_relaxed);
 
@@ -1058,11 +1100,16 @@ int nrt_empty_cache(int dev)
 
 	if (!a)
 		return nrt_bad_fork() ? NRT_ERR_FORK : NRT_ERR_INVALID;
+	int nev;
+	struct nrt_seg_event *ev;
+
 	pthread_mutex_lock(&a->lock);
 	process_pending_locked(a);
 	release_cached_locked(a, true);
 	spare_release(a);
+	ev = seg_events_take(a, &nev);
 	pthread_mutex_unlock(&a->lock);
+	seg_events_deliver(dev, ev, nev);
 	return NRT_OK;
 }
 

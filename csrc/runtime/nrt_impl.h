@@ -299,6 +299,10 @@ struct nrt_alloc {
 	uint64_t next_id;              /* allocation numbers */
 	struct nrt_block *spare;       /* recycled block structs */
 	nrt_mem_stats_t st;
+	/* segment taken / returned events for the memory observer, queued under lock and delivered after it
+	 * is dropped (only while an observer is set) */
+	struct nrt_seg_event { int action; void *ptr; size_t size; int qid; } *seg_ev;
+	int n_seg_ev, cap_seg_ev;
 };
 
 int nrt_alloc_device_init(int dev, size_t limit);

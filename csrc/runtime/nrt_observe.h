@@ -38,6 +38,10 @@ uint64_t nrt_trace_corr(void);
 /* Host work done on behalf of dev's queue (the CPU fallback), traced with the thread's correlation id;
  * name must have static lifetime.  Nothing unless the trace is on. */
 void nrt_trace_host(int dev, int queue, const char *name, int64_t t0, int64_t t1);
+/* A part of the record running on the calling thread (a kernel of a compiled program's segment),
+ * traced as a kernel of that record's queue with the record's correlation id, nested in its slice;
+ * name must have static lifetime.  Nothing unless the trace is on and a record is running here. */
+void nrt_trace_sub(const char *name, int64_t t0, int64_t t1);
 /* Kernel records of fn are traced as copies, by the direction of the pointers ptrs reads from their
  * arguments (one such kernel: the glue's strided copy).  Classified only while the trace is on. */
 typedef void (*nrt_copy_ptrs_fn)(const void *args, const void **dst, const void **src);
@@ -56,8 +60,10 @@ void nrt_set_site_hooks(nrt_site_capture_fn capture, nrt_site_format_fn format);
 
 /* ---- memory ------------------------------------------------------------------------------------ */
 /* fn (optional) is told of every allocation and free after the allocator lock is dropped (it may take
- * the GIL), and of an OOM (ptr NULL, size the request).  NULL: off. */
-enum { NRT_MEM_ALLOC = 0, NRT_MEM_FREE = 1, NRT_MEM_OOM = 2 };
+ * the GIL), of an OOM (ptr NULL, size the request), and of each segment the allocator takes from or
+ * returns to the arena (ptr and size the segment's, requested 0; a segment taken for an allocation is
+ * told before the allocation).  NULL: off. */
+enum { NRT_MEM_ALLOC = 0, NRT_MEM_FREE = 1, NRT_MEM_OOM = 2, NRT_MEM_SEGMENT_ALLOC = 3, NRT_MEM_SEGMENT_FREE = 4 };
 typedef void (*nrt_mem_observer_fn)(int action, int dev, const void *ptr, size_t size, size_t requested, int queue);
 void nrt_set_mem_observer(nrt_mem_observer_fn fn);
 /* One block of a segment, for nrt_memory_walk. */

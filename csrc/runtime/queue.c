@@ -43,6 +43,9 @@ static struct {
 } trace = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static _Thread_local uint64_t tls_corr;
+/* the traced record running on this thread (run_record / run_inline), for nrt_trace_sub */
+static _Thread_local const struct nrt_queue *tls_run_q;
+static _Thread_local uint64_t tls_run_corr;
 static _Atomic(nrt_site_capture_fn) site_capture;
 static _Atomic(nrt_site_format_fn) site_format;
 
@@ -134,6 +137,14 @@ void nrt_trace_host(int dev, int queue, const char *name, int64_t t0, int64_t t1
 {
 	if (atomic_load_explicit(&trace.on, memory_order_relaxed))
 		trace_add_rec(name, dev, queue, t0, t1, tls_corr, NRT_TRACE_HOST);
+}
+
+void nrt_trace_sub(const char *name, int64_t t0, int64_t t1)
+{
+	const struct nrt_queue *q = tls_run_q;
+
+	if (q && name && atomic_load_explicit(&trace.on, memory_order_relaxed))
+		trace_add(name, q, t0, t1, tls_run_corr, NRT_TRACE_KERNEL);
 }
 
 int nrt_trace_drain(nrt_trace_rec_t *out, int cap)
@@ -311,12 +322,13 @@ static int run_record(struct nrt_queue *q, struct nrt_launch_rec *r, uint64_t se
 		return 0; /* skipped: an earlier kernel failed and nobody synchronized yet */
 	traced = atomic_load_explicit(&trace.on, memory_order_relaxed);
 	if (traced)
-		t0 = nrt_mono_ns();
+		t0 = nrt_mono_ns(), tls_run_q = q, tls_run_corr = r->corr;
 	nrt_kernel_fail_clear();
 	ret = target_run(q, r->kind, r->fn, r->args);
 	if (traced) {
 		int64_t t1 = nrt_mono_ns();
 
+		tls_run_q = NULL;
 		trace_add(r->name, q, t0, t1, r->corr, trace_kind(r->kind, r->fn, r->args));
 	}
 	return ret;
@@ -559,12 +571,13 @@ static int run_inline(struct nrt_queue *q, nrt_kernel_fn fn, const void *args, s
 		return fn(buf);
 	traced = atomic_load(&trace.on);
 	if (traced)
-		t0 = nrt_mono_ns();
+		t0 = nrt_mono_ns(), tls_run_q = q, tls_run_corr = tls_corr;
 	nrt_kernel_fail_clear();
 	ret = target_run(q, kind, fn, buf);
 	if (traced) {
 		int64_t t1 = nrt_mono_ns();
 
+		tls_run_q = NULL;
 		trace_add(name, q, t0, t1, tls_corr, trace_kind(kind, fn, buf));
 	}
 	if (!ret)

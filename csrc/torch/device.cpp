@@ -260,11 +260,36 @@ std::set<std::string> fallback_ops()
 	return g_fallback;
 }
 
+static constexpr int kDtypes = (int)at::ScalarType::NumOptions;
+static std::atomic<int64_t> g_dtype_count[kDtypes], g_dtype_bytes[kDtypes];
+
+void track_dtype(c10::ScalarType t, int64_t bytes)
+{
+	int i = (int)t;
+	if (i < 0 || i >= kDtypes)
+		return;
+	g_dtype_count[i].fetch_add(1, std::memory_order_relaxed);
+	g_dtype_bytes[i].fetch_add(bytes, std::memory_order_relaxed);
+}
+
+std::vector<std::tuple<std::string, int64_t, int64_t>> created_dtypes()
+{
+	std::vector<std::tuple<std::string, int64_t, int64_t>> out;
+	for (int i = 0; i < kDtypes; i++) {
+		int64_t n = g_dtype_count[i].load(std::memory_order_relaxed);
+		if (n)
+			out.emplace_back(std::string(c10::getDtypeNames((at::ScalarType)i).first), n, g_dtype_bytes[i].load(std::memory_order_relaxed));
+	}
+	return out;
+}
+
 void clear_op_tracking()
 {
 	std::lock_guard<std::mutex> g(g_track_mu);
 	g_executed.clear();
 	g_fallback.clear();
+	for (int i = 0; i < kDtypes; i++)
+		g_dtype_count[i].store(0), g_dtype_bytes[i].store(0);
 	g_epoch.fetch_add(1);
 }
 

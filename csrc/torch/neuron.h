@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace at {
@@ -105,6 +106,10 @@ struct OpSlot {
 	} while (0)
 void track_executed(const std::string &name);
 void track_fallback(const std::string &name);
+// Tensors created on neuron per dtype (count and bytes) since the last clear: `torchneuron check` reports
+// float64 / int64 use (computed natively here).  One relaxed atomic add per allocation.
+void track_dtype(c10::ScalarType t, int64_t bytes);
+std::vector<std::tuple<std::string, int64_t, int64_t>> created_dtypes();
 
 // The boxed CPU fallback (ops_core.cpp), for native wrappers that hand unsupported cases to the CPU
 // through at::native::call_fallback_fn<&cpu_fallback, at::_ops::name>::call(...).

@@ -165,8 +165,10 @@ static at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::Sc
 	check_dtype_supported(c10::dtype_or_default(dtype));
 	c10::Device dev = target_device(device);
 	DeviceScope g(dev.index());
-	return at::detail::empty_generic(size, c10::GetAllocator(kDev), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-					 c10::dtype_or_default(dtype), mf);
+	at::Tensor t = at::detail::empty_generic(size, c10::GetAllocator(kDev), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+						 c10::dtype_or_default(dtype), mf);
+	track_dtype(t.scalar_type(), (int64_t)t.nbytes());
+	return t;
 }
 
 static at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
@@ -179,8 +181,10 @@ static at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, st
 	check_dtype_supported(c10::dtype_or_default(dtype));
 	c10::Device dev = target_device(device);
 	DeviceScope g(dev.index());
-	return at::detail::empty_strided_generic(size, stride, c10::GetAllocator(kDev), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-						 c10::dtype_or_default(dtype));
+	at::Tensor t = at::detail::empty_strided_generic(size, stride, c10::GetAllocator(kDev),
+							 c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::dtype_or_default(dtype));
+	track_dtype(t.scalar_type(), (int64_t)t.storage().nbytes());
+	return t;
 }
 
 static at::Tensor as_strided(const at::Tensor &self, at::IntArrayRef size, at::IntArrayRef stride,

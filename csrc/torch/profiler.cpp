@@ -192,13 +192,26 @@ inline _PyInterpreterFrame *innermost_frame()
 }
 #endif
 
-// The launch-site hook (nrt_set_site_hooks): the innermost user frame, else the innermost frame.
+// The site of the backward() / autograd.grad() call running now (torchneuron wraps torch.autograd's
+// _engine_run_backward): kernels the autograd engine's device thread launches, which has no Python frame
+// of its own, are attributed to it, marked by kBackwardBit in the offset half.  With backward calls on
+// several Python threads at once the latest one wins.
+std::atomic<uint64_t> g_backward_site{0};
+constexpr uint64_t kBackwardBit = UINT64_C(1) << 31;
+
+// The launch-site hook (nrt_set_site_hooks): the innermost user frame, else the innermost frame; on a
+// thread without Python frames (the autograd engine's), the running backward call's site.
 uint64_t capture_site()
 {
 #ifdef NEURON_SITES
 	uint64_t first = 0;
 	int depth = 0;
-	for (_PyInterpreterFrame *f = innermost_frame(); f && depth < 64; f = f->previous, depth++) {
+	_PyInterpreterFrame *top = innermost_frame();
+	if (!top) {
+		uint64_t b = g_backward_site.load(std::memory_order_relaxed);
+		return b ? b | kBackwardBit : 0;
+	}
+	for (_PyInterpreterFrame *f = top; f && depth < 64; f = f->previous, depth++) {
 		if (_PyFrame_IsIncomplete(f))
 			continue;
 		uint32_t idx = code_index((PyObject *)f->f_code);
@@ -227,9 +240,26 @@ void format_site(uint64_t site, char *buf, size_t cap)
 			buf[0] = 0;
 		return;
 	}
-	int line = PyCode_Addr2Line((PyCodeObject *)e->code, (int)(uint32_t)site);
-	snprintf(buf, cap, "%s:%d in %s", e->file.c_str(), line, e->func.c_str());
+	int line = PyCode_Addr2Line((PyCodeObject *)e->code, (int)(uint32_t)(site & ~kBackwardBit));
+	snprintf(buf, cap, "%s:%d in %s%s", e->file.c_str(), line, e->func.c_str(),
+		 site & kBackwardBit ? " (autograd backward)" : "");
 }
+
+} // namespace
+
+// torch.ops.neuron._backward_site_push() -> previous: the calling line becomes the backward site (see
+// g_backward_site); _backward_site_pop(previous) restores it when the call returns.
+int64_t backward_site_push()
+{
+	return (int64_t)g_backward_site.exchange(capture_site() & ~kBackwardBit, std::memory_order_relaxed);
+}
+
+void backward_site_pop(int64_t prev)
+{
+	g_backward_site.store((uint64_t)prev, std::memory_order_relaxed);
+}
+
+namespace {
 
 struct SiteHooks {
 	SiteHooks()
@@ -307,7 +337,8 @@ void capture_stack(std::vector<uint64_t> &out)
 
 void mem_observer(int action, int dev, const void *ptr, size_t size, size_t, int queue)
 {
-	if (action != NRT_MEM_OOM && c10::memoryProfilingEnabled()) {
+	bool block = action == NRT_MEM_ALLOC || action == NRT_MEM_FREE;
+	if (block && c10::memoryProfilingEnabled()) {
 		nrt_mem_stats_t st{};
 		nrt_memory_stats(dev, &st);
 		c10::reportMemoryUsageToProfiler(const_cast<void *>(ptr), action == NRT_MEM_ALLOC ? (int64_t)size : -(int64_t)size,
@@ -317,7 +348,7 @@ void mem_observer(int action, int dev, const void *ptr, size_t size, size_t, int
 	if (!g_hist_on.load(std::memory_order_relaxed))
 		return;
 	MemEvent e{action, dev, queue, (uintptr_t)ptr, size, nrt_now_ns() / 1000, {}};
-	if (g_hist_stacks && action != NRT_MEM_FREE)
+	if (g_hist_stacks && action != NRT_MEM_FREE && action != NRT_MEM_SEGMENT_FREE)
 		capture_stack(e.frames); // before the lock: it may take the GIL
 	std::lock_guard<std::mutex> l(g_hist_mu);
 	if (action == NRT_MEM_ALLOC)
@@ -466,7 +497,7 @@ std::string memory_snapshot(int64_t dev)
 			const MemEvent &e = g_hist[(start + i) % n];
 			if (e.dev != d)
 				continue;
-			static const char *names[] = {"alloc", "free_requested", "oom"};
+			static const char *names[] = {"alloc", "free_requested", "oom", "segment_alloc", "segment_free"};
 			o << (first ? "" : ",") << "{\"action\":\"" << names[e.action] << "\",\"addr\":" << e.ptr
 			  << ",\"size\":" << e.size << ",\"stream\":" << e.queue << ",\"time_us\":" << e.time_us;
 			if (e.action == NRT_MEM_OOM) {
@@ -749,6 +780,8 @@ TORCH_LIBRARY_FRAGMENT(neuron, m)
 {
 	m.def("_profiler_registered() -> bool", &neuron::profiler_registered);
 	m.def("_site_probe(int n=1) -> str", &neuron::site_probe);
+	m.def("_backward_site_push() -> int", &neuron::backward_site_push);
+	m.def("_backward_site_pop(int previous) -> ()", &neuron::backward_site_pop);
 	m.def("_memory_history(bool enabled, int max_entries, bool stacks) -> ()", &neuron::memory_history);
 	m.def("_memory_snapshot(int device) -> str", &neuron::memory_snapshot);
 	m.def("_kernels_describe() -> str", &neuron::kernels_describe);

@@ -160,6 +160,19 @@ static PyObject *py_storage_set_resizable(PyObject *, PyObject *args)
 
 static PyObject *py_executed_ops(PyObject *, PyObject *) { return to_pyset(executed_ops()); }
 static PyObject *py_fallback_ops(PyObject *, PyObject *) { return to_pyset(fallback_ops()); }
+// [(dtype name, tensors, bytes)] of the tensors created on neuron since the last clear
+static PyObject *py_created_dtypes(PyObject *, PyObject *)
+{
+	auto v = created_dtypes();
+	PyObject *l = PyList_New((Py_ssize_t)v.size());
+	if (!l)
+		return nullptr;
+	for (size_t i = 0; i < v.size(); i++)
+		PyList_SET_ITEM(l, (Py_ssize_t)i, Py_BuildValue("(sLL)", std::get<0>(v[i]).c_str(), (long long)std::get<1>(v[i]),
+							       (long long)std::get<2>(v[i])));
+	return l;
+}
+
 static PyObject *py_clear_op_tracking(PyObject *, PyObject *)
 {
 	clear_op_tracking();
@@ -218,6 +231,7 @@ static PyMethodDef methods[] = {
 	{"_autograd_drain", py_autograd_drain, METH_NOARGS, "Run one backward through each device's autograd worker (exit)."},
 	{"_storage_set_resizable", py_storage_set_resizable, METH_VARARGS, "Mark an UntypedStorage (not) resizable."},
 	{"_executed_ops", py_executed_ops, METH_NOARGS, "ATen ops run on neuron since the last clear."},
+	{"_created_dtypes", py_created_dtypes, METH_NOARGS, "(dtype, tensors, bytes) created on neuron since the last clear."},
 	{"_fallback_ops", py_fallback_ops, METH_NOARGS, "ATen ops that ran through the CPU fallback."},
 	{"_clear_op_tracking", py_clear_op_tracking, METH_NOARGS, "Reset op tracking."},
 	{"_fault_inject_alloc", py_fault_inject_alloc, METH_O, "Fail the n-th segment allocation (tests)."},

@@ -10,6 +10,7 @@
 
 #include "ctest.h"
 #include "nrt.h"
+#include "nrt_observe.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -682,6 +683,60 @@ static void test_oom_retry_waits_for_queued_kernels(void)
 	set_limit("1GiB");
 }
 
+/* ---- the memory observer: segments taken and returned ------------------------------------------------ */
+static struct { int action; const void *ptr; size_t size; } obs_ev[64];
+static int obs_n;
+
+static void obs_fn(int action, int dev, const void *ptr, size_t size, size_t requested, int queue)
+{
+	(void)dev, (void)requested, (void)queue;
+	if (obs_n < 64)
+		obs_ev[obs_n].action = action, obs_ev[obs_n].ptr = ptr, obs_ev[obs_n].size = size, obs_n++;
+}
+
+/* A large allocation that needs a new segment is told as SEGMENT_ALLOC (the segment's address and size)
+ * before its ALLOC; empty_cache returning the segment is SEGMENT_FREE with the same address and size;
+ * a reuse of a cached segment tells no segment event. */
+static void test_observer_segment_events(void)
+{
+	nrt_queue_t *q = nrt_queue_default(0);
+	void *p = NULL;
+	int seg = -1, al = -1, fr = -1, sfree = -1;
+
+	nrt_empty_cache(0);
+	obs_n = 0;
+	nrt_set_mem_observer(obs_fn);
+	CHECK(nrt_malloc(q, 48 * MiB, &p) == NRT_OK && p, "malloc: %s", nrt_last_error());
+	nrt_free(p);
+	void *p2 = NULL;
+	CHECK(nrt_malloc(q, 48 * MiB, &p2) == NRT_OK && p2 == p, "the cached segment is reused");
+	nrt_free(p2);
+	nrt_device_synchronize(0);
+	nrt_empty_cache(0);
+	nrt_set_mem_observer(NULL);
+	for (int i = 0; i < obs_n; i++) {
+		if (obs_ev[i].action == NRT_MEM_SEGMENT_ALLOC && obs_ev[i].ptr == p) {
+			CHECK(seg < 0, "one segment_alloc");
+			seg = i;
+		}
+		if (obs_ev[i].action == NRT_MEM_ALLOC && obs_ev[i].ptr == p && al < 0)
+			al = i;
+		if (obs_ev[i].action == NRT_MEM_SEGMENT_FREE && obs_ev[i].ptr == p) {
+			CHECK(sfree < 0, "one segment_free");
+			sfree = i;
+		}
+		if (obs_ev[i].action == NRT_MEM_FREE && obs_ev[i].ptr == p)
+			fr = i;
+	}
+	CHECK(seg >= 0 && al > seg && fr > al && sfree > fr, "order: segment_alloc %d, alloc %d, free %d, segment_free %d (%d events)",
+	      seg, al, fr, sfree, obs_n);
+	if (seg >= 0 && sfree >= 0)
+		CHECK(obs_ev[seg].size >= 48 * MiB && obs_ev[seg].size == obs_ev[sfree].size, "segment sizes %zu / %zu",
+		      obs_ev[seg].size, obs_ev[sfree].size);
+	CHECK(obs_n == 6, "2 segment events and 2 allocs + 2 frees, got %d", obs_n);
+	check_no_live("observer");
+}
+
 int main(void)
 {
 	unsetenv("NEURON_RT_VISIBLE_CORES");
@@ -699,6 +754,7 @@ int main(void)
 	RUN(test_oom_waits_for_pending);
 	RUN(test_empty_cache_waits_for_queued_kernels);
 	RUN(test_oom_retry_waits_for_queued_kernels);
+	RUN(test_observer_segment_events);
 	RUN(test_devices);
 	RUN(test_fault_injection);
 	RUN(test_fuzz);

@@ -1120,6 +1120,47 @@ static void test_trace_corr_site(void)
 	nrt_set_site_hooks(NULL, NULL);
 }
 
+/* A kernel that traces two parts of itself (as a compiled program's segment does). */
+static int k_parts(void *p)
+{
+	(void)p;
+	nrt_trace_sub("part one", 100, 200);
+	nrt_trace_sub("part two", 200, 300);
+	return 0;
+}
+
+/* nrt_trace_sub: the parts are kernel records of the running record's queue with its correlation id,
+ * before the record itself (which ends after them); off the trace, or outside a record, nothing. */
+static void test_trace_sub(void)
+{
+	nrt_queue_t *q = NULL;
+	nrt_trace_event_t r[16];
+	uint64_t cur;
+	int got;
+
+	CHECK(nrt_queue_create(0, 0, &q) == NRT_OK, "queue: %s", nrt_last_error());
+	nrt_trace_sub("outside", 1, 2); /* trace off */
+	cur = nrt_trace_cursor();
+	nrt_trace_enable(true);
+	nrt_trace_sub("not in a record", 1, 2);
+	nrt_trace_set_corr(77);
+	CHECK(nrt_queue_launch(q, k_parts, NULL, 0, "neuron_compiled.seg0") == NRT_OK, "launch");
+	nrt_trace_set_corr(0);
+	nrt_queue_synchronize(q);
+	nrt_trace_enable(false);
+	got = nrt_trace_read(&cur, r, 16, NULL);
+	CHECK(got == 3, "records %d", got);
+	if (got == 3) {
+		CHECK(!strcmp(r[0].name, "part one") && !strcmp(r[1].name, "part two") && !strcmp(r[2].name, "neuron_compiled.seg0"),
+		      "names %s / %s / %s", r[0].name, r[1].name, r[2].name);
+		for (int i = 0; i < 3; i++)
+			CHECK(r[i].corr == 77 && r[i].kind == NRT_TRACE_KERNEL && r[i].queue == nrt_queue_id(q) && r[i].dev == 0,
+			      "record %d: corr %llu kind %d queue %d", i, (unsigned long long)r[i].corr, r[i].kind, r[i].queue);
+		CHECK(r[0].start_ns == 100 && r[1].end_ns == 300, "the parts' times");
+	}
+	nrt_queue_destroy(q);
+}
+
 struct walk_acc {
 	size_t active, blocks;
 	const void *want;
@@ -1343,6 +1384,7 @@ int main(void)
 	RUN(test_memcpy_and_host);
 	RUN(test_trace);
 	RUN(test_trace_corr_site);
+	RUN(test_trace_sub);
 	RUN(test_memory_walk);
 	RUN(test_target_interface);
 	return ctest_finish();

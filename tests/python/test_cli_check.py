@@ -46,6 +46,42 @@ def test_check_finds_cuda_sites_and_fallback(tmp_path):
     assert p.returncode == 2, (p.returncode, p.stdout)
 
 
+DTYPE_SCRIPT = '''import torch
+x = torch.ones(1000, dtype=torch.float64, device="neuron")   # 8000 bytes
+i = torch.arange(10, device="neuron")                          # int64
+y = (x * 2).sum()                                              # float64 results
+f = torch.zeros(256, device="neuron")                          # float32
+print(y.item(), i.sum().item(), f.sum().item())
+'''
+
+
+def test_check_reports_float64_and_int64_use(tmp_path):
+    """The tensors created on neuron per dtype, and the 64-bit line, against what the fixture creates."""
+    (tmp_path / "d.py").write_text(DTYPE_SCRIPT)
+    out = tmp_path / "d.json"
+    p = _run(["check", "--no-profile", "--json", str(out), str(tmp_path / "d.py")])
+    assert p.returncode == 0, p.stderr
+    assert "64-bit: float64 and int64 used" in p.stdout, p.stdout
+    d = json.loads(out.read_text())["dtypes"]
+    assert d["torch.float64"]["tensors"] >= 3 and d["torch.float64"]["bytes"] >= 8000, d  # x, x * 2, the sum
+    assert d["torch.int64"]["tensors"] >= 2, d                                             # i and its sum
+    assert d["torch.float32"]["tensors"] >= 2 and d["torch.float32"]["bytes"] >= 1024, d
+    assert "torch.bfloat16" not in d, d
+    (tmp_path / "e.py").write_text("import torch\nprint(torch.ones(3, device='neuron').sum().item())\n")
+    p = _run(["check", "--no-profile", str(tmp_path / "e.py")])
+    assert p.returncode == 0 and "64-bit" not in p.stdout, p.stdout
+
+
+def test_check_prints_progress_while_the_script_runs(tmp_path):
+    (tmp_path / "slow.py").write_text("import time, torch\nx = torch.ones(4, device='neuron')\ntime.sleep(1.5)\n"
+                                      "print((x * 2).sum().item())\n")
+    p = _run(["check", "--no-profile", "--progress-every", "0.3", str(tmp_path / "slow.py")])
+    assert p.returncode == 0, p.stderr
+    lines = [l for l in p.stderr.splitlines() if " s: " in l and "ATen ops" in l]
+    assert len(lines) >= 2, p.stderr
+    assert "through the fallback, peak" in lines[-1]
+
+
 def test_info_json():
     p = _run(["info", "--json"])
     assert p.returncode == 0, p.stderr

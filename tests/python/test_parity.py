@@ -23,8 +23,13 @@ def test_parity_fixture_agrees_then_names_the_perturbed_layer(tmp_path):
     assert rep["verdict"] == "agree" and len(rep["steps"]) == 8
     assert rep["worst_loss_rel_diff"] < 1e-5
     assert "AGREE" in p.stdout
-    p, rep = _parity(tmp_path, FIXTURE, "--perturb")
+    png = tmp_path / "curves.png"
+    p, rep = _parity(tmp_path, "--plot", str(png), FIXTURE, "--perturb")
     assert p.returncode == 3, p.stdout + p.stderr
+    import matplotlib.image
+
+    img = matplotlib.image.imread(str(png))  # both curves, loss and gradient norm, as a PNG matplotlib reads
+    assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 600, img.shape
     assert rep["verdict"] == "diverge"
     assert rep["module"]["name"] == "Sequential.3 (Perturbed)", rep["module"]
     assert rep["module"]["step"] == 1

@@ -95,6 +95,20 @@ def test_chrome_trace_tracks_and_flows(prof, tmp_path):
     assert starts and starts & ends
 
 
+def test_timeline_picture_of_the_exported_trace(prof, tmp_path):
+    """torchneuron.profiler.plot_timeline draws the exported trace (host ops and the neuron stream) as a PNG."""
+    import matplotlib.image
+
+    from torchneuron.profiler import plot_timeline
+
+    p, _ = prof
+    trace, png = tmp_path / "trace.json", tmp_path / "timeline.png"
+    p.export_chrome_trace(str(trace))
+    plot_timeline(str(trace), str(png), title="test step")
+    img = matplotlib.image.imread(str(png))
+    assert img.ndim == 3 and img.shape[1] > 600, img.shape
+
+
 def test_schedule_and_trace_handler(tmp_path):
     x = torch.randn(32, 32, device="neuron")
     seen = []
@@ -168,6 +182,34 @@ def test_memory_snapshot_round_trips_through_memory_viz(tmp_path):
     del a
 
 
+def test_memory_history_has_segment_events(tmp_path):
+    """A new segment taken for an allocation is a segment_alloc entry before that alloc (with its size and
+    the calling line), and empty_cache returning it is a segment_free entry; _memory_viz's trace reads them."""
+    from torch.cuda import _memory_viz
+
+    torch.neuron.empty_cache()
+    torch.neuron.memory._record_memory_history(max_entries=1000)
+    try:
+        big = torch.empty(48 << 20, dtype=torch.uint8, device="neuron")  # over 10 MiB: a segment of its own
+        ptr = big.data_ptr()
+        del big
+        torch.neuron.empty_cache()
+        snap = torch.neuron.memory._snapshot()
+    finally:
+        torch.neuron.memory._record_memory_history(enabled=None)
+    tr = snap["device_traces"][0]
+    segs = [i for i, e in enumerate(tr) if e["action"] == "segment_alloc" and e["addr"] == ptr]
+    frees = [i for i, e in enumerate(tr) if e["action"] == "segment_free" and e["addr"] == ptr]
+    allocs = [i for i, e in enumerate(tr) if e["action"] == "alloc" and e["addr"] == ptr]
+    assert segs and frees and allocs, [(e["action"], e["addr"], e["size"]) for e in tr]
+    assert segs[0] < allocs[0] < frees[-1]
+    assert tr[segs[0]]["size"] >= 48 << 20 and tr[segs[0]]["size"] == tr[frees[-1]]["size"]
+    assert any(f["filename"] == __file__ for f in tr[segs[0]]["frames"]), tr[segs[0]]["frames"]
+    assert all(s["address"] != ptr for s in snap["segments"])  # returned to the arena
+    assert "<html" in _memory_viz.trace_plot(snap).lower()
+    _memory_viz.trace(snap)
+
+
 # ---- async errors name the Python line ---------------------------------------------------------------
 
 def test_async_error_names_the_line():
@@ -185,10 +227,55 @@ def test_async_error_names_the_line():
     assert torch.ones(3, device="neuron").sum().item() == 3
 
 
+def test_async_error_in_backward_names_the_backward_call():
+    """A kernel the autograd engine's thread launches (index_select's backward, an index_add with an index
+    changed behind autograd's back through .data) names the line that called backward()."""
+    torch.neuron.synchronize()
+    x = torch.randn(10, 4, device="neuron", requires_grad=True)
+    idx = torch.tensor([0, 1], device="neuron")
+    y = x.index_select(0, idx)
+    idx.data[1] = 20  # not seen by the version counter: the saved index is now out of range
+    y.sum().backward(); line = test_async_error_in_backward_names_the_backward_call.__code__.co_firstlineno + 8  # noqa: E702
+    with pytest.raises(RuntimeError) as ei:  # the CPU's index_add_ raises RuntimeError with these words
+        torch.neuron.synchronize()
+    msg = str(ei.value)
+    assert "index 20 is out of bounds for dimension 0 with size 10" in msg, msg
+    assert f"{__file__}:{line} in test_async_error_in_backward_names_the_backward_call (autograd backward)" in msg, msg
+    assert torch.ones(3, device="neuron").sum().item() == 3
+
+
 def test_site_capture_resolves_the_calling_line():
     line = test_site_capture_resolves_the_calling_line.__code__.co_firstlineno + 2
     s = torch.ops.neuron._site_probe(1)
     assert s == f"{__file__}:{line} in test_site_capture_resolves_the_calling_line", s
+
+
+def test_compiled_program_kernels_are_slices_of_their_segment():
+    """A compiled program's segment is one queue record; while the device trace records, each kernel of
+    it (the GEMM, the fused pointwise/reduction kernels) is a device activity of its own, named after the
+    segment and the ops it computes, inside the segment's slice on the same stream."""
+    @torch.compile(backend="neuron")
+    def f(x, w):
+        return (torch.relu(x @ w) * 2).sum(dim=-1)
+
+    x = torch.randn(64, 48, device="neuron")
+    w = torch.randn(48, 32, device="neuron")
+    ref = f(x, w)
+    torch.neuron.synchronize()
+    with profile(activities=ACTS) as p:
+        out = f(x, w)
+        torch.neuron.synchronize()
+    assert torch.equal(out, ref)
+    dev = _device_events(p)
+    segs = [e for e in dev if e.name.startswith("neuron_compiled.seg") and "/" not in e.name]
+    parts = [e for e in dev if e.name.startswith("neuron_compiled.seg") and "/k" in e.name]
+    assert segs and len(parts) >= 2, sorted({e.name for e in dev})
+    assert any("mm" in e.name for e in parts) and any("relu" in e.name or "sum" in e.name for e in parts), \
+        [e.name for e in parts]
+    for e in parts:
+        seg = e.name.split("/")[0]
+        assert any(s.name == seg and s.time_range.start <= e.time_range.start and e.time_range.end <= s.time_range.end
+                   for s in segs), (e.name, e.time_range, [(s.name, s.time_range) for s in segs])
 
 
 def test_cpu_fallback_is_a_device_activity():
