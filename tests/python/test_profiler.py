@@ -95,13 +95,17 @@ def test_chrome_trace_tracks_and_flows(prof, tmp_path):
     assert starts and starts & ends
 
 
-def test_timeline_picture_of_the_exported_trace(prof, tmp_path):
+def test_timeline_picture_of_the_exported_trace(tmp_path):
     """torchneuron.profiler.plot_timeline draws the exported trace (host ops and the neuron stream) as a PNG."""
     import matplotlib.image
 
     from torchneuron.profiler import plot_timeline
 
-    p, _ = prof
+    x = torch.randn(128, 128, device="neuron")
+    w = torch.randn(128, 128, device="neuron", requires_grad=True)
+    with profile(activities=ACTS) as p:
+        _step(x, w)
+        torch.neuron.synchronize()
     trace, png = tmp_path / "trace.json", tmp_path / "timeline.png"
     p.export_chrome_trace(str(trace))
     plot_timeline(str(trace), str(png), title="test step")
@@ -224,6 +228,31 @@ def test_async_error_names_the_line():
     assert f"{__file__}:{line} in test_async_error_names_the_line" in msg, msg
     assert "neuron:0 stream 0" in msg
     del y
+    assert torch.ones(3, device="neuron").sum().item() == 3
+
+
+def test_async_errors_on_two_streams_are_both_reported_after_their_outputs_are_freed():
+    """Two failing kernels on two streams, their outputs freed before the sync: one synchronize reports one,
+    the next the other (each naming its stream and line), then the device is clean and usable."""
+    torch.neuron.synchronize()
+    x = torch.randn(10, 4, device="neuron")
+    s1, s2 = torch.neuron.Stream(), torch.neuron.Stream()
+    first = test_async_errors_on_two_streams_are_both_reported_after_their_outputs_are_freed.__code__.co_firstlineno
+    with torch.neuron.stream(s1):
+        y1 = x.index_select(0, torch.tensor([0, 30], device="neuron"))
+    with torch.neuron.stream(s2):
+        y2 = x.index_select(0, torch.tensor([40], device="neuron"))
+    del y1, y2
+    msgs = []
+    for _ in range(2):
+        with pytest.raises(IndexError) as ei:
+            torch.neuron.synchronize()
+        msgs.append(str(ei.value))
+    torch.neuron.synchronize()  # nothing left
+    by_index = {("index 30" in m) and "30" or "40": m for m in msgs}
+    assert set(by_index) == {"30", "40"}, msgs
+    assert f"stream {s1.stream_id}" in by_index["30"] and f"{__file__}:{first + 8}" in by_index["30"], by_index["30"]
+    assert f"stream {s2.stream_id}" in by_index["40"] and f"{__file__}:{first + 10}" in by_index["40"], by_index["40"]
     assert torch.ones(3, device="neuron").sum().item() == 3
 
 
