@@ -184,6 +184,7 @@ static int comm_alloc(const char *name, int rank, int n, struct ncl_comm **out)
 	snprintf(c->name, sizeof c->name, "%s", name);
 	c->rank = rank;
 	c->nranks = n;
+	c->claim_cap = UINT64_MAX;
 	c->p2p_sent_n = calloc((size_t)n, sizeof(uint32_t));
 	c->p2p_recv_n = calloc((size_t)n, sizeof(uint32_t));
 	c->p2p_msg_sent = calloc((size_t)n, sizeof(uint64_t));
@@ -411,7 +412,7 @@ static void life_stop(struct ncl_comm *c)
 }
 
 /* 0 if rank p looks alive; NCL_ERR_PEER (message set) if it died or departed. */
-static int peer_check(struct ncl_comm *c, int p, int kind, uint64_t seq)
+int ncl_peer_check(struct ncl_comm *c, int p, int kind, uint64_t seq)
 {
 	struct ncl_rank_ctl *pc = &c->ctl[p];
 	atomic_int *dead = (atomic_int *)c->dead;
@@ -496,7 +497,7 @@ int ncl_wait_word(struct ncl_comm *c, int peer, const atomic_uint *word, uint32_
 		rc = ncl_check_usable(c, kind, seq);
 		if (rc == NCL_ERR_ABORTED)
 			return rc;
-		rc = peer_check(c, peer, kind, seq);
+		rc = ncl_peer_check(c, peer, kind, seq);
 		if (rc)
 			return rc;
 		if (ncl_now_ms() >= deadline) {
@@ -687,6 +688,17 @@ bool ncl_comm_direct(const ncl_comm_t *c)
 uint64_t ncl_comm_direct_calls(const ncl_comm_t *c)
 {
 	return c ? c->direct_calls : 0;
+}
+
+uint64_t ncl_comm_direct_pieces(const ncl_comm_t *c)
+{
+	return c ? c->direct_pieces : 0;
+}
+
+void ncl_comm_test_claim_cap(ncl_comm_t *c, uint64_t cap)
+{
+	if (c)
+		c->claim_cap = cap;
 }
 
 int ncl_comm_peer_pid(const ncl_comm_t *c, int r)

@@ -88,6 +88,8 @@ static int xfer(struct ncl_comm *c, int kind, uint64_t seq, int p, void *local, 
 
 		if (k < 0 && errno == EINTR)
 			continue;
+		if (k <= 0 && kind != NCL_K_NONE && ncl_peer_check(c, p, kind, seq)) /* it died: say so */
+			return NCL_ERR_PEER;
 		if (k <= 0)
 			return ncl_set_error(NCL_ERR_PEER, "ncl %s (seq %llu): %s rank %d's memory (pid %d) failed: %s",
 					     ncl_kind_name(kind), (unsigned long long)seq, write ? "writing" : "reading", p,
@@ -154,6 +156,10 @@ static int agree(struct ncl_round *r, struct direct_info *info, bool ok)
 	if (ok && c->direct_ok && !c->scratch)
 		c->scratch = malloc((size_t)c->nranks * (NCL_DIRECT_PIECE + sizeof(struct direct_info)));
 	info->ok = ok && c->direct_ok && c->scratch;
+	/* Every rank finished claiming from this rank's queues in the previous direct call (it posted that
+	 * call's completion round, which this rank saw), and none claims in this one before this post. */
+	for (int p = 0; p < c->nranks; p++)
+		atomic_store(&c->ctl[c->rank].claim[p], 0);
 	r->d.round = 0;
 	rc = ncl_round_acquire(r, &mine);
 	if (rc)
@@ -176,16 +182,15 @@ static int agree(struct ncl_round *r, struct direct_info *info, bool ok)
 	return NCL_OK;
 }
 
-/* Between pieces: stop early when the communicator broke or a peer gave up on the call. */
+/* Between pieces: stop early when the communicator broke or a peer failed, left or died. */
 static int peers_check(struct ncl_round *r)
 {
 	struct ncl_comm *c = r->c;
 	int rc = ncl_check_usable(c, r->d.kind, r->d.seq);
 
 	for (int p = 0; p < c->nranks && !rc; p++)
-		if (p != c->rank && (atomic_load(&c->ctl[p].failed) || atomic_load(&c->ctl[p].departed)))
-			rc = ncl_set_error(NCL_ERR_PEER, "ncl %s (seq %llu): rank %d failed or left during the call",
-					   ncl_kind_name(r->d.kind), (unsigned long long)r->d.seq, p);
+		if (p != c->rank)
+			rc = ncl_peer_check(c, p, r->d.kind, r->d.seq);
 	return rc;
 }
 
@@ -237,54 +242,121 @@ static int pull(struct ncl_round *r, int p, void *local, uint64_t remote, size_t
 	return rc;
 }
 
-/* dst[i] = op over p of src_p[i] for the n elements at element offset off of every rank's source
- * (srcs_remote[p], this rank's own at own), in pieces through the scratch; with push, the result is
- * also written to every peer's output (out_remote[p]) at the same offset. */
-static int reduce_slice(struct ncl_round *r, const void *own, const uint64_t *srcs_remote, void *dst,
-			const uint64_t *out_remote, size_t off, size_t n, ncl_dtype_t dt, ncl_redop_t op, double scale)
+/* ---- the reductions: work queues that any rank may drain ------------------------------------------
+ * The array is cut into pieces of NCL_DIRECT_PIECE bytes, grouped in one queue per rank (all_reduce:
+ * rank q's slice of count / n elements, the remainder spread over the first ranks; reduce_scatter:
+ * rank q's block).  Each rank claims the pieces of its own queue first, then those left in its peers'
+ * queues (an atomic counter per queue in the owner's control block), so a rank that the scheduler
+ * keeps off the CPU does not hold the call up: whoever runs does the work.  A piece is reduced in rank
+ * order through ncl_reduce_buffers by whichever rank claims it, so the result does not depend on who
+ * did it and stays bitwise the staged path's. */
+struct red_job {
+	ncl_dtype_t dt;
+	ncl_redop_t op;
+	double scale;
+	size_t esz, per;           /* element size; elements per piece */
+	int kind;                  /* NCL_K_ALL_REDUCE or NCL_K_REDUCE_SCATTER */
+	const void *own_send;      /* all_reduce: this rank's input */
+	void *own_recv;            /* this rank's output */
+	const void *const *own_sends; /* reduce_scatter: this rank's per-rank inputs */
+	size_t count;              /* all_reduce: elements of the array; reduce_scatter: of each block */
+	uint64_t checked;          /* bytes reduced since the last peers_check */
+};
+
+/* Queue q's elements: [*lo, *lo + *len) of the array (all_reduce) or of block q (reduce_scatter). */
+static void queue_range(const struct red_job *j, int nranks, int q, size_t *lo, size_t *len)
+{
+	size_t n = (size_t)nranks, base = j->count / n, rem = j->count % n, uq = (size_t)q;
+
+	if (j->kind == NCL_K_ALL_REDUCE) {
+		*lo = uq * base + (uq < rem ? uq : rem);
+		*len = base + (uq < rem);
+	} else {
+		*lo = 0;
+		*len = j->count;
+	}
+}
+
+/* Claims the next piece of queue (owner, sub): its index, or npieces when every piece is taken. */
+static size_t claim(struct ncl_comm *c, int owner, int sub, size_t npieces)
+{
+	uint64_t t = atomic_fetch_add(&c->ctl[owner].claim[sub], 1);
+
+	return t < npieces ? (size_t)t : npieces;
+}
+
+/* Reduces elements [i, i + m) of queue q (rank p's input at ins[p], this rank's own locally) and writes
+ * the result where it belongs: all_reduce into this rank's output and every peer's; reduce_scatter
+ * into rank q's output (through the scratch when q is a peer). */
+static int reduce_piece(struct ncl_round *r, struct red_job *j, int q, size_t i, size_t m)
 {
 	struct ncl_comm *c = r->c;
-	size_t esz = ncl_dtype_size(dt), per = NCL_DIRECT_PIECE / esz;
+	const struct direct_info *pi = peer_infos(c);
 	const void *srcs[NCL_MAX_RANKS];
+	size_t b = i * j->esz, bytes = m * j->esz;
+	bool ar = j->kind == NCL_K_ALL_REDUCE;
+	const char *own = ar ? j->own_send : j->own_sends[q];
+	char *dst = ar || q == c->rank ? (char *)j->own_recv + b : (char *)scratch_of(c, c->rank);
 	int rc = NCL_OK;
 
-	for (size_t i = off; i < off + n && !rc; i += per) {
-		size_t m = off + n - i < per ? off + n - i : per, b = i * esz;
-
-		if ((i - off) % (CHECK_EVERY / esz) < per)
-			rc = peers_check(r);
-		for (int p = 0; p < c->nranks && !rc; p++) {
-			srcs[p] = p == c->rank ? (const char *)own + b : (const void *)scratch_of(c, p);
-			if (p != c->rank)
-				rc = xfer(c, r->d.kind, r->d.seq, p, scratch_of(c, p), srcs_remote[p] + b, m * esz, false);
-		}
-		if (!rc)
-			rc = ncl_reduce_buffers((char *)dst + b, srcs, c->nranks, m, dt, op, scale);
-		for (int p = 0; p < c->nranks && !rc && out_remote; p++)
-			if (p != c->rank)
-				rc = xfer(c, r->d.kind, r->d.seq, p, (char *)dst + b, out_remote[p] + b, m * esz, true);
+	if ((j->checked += bytes) >= CHECK_EVERY) {
+		j->checked = 0;
+		rc = peers_check(r);
 	}
+	for (int p = 0; p < c->nranks && !rc; p++) {
+		srcs[p] = p == c->rank ? own + b : (const void *)scratch_of(c, p);
+		if (p != c->rank)
+			rc = xfer(c, r->d.kind, r->d.seq, p, scratch_of(c, p), (ar ? pi[p].send : pi[p].sends[q]) + b,
+				  bytes, false);
+	}
+	if (!rc)
+		rc = ncl_reduce_buffers(dst, srcs, c->nranks, m, j->dt, j->op, j->scale);
+	if (ar)
+		for (int p = 0; p < c->nranks && !rc; p++) {
+			if (p != c->rank)
+				rc = xfer(c, r->d.kind, r->d.seq, p, dst, pi[p].recv + b, bytes, true);
+		}
+	else if (!rc && q != c->rank)
+		rc = xfer(c, r->d.kind, r->d.seq, q, dst, pi[q].recv + b, bytes, true);
+	return rc;
+}
+
+/* Drains this rank's queue, then what is left of its peers'. */
+static int reduce_queues(struct ncl_round *r, struct red_job *j)
+{
+	struct ncl_comm *c = r->c;
+	uint64_t done = 0;
+	int rc = NCL_OK;
+
+	for (int k = 0; k < c->nranks && !rc && done < c->claim_cap; k++) {
+		int q = (c->rank + k) % c->nranks;
+		size_t lo, len, np, t;
+
+		queue_range(j, c->nranks, q, &lo, &len);
+		np = (len + j->per - 1) / j->per;
+		while (!rc && done < c->claim_cap && (t = claim(c, q, 0, np)) < np) {
+			size_t i = lo + t * j->per, m = lo + len - i < j->per ? lo + len - i : j->per;
+
+			rc = reduce_piece(r, j, q, i, m);
+			done++;
+		}
+	}
+	c->direct_pieces += done;
 	return rc;
 }
 
 int ncl_direct_all_reduce(struct ncl_round *r, const void *send, void *recv, size_t count, ncl_dtype_t dt,
 			  ncl_redop_t op, double scale)
 {
-	struct ncl_comm *c = r->c;
 	struct direct_info info = { .send = (uintptr_t)send, .recv = (uintptr_t)recv };
-	size_t esz = ncl_dtype_size(dt), n = (size_t)c->nranks, base = count / n, rem = count % n;
-	size_t me = (size_t)c->rank, lo = me * base + (me < rem ? me : rem), len = base + (me < rem);
-	uint64_t ins[NCL_MAX_RANKS], outs[NCL_MAX_RANKS];
+	size_t esz = ncl_dtype_size(dt);
+	struct red_job j = { .dt = dt, .op = op, .scale = scale, .esz = esz, .per = NCL_DIRECT_PIECE / esz,
+			     .kind = NCL_K_ALL_REDUCE, .own_send = send, .own_recv = recv, .count = count };
 	int rc = agree(r, &info, same_or_apart(send, recv, count * esz));
 
 	if (rc)
 		return rc;
-	for (int p = 0; p < c->nranks; p++) {
-		ins[p] = peer_infos(c)[p].send;
-		outs[p] = peer_infos(c)[p].recv;
-	}
-	rc = reduce_slice(r, send, ins, recv, outs, lo, len, dt, op, scale);
-	return finish(r, rc);
+	return finish(r, reduce_queues(r, &j));
 }
 
 int ncl_direct_reduce_scatter(struct ncl_round *r, const void *const *sends, void *recv, size_t count,
@@ -292,23 +364,21 @@ int ncl_direct_reduce_scatter(struct ncl_round *r, const void *const *sends, voi
 {
 	struct ncl_comm *c = r->c;
 	struct direct_info info = { .recv = (uintptr_t)recv };
-	size_t bytes = count * ncl_dtype_size(dt);
-	uint64_t ins[NCL_MAX_RANKS];
+	size_t esz = ncl_dtype_size(dt), bytes = count * esz;
+	struct red_job j = { .dt = dt, .op = op, .scale = scale, .esz = esz, .per = NCL_DIRECT_PIECE / esz,
+			     .kind = NCL_K_REDUCE_SCATTER, .own_recv = recv, .own_sends = sends, .count = count };
 	bool ok = same_or_apart(sends[c->rank], recv, bytes);
 	int rc;
 
 	for (int q = 0; q < c->nranks; q++) {
 		info.sends[q] = (uintptr_t)sends[q];
 		if (q != c->rank && overlap(sends[q], bytes, recv, bytes))
-			ok = false; /* peer q reads it while this rank writes recv */
+			ok = false; /* a peer may read it while some rank writes recv */
 	}
 	rc = agree(r, &info, ok);
 	if (rc)
 		return rc;
-	for (int p = 0; p < c->nranks; p++)
-		ins[p] = peer_infos(c)[p].sends[c->rank];
-	rc = reduce_slice(r, sends[c->rank], ins, recv, NULL, 0, count, dt, op, scale);
-	return finish(r, rc);
+	return finish(r, reduce_queues(r, &j));
 }
 
 int ncl_direct_all_gather(struct ncl_round *r, const void *send, void *const *recvs, size_t count,

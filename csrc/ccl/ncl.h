@@ -109,6 +109,11 @@ typedef struct {
  * its calls went direct. */
 bool ncl_comm_direct(const ncl_comm_t *c);
 uint64_t ncl_comm_direct_calls(const ncl_comm_t *c);
+/* Test hooks: how many pieces (of NCL_DIRECT_PIECE bytes) this rank reduced or copied in its direct
+ * calls, whoever's queue they came from; and a cap on the pieces it claims per direct call
+ * (UINT64_MAX by default; 0 leaves all the work to its peers, which must then take it). */
+uint64_t ncl_comm_direct_pieces(const ncl_comm_t *c);
+void ncl_comm_test_claim_cap(ncl_comm_t *c, uint64_t cap);
 /* Test hook: the process id stored for rank r in the segment. */
 int ncl_comm_peer_pid(const ncl_comm_t *c, int r);
 

@@ -48,6 +48,10 @@ struct ncl_rank_ctl {
 	atomic_uint_fast64_t cur_seq; /* collective the rank is in (or last entered) */
 	atomic_int cur_kind;
 	uint64_t probe_addr; /* address of the rank's ncl_comm.probe word (direct.c reads it at ready) */
+	/* direct.c: pieces of this rank's work queues claimed so far in the current direct call, by any
+	 * rank ([0]: the reductions' slice or block of this rank; [p]: copies from rank p to this rank);
+	 * reset by this rank before it publishes the agreement round */
+	_Alignas(64) atomic_uint_fast64_t claim[NCL_MAX_RANKS];
 	char errmsg[NCL_ERRMSG]; /* written before failed is set */
 	pthread_mutex_t life;    /* robust, process-shared: locked by the rank's life thread */
 };
@@ -129,6 +133,8 @@ struct ncl_comm {
 	size_t direct_min;       /* bytes from which a call goes direct (hdr->direct_min; 0 never) */
 	unsigned char *scratch;  /* nranks x NCL_DIRECT_PIECE, allocated at the first direct call */
 	uint64_t direct_calls;   /* calls that went direct (test hook) */
+	uint64_t direct_pieces;  /* pieces this rank reduced or copied in them (test hook) */
+	uint64_t claim_cap;      /* test hook: pieces this rank may claim per direct call (UINT64_MAX) */
 
 	atomic_int aborted;
 	atomic_int broken; /* first error status, 0 if none */
@@ -149,6 +155,8 @@ const char *ncl_kind_name(int kind);
  * departure or failure, abort, or deadline (ms since ncl_now_ms's epoch).  what names the wait. */
 int ncl_wait_word(struct ncl_comm *c, int peer, const atomic_uint *word, uint32_t target, int64_t deadline,
 		  int kind, uint64_t seq, const char *what);
+/* Fails when rank p failed, departed or died (its robust life mutex), naming it; else NCL_OK. */
+int ncl_peer_check(struct ncl_comm *c, int p, int kind, uint64_t seq);
 /* Publishes a change of this rank's words: bumps its bell and wakes its waiters. */
 void ncl_ring(struct ncl_comm *c);
 /* Records a failure of this rank's call: breaks the communicator, tells the peers (failed + errmsg). */

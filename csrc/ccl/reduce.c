@@ -9,6 +9,10 @@
 #include "ncl_impl.h"
 #include "nk_impl.h" /* the kernel library's bf16/f16 conversions (bit-exact with c10) */
 
+/* The block loops below vectorize (SSE2 at the baseline ISA, whatever -march allows): a 64 MB f32
+ * all_reduce spent a third of its CPU time here in scalar addss before (perf, Xeon Sapphire Rapids). */
+NK_VECTORIZE_FILE
+
 #define BLK 512
 
 static const size_t dtype_size[NCL_NDTYPES] = { 4, 8, 2, 2, 1, 1, 2, 4, 8, 1 };
@@ -51,7 +55,7 @@ bool ncl_redop_supported(ncl_redop_t op, ncl_dtype_t dt)
 }
 
 /* ---- float accumulators -------------------------------------------------------------------------- */
-static void loadf(float *acc, const void *src, ncl_dtype_t dt, size_t off, size_t n)
+static void loadf(float *restrict acc, const void *src, ncl_dtype_t dt, size_t off, size_t n)
 {
 	if (dt == NCL_F32) {
 		memcpy(acc, (const float *)src + off, n * 4);
@@ -66,7 +70,7 @@ static void loadf(float *acc, const void *src, ncl_dtype_t dt, size_t off, size_
 	}
 }
 
-static void storef(void *dst, ncl_dtype_t dt, size_t off, const float *acc, size_t n)
+static void storef(void *dst, ncl_dtype_t dt, size_t off, const float *restrict acc, size_t n)
 {
 	if (dt == NCL_F32) {
 		memcpy((float *)dst + off, acc, n * 4);
@@ -118,11 +122,16 @@ static void reduce_f32ish(void *dst, const void *const *srcs, int nsrc, size_t c
 			for (size_t i = 0; i < n; i++)
 				acc[i] *= fs;
 		for (int k = 1; k < nsrc; k++) {
-			loadf(v, srcs[k], dt, off, n);
+			const float *s = v;
+
+			if (dt == NCL_F32 && op != NCL_PREMUL_SUM) /* f32 combines straight from the source */
+				s = (const float *)srcs[k] + off;
+			else
+				loadf(v, srcs[k], dt, off, n);
 			if (op == NCL_PREMUL_SUM)
 				for (size_t i = 0; i < n; i++)
 					v[i] *= fs;
-			combinef(acc, v, n, op);
+			combinef(acc, s, n, op);
 		}
 		if (op == NCL_AVG)
 			for (size_t i = 0; i < n; i++)
@@ -140,8 +149,10 @@ static void reduce_f64(void *dst, const void *const *srcs, int nsrc, size_t coun
 		size_t n = count - off < BLK ? count - off : BLK;
 		const double *s0 = (const double *)srcs[0] + off;
 
-		for (size_t i = 0; i < n; i++)
-			acc[i] = op == NCL_PREMUL_SUM ? s0[i] * scale : s0[i];
+		memcpy(acc, s0, n * 8);
+		if (op == NCL_PREMUL_SUM)
+			for (size_t i = 0; i < n; i++)
+				acc[i] *= scale;
 		for (int k = 1; k < nsrc; k++) {
 			const double *s = (const double *)srcs[k] + off;
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -502,12 +503,133 @@ static void ranks_direct_mismatch(ncl_comm_t *c, int rank, int n)
 	CHECK(strstr(ncl_last_error(), "seq 1") != NULL, "%s", ncl_last_error());
 }
 
+/* The reductions' work queues: a rank that claims nothing (cap 0) leaves its queue to its peers, which
+ * must drain it; the results stay bitwise the rank-order ones (bf16 summed in f32, rounded once). */
+static uint16_t bf16_of(float f) /* round to nearest even (finite values) */
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float f32_of(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* A bf16 value of rank k at element i whose sums need more than bf16's 8 bits. */
+static uint16_t bf16_val(int k, size_t i)
+{
+	uint32_t x = (uint32_t)(i * 2654435761u) ^ (uint32_t)(k * 40503u);
+
+	return bf16_of((float)((int)(x % 2001) - 1000) / 7.0f + (k == 1 ? 256.0f : 0.0f));
+}
+
+static size_t pieces_of(size_t bytes)
+{
+	return (bytes + (64 << 10) - 1) / (64 << 10);
+}
+
+static void ranks_direct_steal(ncl_comm_t *c, int rank, int n)
+{
+	enum { N = 200003, M = 70001 };
+	static float a[N], b[N];
+	static uint16_t h[N];
+	static int32_t blk[3][M], got[M];
+	const void *sends[3];
+	uint64_t before = ncl_comm_direct_pieces(c), mine, total = 0, want_pieces = 0;
+	int64_t cnt;
+	int bad = 0;
+
+	ncl_comm_test_claim_cap(c, rank == 1 ? 0 : UINT64_MAX);
+	for (int i = 0; i < N; i++) {
+		a[i] = (float)(rank + 1 + i % 5);
+		b[i] = -1;
+		h[i] = bf16_val(rank, (size_t)i);
+	}
+	CHECK(ncl_all_reduce(c, a, b, N, NCL_F32, NCL_SUM, 1.0, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+	for (int i = 0; i < N && bad < 3; i++)
+		if (b[i] != (float)(n * (n + 1) / 2 + n * (i % 5)))
+			{ bad++; CHECK(0, "rank %d stolen all_reduce [%d] = %g", rank, i, b[i]); }
+	CHECK(ncl_all_reduce(c, h, h, N, NCL_BF16, NCL_SUM, 1.0, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+	for (int i = 0; i < N && bad < 6; i++) {
+		float acc = f32_of(bf16_val(0, (size_t)i));
+
+		for (int k = 1; k < n; k++)
+			acc += f32_of(bf16_val(k, (size_t)i));
+		if (h[i] != bf16_of(acc))
+			{ bad++; CHECK(0, "rank %d stolen bf16 sum [%d] = %04x want %04x", rank, i, h[i], bf16_of(acc)); }
+	}
+	for (int q = 0; q < n; q++) {
+		for (int i = 0; i < M; i++)
+			blk[q][i] = rank * 5 + q * 100 + i;
+		sends[q] = blk[q];
+	}
+	CHECK(ncl_reduce_scatter(c, sends, got, M, NCL_I32, NCL_SUM, 1.0, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+	for (int i = 0; i < M && bad < 9; i++)
+		if (got[i] != 5 * n * (n - 1) / 2 + n * (rank * 100 + i))
+			{ bad++; CHECK(0, "rank %d stolen reduce_scatter [%d] = %d", rank, i, got[i]); }
+	/* every piece was done exactly once, none of them by rank 1 */
+	mine = ncl_comm_direct_pieces(c) - before;
+	CHECK(rank != 1 || mine == 0, "rank 1 claimed %llu pieces with cap 0", (unsigned long long)mine);
+	for (int q = 0; q < n; q++) {
+		size_t len = N / n + ((size_t)q < (size_t)N % n);
+
+		want_pieces += pieces_of(len * 4) + pieces_of(len * 2) + pieces_of((size_t)M * 4);
+	}
+	ncl_comm_test_claim_cap(c, UINT64_MAX);
+	cnt = (int64_t)mine;
+	CHECK(ncl_all_reduce(c, &cnt, &cnt, 1, NCL_I64, NCL_SUM, 1.0, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+	total = (uint64_t)cnt;
+	CHECK(total == want_pieces, "rank %d: %llu pieces done, %llu in the calls", rank, (unsigned long long)total,
+	      (unsigned long long)want_pieces);
+}
+
+/* A peer SIGKILLed while large direct all_reduces run: the survivor's call fails naming it, and it
+ * does not wait for its timeout. */
+static void *kill_later(void *arg)
+{
+	usleep(30000);
+	kill((pid_t)(intptr_t)arg, SIGKILL);
+	return NULL;
+}
+
+static void ranks_direct_killed_mid(ncl_comm_t *c, int rank, int n)
+{
+	enum { N = 4 << 20 };
+	float *x = calloc(N, sizeof *x);
+	pthread_t t;
+	int64_t t0 = (int64_t)time(NULL);
+	int rc = 0;
+
+	if (!x)
+		return;
+	if (rank == 0)
+		CHECK(pthread_create(&t, NULL, kill_later, (void *)(intptr_t)ncl_comm_peer_pid(c, 1)) == 0);
+	for (int k = 0; k < 1000 && !rc; k++)
+		rc = ncl_all_reduce(c, x, x, N, NCL_F32, NCL_SUM, 1.0, NCL_CALL(TMO));
+	if (rank == 0) {
+		pthread_join(t, NULL);
+		CHECK(rc == NCL_ERR_PEER, "rc %d: %s", rc, ncl_last_error());
+		CHECK(strstr(ncl_last_error(), "rank 1") && strstr(ncl_last_error(), "died"), "%s", ncl_last_error());
+		CHECK((int64_t)time(NULL) - t0 < 5);
+	}
+	free(x);
+}
+
 static void test_direct(void)
 {
 	CHECK(setenv("NEURON_CCL_DIRECT_MIN", "1", 1) == 0);
 	run_ranks(2, ranks_direct);
 	run_ranks(3, ranks_direct);
 	run_ranks(2, ranks_direct_mismatch);
+	run_ranks(2, ranks_direct_steal);
+	run_ranks(3, ranks_direct_steal);
 	CHECK(setenv("NEURON_CCL_DIRECT_MIN", "64K", 1) == 0);
 	run_ranks(2, ranks_direct_large);
 	CHECK(setenv("NEURON_CCL_DIRECT_MIN", "bogus", 1) == 0);
@@ -654,6 +776,7 @@ static void test_killed_peer(void)
 	killed_peer(ranks_killed);
 	CHECK(setenv("NEURON_CCL_DIRECT_MIN", "1", 1) == 0);
 	killed_peer(ranks_direct_faults);
+	killed_peer(ranks_direct_killed_mid);
 	unsetenv("NEURON_CCL_DIRECT_MIN");
 }
 
