@@ -32,7 +32,7 @@
 struct direct_info {
 	uint64_t ok;                  /* this rank can go direct for this call */
 	uint64_t send, recv;          /* its input and output (broadcast: its buffer in both) */
-	uint64_t sends[NCL_MAX_RANKS]; /* reduce_scatter: its per-rank inputs */
+	uint64_t bufs[NCL_MAX_RANKS]; /* reduce_scatter: its per-rank inputs; all_gather: its outputs */
 };
 
 _Static_assert(sizeof(struct direct_info) <= 4096, "the agreement fits the smallest half");
@@ -227,21 +227,6 @@ static int finish(struct ncl_round *r, int status)
 	return rc;
 }
 
-/* Copies n bytes from peer p's remote address into local, checking the peers every CHECK_EVERY bytes. */
-static int pull(struct ncl_round *r, int p, void *local, uint64_t remote, size_t n)
-{
-	int rc = NCL_OK;
-
-	for (size_t off = 0; off < n && !rc; off += CHECK_EVERY) {
-		size_t m = n - off < CHECK_EVERY ? n - off : CHECK_EVERY;
-
-		rc = peers_check(r);
-		if (!rc)
-			rc = xfer(r->c, r->d.kind, r->d.seq, p, (char *)local + off, remote + off, m, false);
-	}
-	return rc;
-}
-
 /* ---- the reductions: work queues that any rank may drain ------------------------------------------
  * The array is cut into pieces of NCL_DIRECT_PIECE bytes, grouped in one queue per rank (all_reduce:
  * rank q's slice of count / n elements, the remainder spread over the first ranks; reduce_scatter:
@@ -306,7 +291,7 @@ static int reduce_piece(struct ncl_round *r, struct red_job *j, int q, size_t i,
 	for (int p = 0; p < c->nranks && !rc; p++) {
 		srcs[p] = p == c->rank ? own + b : (const void *)scratch_of(c, p);
 		if (p != c->rank)
-			rc = xfer(c, r->d.kind, r->d.seq, p, scratch_of(c, p), (ar ? pi[p].send : pi[p].sends[q]) + b,
+			rc = xfer(c, r->d.kind, r->d.seq, p, scratch_of(c, p), (ar ? pi[p].send : pi[p].bufs[q]) + b,
 				  bytes, false);
 	}
 	if (!rc)
@@ -371,7 +356,7 @@ int ncl_direct_reduce_scatter(struct ncl_round *r, const void *const *sends, voi
 	int rc;
 
 	for (int q = 0; q < c->nranks; q++) {
-		info.sends[q] = (uintptr_t)sends[q];
+		info.bufs[q] = (uintptr_t)sends[q];
 		if (q != c->rank && overlap(sends[q], bytes, recv, bytes))
 			ok = false; /* a peer may read it while some rank writes recv */
 	}
@@ -381,28 +366,72 @@ int ncl_direct_reduce_scatter(struct ncl_round *r, const void *const *sends, voi
 	return finish(r, reduce_queues(r, &j));
 }
 
+/* ---- the copies: all_gather and broadcast ----------------------------------------------------------
+ * Queue (q, p) holds the pieces of rank p's block that go to rank q's output.  Rank p pushes them
+ * (process_vm_writev from its own input) or rank q pulls them (process_vm_readv into its own output),
+ * whichever claims a piece first; a rank drains its incoming queues, then its outgoing ones, so that
+ * with two ranks a broadcast's root copies half of the buffer instead of waiting. */
+#define COPY_PIECE ((size_t)256 << 10)
+
+struct copy_job {
+	uint64_t done, checked; /* pieces copied; bytes since the last peers_check */
+};
+
+/* Drains queue (q, p): this rank is p (push: local is its input, remote rank q's output) or q (pull:
+ * local is its output, remote rank p's input). */
+static int copy_queue(struct ncl_round *r, struct copy_job *j, int q, int p, void *local, uint64_t remote,
+		      size_t bytes)
+{
+	struct ncl_comm *c = r->c;
+	bool push = p == c->rank;
+	size_t np = (bytes + COPY_PIECE - 1) / COPY_PIECE, t;
+	int rc = NCL_OK;
+
+	while (!rc && j->done < c->claim_cap && (t = claim(c, q, p, np)) < np) {
+		size_t off = t * COPY_PIECE, m = bytes - off < COPY_PIECE ? bytes - off : COPY_PIECE;
+
+		if ((j->checked += m) >= CHECK_EVERY) {
+			j->checked = 0;
+			rc = peers_check(r);
+		}
+		if (!rc)
+			rc = xfer(c, r->d.kind, r->d.seq, push ? q : p, (char *)local + off, remote + off, m, push);
+		j->done++;
+	}
+	return rc;
+}
+
 int ncl_direct_all_gather(struct ncl_round *r, const void *send, void *const *recvs, size_t count,
 			  ncl_dtype_t dt)
 {
 	struct ncl_comm *c = r->c;
 	struct direct_info info = { .send = (uintptr_t)send };
 	size_t bytes = count * ncl_dtype_size(dt);
+	struct copy_job j = { 0 };
 	bool ok = true;
 	int rc;
 
-	for (int q = 0; q < c->nranks; q++)
+	for (int q = 0; q < c->nranks; q++) {
+		info.bufs[q] = (uintptr_t)recvs[q];
 		if (q != c->rank && overlap(recvs[q], bytes, send, bytes))
-			ok = false; /* the peers read send while this rank writes recvs[q] */
+			ok = false; /* the peers read send while some rank writes recvs[q] */
+	}
 	rc = agree(r, &info, ok);
 	if (rc)
 		return rc;
 	if (recvs[c->rank] != send)
 		memmove(recvs[c->rank], send, bytes);
-	for (int k = 1; k < c->nranks && !rc; k++) {
-		int p = (c->rank + k) % c->nranks; /* start at a different peer on every rank */
+	for (int k = 1; k < c->nranks && !rc; k++) { /* pull: start at a different peer on every rank */
+		int p = (c->rank + k) % c->nranks;
 
-		rc = pull(r, p, recvs[p], peer_infos(c)[p].send, bytes);
+		rc = copy_queue(r, &j, c->rank, p, recvs[p], peer_infos(c)[p].send, bytes);
 	}
+	for (int k = 1; k < c->nranks && !rc; k++) { /* push what the peers have not pulled yet */
+		int q = (c->rank + k) % c->nranks;
+
+		rc = copy_queue(r, &j, q, c->rank, (void *)send, peer_infos(c)[q].bufs[c->rank], bytes);
+	}
+	c->direct_pieces += j.done;
 	return finish(r, rc);
 }
 
@@ -410,11 +439,19 @@ int ncl_direct_broadcast(struct ncl_round *r, void *buf, size_t count, ncl_dtype
 {
 	struct ncl_comm *c = r->c;
 	struct direct_info info = { .send = (uintptr_t)buf, .recv = (uintptr_t)buf };
+	size_t bytes = count * ncl_dtype_size(dt);
+	struct copy_job j = { 0 };
 	int rc = agree(r, &info, true);
 
 	if (rc)
 		return rc;
 	if (c->rank != root)
-		rc = pull(r, root, buf, peer_infos(c)[root].send, count * ncl_dtype_size(dt));
+		rc = copy_queue(r, &j, c->rank, root, buf, peer_infos(c)[root].send, bytes);
+	for (int k = 1; k < c->nranks && !rc && c->rank == root; k++) {
+		int q = (root + k) % c->nranks;
+
+		rc = copy_queue(r, &j, q, root, buf, peer_infos(c)[q].recv, bytes);
+	}
+	c->direct_pieces += j.done;
 	return finish(r, rc);
 }

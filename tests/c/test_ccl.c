@@ -530,15 +530,17 @@ static uint16_t bf16_val(int k, size_t i)
 	return bf16_of((float)((int)(x % 2001) - 1000) / 7.0f + (k == 1 ? 256.0f : 0.0f));
 }
 
-static size_t pieces_of(size_t bytes)
+static size_t pieces_of(size_t bytes, size_t piece)
 {
-	return (bytes + (64 << 10) - 1) / (64 << 10);
+	return (bytes + piece - 1) / piece;
 }
 
 static void ranks_direct_steal(ncl_comm_t *c, int rank, int n)
 {
-	enum { N = 200003, M = 70001 };
+	enum { N = 200003, M = 70001, G = 100001, B = 90001 };
 	static float a[N], b[N];
+	static int64_t all[3][G], mine64[G];
+	static double d[B];
 	static uint16_t h[N];
 	static int32_t blk[3][M], got[M];
 	const void *sends[3];
@@ -574,13 +576,43 @@ static void ranks_direct_steal(ncl_comm_t *c, int rank, int n)
 	for (int i = 0; i < M && bad < 9; i++)
 		if (got[i] != 5 * n * (n - 1) / 2 + n * (rank * 100 + i))
 			{ bad++; CHECK(0, "rank %d stolen reduce_scatter [%d] = %d", rank, i, got[i]); }
+	/* all_gather out of place and in place, and broadcast from rank 0 and from rank 1: with rank 1
+	 * claiming nothing, rank 0 pushes its block (its buffer) to rank 1, and the peers pull rank 1's */
+	for (int inplace = 0; inplace < 2; inplace++) {
+		void *recvs[3];
+
+		for (int p = 0; p < n; p++) {
+			for (int i = 0; i < G; i++)
+				all[p][i] = p == rank ? (int64_t)rank << 40 | i : -1;
+			recvs[p] = all[p];
+		}
+		for (int i = 0; i < G; i++)
+			mine64[i] = (int64_t)rank << 40 | i;
+		CHECK(ncl_all_gather(c, inplace ? all[rank] : mine64, recvs, G, NCL_I64, NCL_CALL(TMO)) == 0, "%s",
+		      ncl_last_error());
+		for (int p = 0; p < n; p++)
+			for (int i = 0; i < G && bad < 12; i++)
+				if (all[p][i] != ((int64_t)p << 40 | i))
+					{ bad++; CHECK(0, "rank %d stolen all_gather (in place %d) [%d][%d]", rank, inplace, p, i); }
+	}
+	for (int root = 0; root < 2; root++) {
+		for (int i = 0; i < B; i++)
+			d[i] = rank == root ? i * 0.25 + root : -1;
+		CHECK(ncl_broadcast(c, d, B, NCL_F64, root, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+		for (int i = 0; i < B && bad < 15; i++)
+			if (d[i] != i * 0.25 + root)
+				{ bad++; CHECK(0, "rank %d stolen broadcast from %d [%d] = %g", rank, root, i, d[i]); }
+	}
+	want_pieces += 2 * (size_t)n * (n - 1) * pieces_of((size_t)G * 8, 256 << 10) +
+		       2 * (size_t)(n - 1) * pieces_of((size_t)B * 8, 256 << 10);
 	/* every piece was done exactly once, none of them by rank 1 */
 	mine = ncl_comm_direct_pieces(c) - before;
 	CHECK(rank != 1 || mine == 0, "rank 1 claimed %llu pieces with cap 0", (unsigned long long)mine);
 	for (int q = 0; q < n; q++) {
 		size_t len = N / n + ((size_t)q < (size_t)N % n);
 
-		want_pieces += pieces_of(len * 4) + pieces_of(len * 2) + pieces_of((size_t)M * 4);
+		want_pieces += pieces_of(len * 4, 64 << 10) + pieces_of(len * 2, 64 << 10) +
+			       pieces_of((size_t)M * 4, 64 << 10);
 	}
 	ncl_comm_test_claim_cap(c, UINT64_MAX);
 	cnt = (int64_t)mine;
