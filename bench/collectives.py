@@ -73,15 +73,22 @@ def _label(size):
 
 def machine():
     """CPU model and load average, for every figure."""
-    model = "unknown CPU"
+    model, fam = "unknown CPU", {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
+                key, _, val = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model == "unknown CPU":
+                    model = val.strip()
+                elif key in ("cpu family", "model") and key not in fam:
+                    fam[key] = val.strip()
+                elif not key:
                     break
     except OSError:
         pass
+    if fam:
+        model += f" (family {fam.get('cpu family', '?')} model {fam.get('model', '?')})"
     try:
         with open("/proc/loadavg") as f:
             load = " ".join(f.read().split()[:3])
