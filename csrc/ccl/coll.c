@@ -493,6 +493,9 @@ int ncl_all_to_all(ncl_comm_t *c, const void *const *sends, const size_t *send_c
 	a.table = ((size_t)c->nranks * 8 + 63) & ~(size_t)63;
 	a.per = (c->chunk - a.table) / ((size_t)c->nranks * a.esz);
 	r.d.aux = most;
+	if (c->direct_min && (rc = ncl_direct_all_to_all(&r, sends, send_counts, recvs, recv_counts, dt)) !=
+	    NCL_DIRECT_STAGED)
+		return ncl_coll_end(c, r.d.seq, rc);
 	return run_rounds(&r, &a, 0, stage_a2a, consume_a2a); /* 1 round until round 0 tells */
 }
 

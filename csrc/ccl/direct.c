@@ -32,7 +32,9 @@
 struct direct_info {
 	uint64_t ok;                  /* this rank can go direct for this call */
 	uint64_t send, recv;          /* its input and output (broadcast: its buffer in both) */
-	uint64_t bufs[NCL_MAX_RANKS]; /* reduce_scatter: its per-rank inputs; all_gather: its outputs */
+	uint64_t bufs[NCL_MAX_RANKS]; /* reduce_scatter, all_to_all: its per-rank inputs; all_gather: outputs */
+	uint64_t recvs[NCL_MAX_RANKS];  /* all_to_all: its per-rank outputs */
+	uint64_t scounts[NCL_MAX_RANKS], rcounts[NCL_MAX_RANKS]; /* all_to_all: elements to / from rank q */
 };
 
 _Static_assert(sizeof(struct direct_info) <= 4096, "the agreement fits the smallest half");
@@ -451,6 +453,60 @@ int ncl_direct_broadcast(struct ncl_round *r, void *buf, size_t count, ncl_dtype
 		int q = (root + k) % c->nranks;
 
 		rc = copy_queue(r, &j, q, root, buf, peer_infos(c)[q].recv, bytes);
+	}
+	c->direct_pieces += j.done;
+	return finish(r, rc);
+}
+
+/* all_to_all: queue (q, p) is rank p's block for rank q.  Every rank checks every pair's counts (all
+ * ranks see the same tables, so a mismatch fails on all of them before anyone copies). */
+int ncl_direct_all_to_all(struct ncl_round *r, const void *const *sends, const size_t *send_counts,
+			  void *const *recvs, const size_t *recv_counts, ncl_dtype_t dt)
+{
+	struct ncl_comm *c = r->c;
+	struct direct_info info = { 0 };
+	const struct direct_info *pi;
+	size_t esz = ncl_dtype_size(dt), sent = 0, got = 0;
+	struct copy_job j = { 0 };
+	bool ok = true;
+	int rc, me = c->rank;
+
+	for (int q = 0; q < c->nranks; q++) {
+		info.bufs[q] = (uintptr_t)sends[q];
+		info.recvs[q] = (uintptr_t)recvs[q];
+		info.scounts[q] = send_counts[q];
+		info.rcounts[q] = recv_counts[q];
+		sent += send_counts[q] * esz;
+		got += recv_counts[q] * esz;
+		/* no output may overlap an input that some rank still reads (its own block in place is
+		 * copied by this rank alone) */
+		for (int y = 0; y < c->nranks; y++)
+			if (!(q == me && y == me && recvs[q] == sends[y] && recv_counts[q] == send_counts[y]) &&
+			    overlap(recvs[q], recv_counts[q] * esz, sends[y], send_counts[y] * esz))
+				ok = false;
+	}
+	rc = agree(r, &info, ok && (sent > got ? sent : got) >= c->direct_min);
+	if (rc)
+		return rc;
+	pi = peer_infos(c);
+	for (int p = 0; p < c->nranks; p++)
+		for (int q = 0; q < c->nranks; q++)
+			if (pi[p].scounts[q] != pi[q].rcounts[p])
+				return ncl_set_error(NCL_ERR_MISMATCH, "ncl all_to_all (seq %llu): rank %d sends %llu "
+						     "elements to rank %d, which expects %llu", (unsigned long long)r->d.seq, p,
+						     (unsigned long long)pi[p].scounts[q], q,
+						     (unsigned long long)pi[q].rcounts[p]);
+	if (recv_counts[me] && recvs[me] != sends[me])
+		memmove(recvs[me], sends[me], recv_counts[me] * esz);
+	for (int k = 1; k < c->nranks && !rc; k++) { /* pull */
+		int p = (me + k) % c->nranks;
+
+		rc = copy_queue(r, &j, me, p, recvs[p], pi[p].bufs[me], recv_counts[p] * esz);
+	}
+	for (int k = 1; k < c->nranks && !rc; k++) { /* push what the peers have not pulled yet */
+		int q = (me + k) % c->nranks;
+
+		rc = copy_queue(r, &j, q, me, (void *)sends[q], pi[q].recvs[me], send_counts[q] * esz);
 	}
 	c->direct_pieces += j.done;
 	return finish(r, rc);

@@ -201,6 +201,10 @@ int ncl_direct_reduce_scatter(struct ncl_round *r, const void *const *sends, voi
 int ncl_direct_all_gather(struct ncl_round *r, const void *send, void *const *recvs, size_t count,
 			  ncl_dtype_t dt);
 int ncl_direct_broadcast(struct ncl_round *r, void *buf, size_t count, ncl_dtype_t dt, int root);
+/* Every all_to_all runs the agreement round when direct calls are on (the ranks' sizes may differ, so
+ * none can decide alone); it goes direct when every rank moves at least direct_min bytes. */
+int ncl_direct_all_to_all(struct ncl_round *r, const void *const *sends, const size_t *send_counts,
+			  void *const *recvs, const size_t *recv_counts, ncl_dtype_t dt);
 /* Whether a call of count elements of esz bytes (per rank) tries the direct path. */
 static inline bool ncl_direct_wanted(const struct ncl_comm *c, size_t count, size_t esz)
 {

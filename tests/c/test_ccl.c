@@ -537,7 +537,8 @@ static size_t pieces_of(size_t bytes, size_t piece)
 
 static void ranks_direct_steal(ncl_comm_t *c, int rank, int n)
 {
-	enum { N = 200003, M = 70001, G = 100001, B = 90001 };
+	enum { N = 200003, M = 70001, G = 100001, B = 90001, A = 70001 };
+	static int32_t a2a_in[3][5 * A], a2a_out[3][5 * A];
 	static float a[N], b[N];
 	static int64_t all[3][G], mine64[G];
 	static double d[B];
@@ -605,6 +606,44 @@ static void ranks_direct_steal(ncl_comm_t *c, int rank, int n)
 	}
 	want_pieces += 2 * (size_t)n * (n - 1) * pieces_of((size_t)G * 8, 256 << 10) +
 		       2 * (size_t)(n - 1) * pieces_of((size_t)B * 8, 256 << 10);
+	/* all_to_all with uneven counts: rank p sends (p + q + 1) * A elements to rank q */
+	{
+		size_t sc[3], rc[3];
+		void *recvs[3];
+		uint64_t calls = ncl_comm_direct_calls(c);
+
+		for (int q = 0; q < n; q++) {
+			sc[q] = (size_t)(rank + q + 1) * A;
+			rc[q] = (size_t)(q + rank + 1) * A;
+			for (size_t i = 0; i < sc[q]; i++)
+				a2a_in[q][i] = rank * 1000000 + q * 100000 + (int)i % 100000;
+			sends[q] = a2a_in[q];
+			recvs[q] = a2a_out[q];
+		}
+		CHECK(ncl_all_to_all(c, sends, sc, recvs, rc, NCL_I32, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+		CHECK(ncl_comm_direct_calls(c) == calls + 1);
+		for (int p = 0; p < n; p++)
+			for (size_t i = 0; i < rc[p] && bad < 18; i++)
+				if (a2a_out[p][i] != p * 1000000 + rank * 100000 + (int)i % 100000)
+					{ bad++; CHECK(0, "rank %d stolen all_to_all [%d][%zu] = %d", rank, p, i, a2a_out[p][i]); }
+		for (int p = 0; p < n; p++)
+			for (int q = 0; q < n; q++)
+				if (p != q)
+					want_pieces += pieces_of((size_t)(p + q + 1) * A * 4, 256 << 10);
+		/* in place (every block its own output): the single pass cannot, so it stages, rightly */
+		for (int q = 0; q < n; q++) {
+			sc[q] = rc[q] = A;
+			for (size_t i = 0; i < A; i++)
+				a2a_in[q][i] = rank * 1000000 + q * 100000 + (int)i % 100000;
+			recvs[q] = a2a_in[q];
+		}
+		CHECK(ncl_all_to_all(c, sends, sc, recvs, rc, NCL_I32, NCL_CALL(TMO)) == 0, "%s", ncl_last_error());
+		CHECK(ncl_comm_direct_calls(c) == calls + 1, "in-place all_to_all went direct");
+		for (int p = 0; p < n; p++)
+			for (size_t i = 0; i < A && bad < 21; i++)
+				if (a2a_in[p][i] != p * 1000000 + rank * 100000 + (int)i % 100000)
+					{ bad++; CHECK(0, "rank %d in-place all_to_all [%d][%zu] = %d", rank, p, i, a2a_in[p][i]); }
+	}
 	/* every piece was done exactly once, none of them by rank 1 */
 	mine = ncl_comm_direct_pieces(c) - before;
 	CHECK(rank != 1 || mine == 0, "rank 1 claimed %llu pieces with cap 0", (unsigned long long)mine);
@@ -654,12 +693,29 @@ static void ranks_direct_killed_mid(ncl_comm_t *c, int rank, int n)
 	free(x);
 }
 
+/* all_to_all counts that do not pair up: a mismatch on every rank, before any copy. */
+static void ranks_direct_a2a_mismatch(ncl_comm_t *c, int rank, int n)
+{
+	static int32_t in[2][40000], out[2][40000];
+	const void *sends[2] = { in[0], in[1] };
+	void *recvs[2] = { out[0], out[1] };
+	size_t sc[2] = { 30000, 30000 }, rc[2] = { 30000, rank == 0 ? 40000 : 30000 };
+	int r = ncl_all_to_all(c, sends, sc, recvs, rc, NCL_I32, NCL_CALL(TMO));
+
+	/* a rank that sees the peer's failure first reports that, with the peer's message */
+	CHECK(r == NCL_ERR_MISMATCH || r == NCL_ERR_PEER, "rank %d rc %d: %s", rank, r, ncl_last_error());
+	CHECK(strstr(ncl_last_error(), "rank 1 sends 30000 elements to rank 0, which expects 40000"), "%s",
+	      ncl_last_error());
+	CHECK(out[1][0] == 0 && out[1][29999] == 0, "rank %d: copied before the check", rank);
+}
+
 static void test_direct(void)
 {
 	CHECK(setenv("NEURON_CCL_DIRECT_MIN", "1", 1) == 0);
 	run_ranks(2, ranks_direct);
 	run_ranks(3, ranks_direct);
 	run_ranks(2, ranks_direct_mismatch);
+	run_ranks(2, ranks_direct_a2a_mismatch);
 	run_ranks(2, ranks_direct_steal);
 	run_ranks(3, ranks_direct_steal);
 	CHECK(setenv("NEURON_CCL_DIRECT_MIN", "64K", 1) == 0);
