@@ -306,7 +306,19 @@ def _suite_bad_input(torch, dist, rank, world, dev, checks):
     raises("BAND on float", lambda: dist.all_reduce(torch.ones(3, device=dev), op=dist.ReduceOp.BAND), "BAND")
     raises("send rank out of range", lambda: dist.send(torch.ones(2, device=dev), dst=5), "rank")
     raises("complex unsupported op", lambda: dist.all_reduce(torch.ones(2, dtype=torch.complex64, device=dev),
-                                                               op=dist.ReduceOp.MAX), "")
+                                                               op=dist.ReduceOp.MAX), "MAX on complex")
+    raises("recv rank out of range", lambda: dist.recv(torch.ones(2, device=dev), src=7), "source rank 7 is out of range")
+    if torch.neuron.device_count() > 1:  # each rank sees the node's devices (torchrun)
+        other = torch.device("neuron", (dev.index + 1) % torch.neuron.device_count())
+        raises("tensors on two devices in one call", lambda: dist.all_gather(
+            [torch.empty(2, device=dev), torch.empty(2, device=other)], torch.ones(2, device=dev)),
+            f"tensors on {other}")
+        # a tensor on another neuron device than the rank's own: the arenas are host memory, so it is
+        # reduced where it lies, as a single-device process group reduces any device's tensor
+        t = torch.full((3,), float(rank + 1), device=other)
+        dist.all_reduce(t)
+        checks.append(("all_reduce of a tensor on another device", t.device == other and
+                       torch.equal(t.cpu(), torch.full((3,), float(world * (world + 1) // 2)))))
     # the group is still usable
     t = torch.full((3,), float(rank + 1), device=dev)
     dist.all_reduce(t)
