@@ -190,8 +190,12 @@ static void ctx_init_avx2(nk_kernels_t *k, const nk_cpu_t *c)
 	 * the GEMM driver ---- */
 	k->isa[NK_FAM_GEMM] = NK_ISA_AVX2;
 	k->gemm_table = nk_gemm_isa_avx2;
+	k->isa[NK_FAM_ATTENTION] = NK_ISA_AVX2; /* the tile ops (attention_avx2.c) */
+	k->attention = &nk_attops_avx2;
 
-	/* ---- the row families: cast, pointwise, reduce, softmax, layer norm, optim, norm, pool ---- */
+	/* ---- the row families: softmax rows (softmax_avx2.c; also attention's online softmax rows) ---- */
+	k->isa[NK_FAM_SOFTMAX] = NK_ISA_AVX2;
+	k->softmax = &nk_rowops_avx2;
 }
 
 /* AMX: the bf16 and int8 GEMMs on the tile unit (over the AVX-512 context: the tiny shapes and every

@@ -69,6 +69,12 @@ void nk_att_bwd_rows_avx512(float *S, float *dP, int64_t n, const float *lse, co
 
 extern const nk_attops_t nk_attops_ref;
 extern const nk_attops_t nk_attops_avx512; /* only where the dispatch context chose it */
+extern const nk_attops_t nk_attops_avx2;   /* attention_avx2.c: the avx2 level's */
+void nk_att_fwd_cols_avx2(float *S, int64_t n, float *m, float *l, float *Ot, int64_t dv);
+void nk_att_bwd_cols_avx2(float *S, float *dP, int64_t n, const float *lse, const float *dd);
+void nk_att_bwd_rows_avx2(float *S, float *dP, int64_t n, const float *lse, const float *dd);
+void nk_att_ukr8_avx2(int64_t k, const float *a, const float *b, float *c, int64_t ldc, float alpha, float beta, int m,
+		      int n);
 
 /* The tiled forward / backward (f32, bf16, f16) with the given tables; nk_attention_run and
  * nk_attention_bwd_run pass the best ones (the tests also the portable ones).  Arguments as for

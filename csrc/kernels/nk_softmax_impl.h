@@ -1,5 +1,5 @@
 /* nk_softmax_impl.h - row primitives on f32 buffers shared by softmax.c and attention.c: the portable
- * versions live in softmax.c, the AVX-512 ones in softmax_avx512.c.  Internal to csrc/kernels. */
+ * versions live in softmax.c, the AVX-512 ones in softmax_avx512.c, the AVX2 ones in softmax_avx2.c.  Internal to csrc/kernels. */
 #ifndef NK_SOFTMAX_IMPL_H
 #define NK_SOFTMAX_IMPL_H
 
@@ -27,6 +27,9 @@ void nk_softmax_bwd_row_ref(const float *dy, const float *y, float *dx, int64_t 
 
 extern const nk_rowops_t nk_rowops_ref;
 extern const nk_rowops_t nk_rowops_avx512; /* only where the dispatch context chose it */
+extern const nk_rowops_t nk_rowops_avx2;   /* softmax_avx2.c: the avx2 level's */
+float nk_row_max_avx2(const float *x, int64_t n);
+float nk_row_exp_sum_avx2(float *x, int64_t n, float sub);
 /* The dispatch context's table; the portable one when NEURON_KERNELS=ref. */
 const nk_rowops_t *nk_rowops(void);
 

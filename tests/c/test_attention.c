@@ -206,19 +206,17 @@ static void test_attention_vs_ref(void)
 		}
 }
 
-/* The tiled path with the portable micro-kernel and tile ops against the AVX-512 ones (when present). */
-static void test_attention_tiled_ref_vs_opt(void)
+/* The tiled path with the portable micro-kernel and tile ops against one ISA's (AVX-512 with the context's
+ * GEMM table, AVX2 + FMA with its own), where the CPU has it. */
+static void check_tiled_ref_vs(const char *name, const nk_gemm_isa_t *opt, const nk_attops_t *ops)
 {
 	static const int dts[] = { NK_F32, NK_BF16 };
 
-	if (!nk_cpu_avx512())
-		return;
 	for (int d = 0; d < 2; d++)
 		for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 			acase_t c = cases[i];
 			aprob_t pb;
 			nk_attention_args_t *a = &pb.g.f;
-			nk_gemm_isa_t opt = nk_gemm_isa_select();
 			int dt = dts[d];
 			int64_t nq = c.B * c.Hq * c.Tq * c.D, nk = c.B * c.Hkv * c.Tk * c.D, nv = c.B * c.Hkv * c.Tk * c.Dv;
 			int64_t no = c.B * c.Hq * c.Tq * c.Dv, nl = c.B * c.Hq * c.Tq;
@@ -233,19 +231,31 @@ static void test_attention_tiled_ref_vs_opt(void)
 			CHECK(nk_attention_bwd_tiled(&pb.g, &nk_gemm_isa_ref, &nk_attops_ref) == 0, "tiled bwd ref");
 			o0 = snap(a->out, dt, no), l0 = snap(a->lse, NK_F32, nl);
 			q0 = snap(pb.g.dq, dt, nq), k0 = snap(pb.g.dk, dt, nk), v0 = snap(pb.g.dv, dt, nv);
-			CHECK(nk_attention_tiled(a, &opt, &nk_attops_avx512) == 0, "tiled opt");
-			CHECK(nk_attention_bwd_tiled(&pb.g, &opt, &nk_attops_avx512) == 0, "tiled bwd opt");
+			CHECK(nk_attention_tiled(a, opt, ops) == 0, "tiled %s", name);
+			CHECK(nk_attention_bwd_tiled(&pb.g, opt, ops) == 0, "tiled bwd %s", name);
 			e[0] = nkt_err(a->out, o0, dt, no, atol, rtol);
 			e[1] = nkt_err(a->lse, l0, NK_F32, nl, 1e-5, 1e-5);
 			e[2] = nkt_err(pb.g.dq, q0, dt, nq, atol, rtol);
 			e[3] = nkt_err(pb.g.dk, k0, dt, nk, atol, rtol);
 			e[4] = nkt_err(pb.g.dv, v0, dt, nv, atol, rtol);
 			CHECK(e[0] <= 1 && e[1] <= 1 && e[2] <= 1 && e[3] <= 1 && e[4] <= 1,
-			      "tiled ref vs opt %s case %zu: err out %g lse %g dq %g dk %g dv %g", nkt_dtype_name(dt), i, e[0],
-			      e[1], e[2], e[3], e[4]);
+			      "tiled ref vs %s %s case %zu: err out %g lse %g dq %g dk %g dv %g", name, nkt_dtype_name(dt), i,
+			      e[0], e[1], e[2], e[3], e[4]);
 			free(o0), free(l0), free(q0), free(k0), free(v0);
 			free_problem(&pb);
 		}
+}
+
+static void test_attention_tiled_ref_vs_opt(void)
+{
+	if (nk_cpu_avx512()) {
+		nk_gemm_isa_t opt = nk_gemm_isa_select();
+
+		check_tiled_ref_vs("avx512", &opt, &nk_attops_avx512);
+	}
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		check_tiled_ref_vs("avx2", &nk_gemm_isa_avx2, &nk_attops_avx2);
 }
 
 /* The bf16 pair conversions of the tile ops (probabilities and dS for the sbgemm products): portable

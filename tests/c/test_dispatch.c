@@ -63,10 +63,12 @@ static void test_levels(void)
 	CHECK(nk_kernels_level() == want, "level %s, expected %s", nk_isa_name(nk_kernels_level()), nk_isa_name(want));
 	int fam = want >= NK_ISA_AVX512 ? NK_ISA_AVX512 : NK_ISA_PORTABLE;
 	/* AMX: the GEMM family only (bf16 and int8 tiles), over the AVX-512 context; AVX2: the GEMM family
-	 * (gemm_avx2.c), the others portable */
+	 * (gemm_avx2.c), softmax rows (softmax_avx2.c) and attention tile ops (attention_avx2.c), the others
+	 * portable */
 	bool amx = want == NK_ISA_AMX && (c->amx_bf16 || c->amx_int8);
 	for (int f = 0; f < NK_NFAM; f++) {
-		int e = f == NK_FAM_GEMM && amx ? NK_ISA_AMX : f == NK_FAM_GEMM && want == NK_ISA_AVX2 ? NK_ISA_AVX2 : fam;
+		bool avx2_fam = f == NK_FAM_GEMM || f == NK_FAM_SOFTMAX || f == NK_FAM_ATTENTION; /* the families with *_avx2.c kernels */
+		int e = f == NK_FAM_GEMM && amx ? NK_ISA_AMX : avx2_fam && want == NK_ISA_AVX2 ? NK_ISA_AVX2 : fam;
 		CHECK(nk_family_isa(f) == e, "%s uses %s, expected %s", nk_family_name(f), nk_isa_name(nk_family_isa(f)),
 		      nk_isa_name(e));
 	}
@@ -77,8 +79,10 @@ static void test_levels(void)
 	CHECK((k->gemm->sgemm == nk_gemm_isa_avx2.sgemm) == (want == NK_ISA_AVX2), "avx2 gemm table at the avx2 level");
 	CHECK((k->gemm->sbgemm != NULL) == (fam == NK_ISA_AVX512 && c->avx512_bf16), "bf16 GEMM kernels need avx512_bf16");
 	CHECK((k->softmax == &nk_rowops_avx512) == (fam == NK_ISA_AVX512), "softmax table");
+	CHECK((k->softmax == &nk_rowops_avx2) == (want == NK_ISA_AVX2), "avx2 softmax table at the avx2 level");
 	CHECK((k->layernorm == &nk_lnops_avx512) == (fam == NK_ISA_AVX512), "layernorm table");
 	CHECK((k->attention == &nk_attops_avx512) == (fam == NK_ISA_AVX512), "attention table");
+	CHECK((k->attention == &nk_attops_avx2) == (want == NK_ISA_AVX2), "avx2 attention table at the avx2 level");
 	CHECK(nk_cpu_avx512() == (want >= NK_ISA_AVX512), "nk_cpu_avx512");
 	nk_gemm_isa_t sel = nk_gemm_isa_select();
 	CHECK(sel.sgemm == k->gemm->sgemm && sel.sbgemm == k->gemm->sbgemm, "nk_gemm_isa_select is the context's");

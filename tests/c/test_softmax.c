@@ -133,64 +133,96 @@ static void test_softmax_bwd_numerical(void)
 	}
 }
 
-/* AVX-512 row primitives against the portable ones (exp within a few ulp), odd lengths, -inf, NaN. */
-static void test_rowops(void)
+/* The ISA row-primitive tables this CPU runs (AVX-512, AVX2 + FMA), each checked against the portable one. */
+typedef struct {
+	const char *name;
+	const nk_rowops_t *ops;
+} isa_rowops_t;
+
+static int isa_tables(isa_rowops_t *t)
 {
-	static const int64_t ns[] = { 0, 1, 7, 16, 33, 100, 513 };
-	float x[520], y0[520], y1[520];
+	int n = 0;
 
 	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f"))
-		return;
-	for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
-		int64_t n = ns[k];
-		float s0, s1, m0, m1;
-		bool ok = true;
+	if (__builtin_cpu_supports("avx512f"))
+		t[n++] = (isa_rowops_t){ "avx512", &nk_rowops_avx512 };
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		t[n++] = (isa_rowops_t){ "avx2", &nk_rowops_avx2 };
+	return n;
+}
 
-		nkt_fill(x, NK_F32, n, -100, 30);
-		if (n > 3)
-			x[1] = -INFINITY, x[2] = NAN;
-		m0 = nk_row_max_ref(x, n), m1 = nk_row_max_avx512(x, n);
-		CHECK(m0 == m1, "row max n=%lld: %g vs %g", (long long)n, m0, m1);
-		memcpy(y0, x, sizeof x);
-		memcpy(y1, x, sizeof x);
-		s0 = nk_row_exp_sum_ref(y0, n, 20);
-		s1 = nk_row_exp_sum_avx512(y1, n, 20);
-		for (int64_t i = 0; i < n; i++)
-			ok &= isnan(y0[i]) ? isnan(y1[i]) : fabsf(y1[i] - y0[i]) <= 4e-7f * y0[i] + 1e-37f;
-		CHECK(ok, "row exp n=%lld", (long long)n);
-		CHECK(n > 3 ? isnan(s0) && isnan(s1) : fabsf(s1 - s0) <= 1e-6f * s0, "row exp sum n=%lld", (long long)n);
-	}
+/* ISA row primitives against the portable ones (exp within a few ulp), odd lengths, -inf, NaN; and the
+ * backward row of each against the portable one. */
+static void test_rowops(void)
+{
+	static const int64_t ns[] = { 0, 1, 7, 8, 16, 33, 100, 513 };
+	float x[520], y0[520], y1[520], dy[520], d0[520], d1[520];
+	isa_rowops_t t[2];
+	int nt = isa_tables(t);
+
+	for (int q = 0; q < nt; q++)
+		for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+			int64_t n = ns[k];
+			float s0, s1, m0, m1;
+			bool ok = true;
+
+			nkt_fill(x, NK_F32, n, -100, 30);
+			if (n > 3)
+				x[1] = -INFINITY, x[2] = NAN;
+			m0 = nk_row_max_ref(x, n), m1 = t[q].ops->max(x, n);
+			CHECK(m0 == m1, "%s row max n=%lld: %g vs %g", t[q].name, (long long)n, m0, m1);
+			memcpy(y0, x, sizeof x);
+			memcpy(y1, x, sizeof x);
+			s0 = nk_row_exp_sum_ref(y0, n, 20);
+			s1 = t[q].ops->exp_sum(y1, n, 20);
+			for (int64_t i = 0; i < n; i++)
+				ok &= isnan(y0[i]) ? isnan(y1[i]) : fabsf(y1[i] - y0[i]) <= 4e-7f * y0[i] + 1e-37f;
+			CHECK(ok, "%s row exp n=%lld", t[q].name, (long long)n);
+			CHECK(n > 3 ? isnan(s0) && isnan(s1) : fabsf(s1 - s0) <= 1e-6f * s0, "%s row exp sum n=%lld", t[q].name,
+			      (long long)n);
+			/* the backward rows over a softmax output (no NaN) */
+			for (int log = 0; log < 2; log++) {
+				nkt_fill(x, NK_F32, n, -5, 5);
+				nkt_fill(dy, NK_F32, n, -1, 1);
+				nk_rowops_ref.softmax_row(x, y0, NULL, n, log, 0);
+				nk_rowops_ref.softmax_bwd_row(dy, y0, d0, n, log, 0);
+				t[q].ops->softmax_bwd_row(dy, y0, d1, n, log, 0);
+				ok = true;
+				for (int64_t i = 0; i < n; i++)
+					ok &= fabsf(d1[i] - d0[i]) <= 1e-5f * fabsf(d0[i]) + 1e-6f;
+				CHECK(ok, "%s softmax_bwd_row n=%lld log=%d", t[q].name, (long long)n, log);
+			}
+		}
 }
 
 /* Whole rows longer than a chunk (a vocabulary) through the row primitive with no scratch (not
- * streaming): the portable and the AVX-512 rows against each other, and softmax over [3, 33000]. */
+ * streaming): the portable and each ISA's rows against each other, and softmax over [3, 33000]. */
 static void test_long_rows(void)
 {
 	static const int64_t ns[] = { 2049, 5000, 33000 };
 	float *x = malloc(33000 * sizeof(float)), *y0 = malloc(33000 * sizeof(float)), *y1 = malloc(33000 * sizeof(float));
+	isa_rowops_t t[2];
+	int nt = isa_tables(t);
 
-	__builtin_cpu_init();
 	for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
-		for (int log = 0; log < 2; log++) {
-			int64_t n = ns[k];
-			bool ok = true;
+		for (int log = 0; log < 2; log++)
+			for (int q = 0; q < nt; q++) {
+				int64_t n = ns[k];
+				bool ok = true;
 
-			nkt_fill(x, NK_F32, n, -20, 20);
-			x[7] = -INFINITY;
-			nk_rowops_ref.softmax_row(x, y0, NULL, n, log, 0);
-			if (!__builtin_cpu_supports("avx512f"))
-				continue;
-			nk_rowops_avx512.softmax_row(x, y1, NULL, n, log, 0);
-			for (int64_t i = 0; i < n; i++)
-				ok &= y1[i] == y0[i] || fabsf(y1[i] - y0[i]) <= 1e-5f * fabsf(y0[i]) + (log ? 1e-5f : 1e-9f);
-			CHECK(ok, "long row n=%lld log=%d", (long long)n, log);
-			memcpy(y1, x, (size_t)n * sizeof(float)); /* in place */
-			nk_rowops_avx512.softmax_row(y1, y1, NULL, n, log, 0);
-			for (int64_t i = 0; i < n; i++)
-				ok &= y1[i] == y0[i] || fabsf(y1[i] - y0[i]) <= 1e-5f * fabsf(y0[i]) + (log ? 1e-5f : 1e-9f);
-			CHECK(ok, "long row in place n=%lld log=%d", (long long)n, log);
-		}
+				nkt_fill(x, NK_F32, n, -20, 20);
+				x[7] = -INFINITY;
+				nk_rowops_ref.softmax_row(x, y0, NULL, n, log, 0);
+				t[q].ops->softmax_row(x, y1, NULL, n, log, 0);
+				for (int64_t i = 0; i < n; i++)
+					ok &= y1[i] == y0[i] || fabsf(y1[i] - y0[i]) <= 1e-5f * fabsf(y0[i]) + (log ? 1e-5f : 1e-9f);
+				CHECK(ok, "%s long row n=%lld log=%d", t[q].name, (long long)n, log);
+				memcpy(y1, x, (size_t)n * sizeof(float)); /* in place */
+				t[q].ops->softmax_row(y1, y1, NULL, n, log, 0);
+				for (int64_t i = 0; i < n; i++)
+					ok &= y1[i] == y0[i] || fabsf(y1[i] - y0[i]) <= 1e-5f * fabsf(y0[i]) + (log ? 1e-5f : 1e-9f);
+				CHECK(ok, "%s long row in place n=%lld log=%d", t[q].name, (long long)n, log);
+			}
 	free(x), free(y0), free(y1);
 	check_case(NK_F32, 3, 33000, false);
 	check_case(NK_F32, 3, 33000, true);
