@@ -286,6 +286,9 @@ void nk_norm_affine_f32_avx512(float *y, const float *x, int64_t n, float a, flo
 void nk_norm_bwd_f32_avx512(float *dx, const float *dy, const float *x, int64_t n, float a, float b, float c);
 
 /* reduce_avx512.c: dense-row helpers of reduce.c (sums accumulate in double). */
+double nk_rd_sum_f32_avx2(const float *x, int64_t n);                      /* reduce_avx2.c */
+double nk_rd_sumsq_f32_avx2(const float *x, int64_t n, double shift);
+float nk_rd_extremum_f32_avx2(const float *x, int64_t n, bool is_max);
 double nk_rd_sum_f32_avx512(const float *x, int64_t n);
 double nk_rd_sum_bf16_avx512(const uint16_t *x, int64_t n);
 double nk_rd_sum_f64_avx512(const double *x, int64_t n);

@@ -59,6 +59,7 @@ typedef struct {
 	int64_t esz;
 	double p;        /* norm order */
 	bool avx512;     /* dense f32/bf16 helpers of reduce_avx512.c may be used */
+	bool avx2;       /* dense f32 helpers of reduce_avx2.c may be used (the avx2 level) */
 	bool dram;       /* input of RD_DRAM_MIN bytes or more: the DRAM-streaming f32 loops */
 } rd_ctx_t;
 
@@ -319,6 +320,7 @@ static int rd_prepare(rd_ctx_t *c, const nk_reduce_args_t *a)
 	c->kind = rd_kind(a->op, a->dtype_in);
 	c->esz = (int64_t)nk_dtype_size(a->dtype_in);
 	c->avx512 = nk_family_avx512(NK_FAM_REDUCE);
+	c->avx2 = nk_family_avx2(NK_FAM_REDUCE);
 	c->dram = a->O * a->R * a->I * c->esz >= RD_DRAM_MIN;
 	if (a->O * a->I == 0)
 		return 0;
@@ -444,6 +446,36 @@ static bool rd_row_avx512(const rd_ctx_t *c, rd_acc_t *s, const char *x, int64_t
 	}
 }
 
+/* AVX2 row: dense f32 sums, norms, variances and extrema in one pass; false if not handled. */
+static bool rd_row_avx2(const rd_ctx_t *c, rd_acc_t *s, const char *x, int64_t r0, int64_t r1)
+{
+	int64_t n = r1 - r0;
+	const float *p = (const float *)(x + r0 * c->esz);
+
+	if (!c->avx2 || n <= 0 || c->a->dtype_in != NK_F32)
+		return false;
+	switch (c->op) {
+	case NK_RED_SUM: case NK_RED_MEAN:
+		s->d = nk_rd_sum_f32_avx2(p, n);
+		return true;
+	case NK_RED_NORM:
+		if (c->p != 2)
+			return false;
+		s->d = nk_rd_sumsq_f32_avx2(p, n, 0);
+		return true;
+	case NK_RED_VAR: case NK_RED_STD:
+		s->d = nk_rd_sum_f32_avx2(p, n) / (double)n;
+		s->d2 = nk_rd_sumsq_f32_avx2(p, n, s->d);
+		s->iv = n;
+		return true;
+	case NK_RED_AMAX: case NK_RED_AMIN:
+		s->d = nk_rd_extremum_f32_avx2(p, n, c->op == NK_RED_AMAX);
+		return true;
+	default:
+		return false;
+	}
+}
+
 /* Reduces the dense elements x[r0..r1) of one row into s, r = element index. */
 static void rd_row(const rd_ctx_t *c, rd_acc_t *s, const char *x, int64_t r0, int64_t r1)
 {
@@ -453,7 +485,7 @@ static void rd_row(const rd_ctx_t *c, rd_acc_t *s, const char *x, int64_t r0, in
 	int dt = c->a->dtype_in;
 	int op = c->op;
 	rd_init(c, s);
-	if (rd_row_avx512(c, s, x, r0, r1))
+	if (rd_row_avx512(c, s, x, r0, r1) || rd_row_avx2(c, s, x, r0, r1))
 		return;
 	if (op == NK_RED_VAR || op == NK_RED_STD || op == NK_RED_LOGSUMEXP) {
 		double sum = 0, m = -INFINITY, acc = 0;

@@ -312,11 +312,38 @@ static void test_portable_paths(void)
 	CHECK(system(cmd) == 0, "%s with NEURON_KERNELS=portable failed", self_exe);
 }
 
+/* The AVX2 row loops (reduce_avx2.c) against double sums and exact extrema: every tail length, NaN
+ * propagation, shifted squares. */
+static void test_avx2_row_loops(void)
+{
+	float x[300];
+
+	__builtin_cpu_init();
+	if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+		return;
+	for (int n = 1; n <= 300; n += n < 70 ? 1 : 23) {
+		double s = 0, sq = 0, shift = 0.25;
+		float mx = -INFINITY, mn = INFINITY;
+
+		for (int i = 0; i < n; i++) {
+			x[i] = (float)((i * 7919 % 1000) - 400) / 64.0f;
+			s += x[i], sq += (x[i] - shift) * (x[i] - shift);
+			mx = x[i] > mx ? x[i] : mx, mn = x[i] < mn ? x[i] : mn;
+		}
+		CHECK(fabs(nk_rd_sum_f32_avx2(x, n) - s) <= 1e-6 * (fabs(s) + n), "sum n=%d: %g vs %g", n, nk_rd_sum_f32_avx2(x, n), s);
+		CHECK(fabs(nk_rd_sumsq_f32_avx2(x, n, shift) - sq) <= 1e-9 * sq, "sumsq n=%d", n);
+		CHECK(nk_rd_extremum_f32_avx2(x, n, true) == mx && nk_rd_extremum_f32_avx2(x, n, false) == mn, "extrema n=%d", n);
+		x[n - 1] = NAN;
+		CHECK(isnan(nk_rd_extremum_f32_avx2(x, n, true)) && isnan(nk_rd_extremum_f32_avx2(x, n, false)), "NaN n=%d", n);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
 	self_exe = argv[0];
 	RUN(test_known_values);
+	RUN(test_avx2_row_loops);
 	RUN(test_dense_f32_edges);
 	RUN(test_accuracy);
 	RUN(test_empty);
