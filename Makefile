@@ -141,9 +141,9 @@ build: install
 pytest: install $(HF_STAMP) $(TITAN_STAMP)
 	$(VPY) -m pytest -q -x tests/python
 
-# The Python tests of the AVX2 families' users (mm/linear shapes, SDPA, flash and flex attention, softmax rows, norms, the OpInfo smoke sweep, convolution,
+# The Python tests of the AVX2 families' users (mm/linear shapes, SDPA, flash and flex attention, softmax rows, norms, gelu, the OpInfo smoke sweep, convolution,
 # int_mm, training parity) again at NEURON_KERNELS=avx2, where the CPU has AVX2 (about 1 min)
-PYTEST_LEVEL_FILES := test_gemm_shapes test_sdpa test_flash_attention test_flex_attention test_rows test_norm test_conformance_smoke test_conv test_int_mm test_mm_empty_k test_training_parity
+PYTEST_LEVEL_FILES := test_gemm_shapes test_sdpa test_flash_attention test_flex_attention test_rows test_norm test_gelu test_conformance_smoke test_conv test_int_mm test_mm_empty_k test_training_parity
 pytest-levels: install
 	@if grep -qw avx2 /proc/cpuinfo; then NEURON_KERNELS=avx2 $(VPY) -m pytest -q -p no:warnings $(patsubst %,tests/python/%.py,$(PYTEST_LEVEL_FILES)); \
 	else echo "pytest-levels: no AVX2 on this CPU, skipped"; fi

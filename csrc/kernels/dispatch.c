@@ -194,8 +194,9 @@ static void ctx_init_avx2(nk_kernels_t *k, const nk_cpu_t *c)
 	k->attention = &nk_attops_avx2;
 
 	/* ---- the row families: softmax rows (softmax_avx2.c; also attention's online softmax rows), dense
-	 * f32 row reductions (reduce_avx2.c) ---- */
+	 * f32 row reductions (reduce_avx2.c), the transcendental pointwise ops ---- */
 	k->isa[NK_FAM_REDUCE] = NK_ISA_AVX2;
+	k->isa[NK_FAM_POINTWISE] = NK_ISA_AVX2; /* exp, tanh, sigmoid, silu, gelu and backward (pointwise_avx2.c) */
 	k->isa[NK_FAM_SOFTMAX] = NK_ISA_AVX2;
 	k->softmax = &nk_rowops_avx2;
 }

@@ -41,24 +41,40 @@ static inline __attribute__((always_inline)) __m256 nk_v8_scale2(__m256 p, __m25
 	return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
-/* expf, the Cephes core of nk_avx512.h's nk_v_exp_core with the (p*r)*r order, x clamped to [-104, 89]
- * first (max / min return their second operand, x, for NaN, so NaN passes): about 1 ulp. */
-static inline __attribute__((always_inline)) __m256 nk_v8_exp(__m256 x)
+/* The Cephes expf core of nk_avx512.h's nk_v_exp_core on 8 lanes: n = round(x / ln 2), r = x - n ln 2
+ * (two-part constant), degree-6 polynomial; exp(x) = p * 2^n, which the caller applies.  pr_order picks
+ * the last step's order as there: (p*r)*r (softmax rows, attention) or p*(r*r) (pointwise). */
+static inline __attribute__((always_inline)) __m256 nk_v8_exp_core(__m256 x, __m256 *n, const int pr_order)
 {
-	x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
-	x = _mm256_min_ps(_mm256_set1_ps(89.0f), x);
-	__m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-				   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+	*n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(0.693359375f), x);
+	r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(-2.12194440e-4f), r);
 	__m256 p = _mm256_set1_ps(1.9875691500E-4f);
 	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
 	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
 	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
 	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
 	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
-	p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	if (pr_order)
+		return _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+}
+
+/* expf with x clamped to [-104, 89] first (max / min return their second operand, x, for NaN, so NaN
+ * passes), the given last-step order: about 1 ulp; nk_avx512.h's nk_v_exp for pr_order 0. */
+static inline __attribute__((always_inline)) __m256 nk_v8_exp_ord(__m256 x, const int pr_order)
+{
+	__m256 n, p;
+
+	x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
+	x = _mm256_min_ps(_mm256_set1_ps(89.0f), x);
+	p = nk_v8_exp_core(x, &n, pr_order);
 	return nk_v8_scale2(p, n);
+}
+
+static inline __attribute__((always_inline)) __m256 nk_v8_exp(__m256 x)
+{
+	return nk_v8_exp_ord(x, 0);
 }
 
 /* exp(x) for the x - max of a softmax row (x <= 0, or NaN; above 89 it overflows to inf): softmax_avx512.c's

@@ -264,6 +264,9 @@ void nk_f32_to_bf16_avx512(uint16_t *dst, const float *src, int64_t n);
  * writes nothing) for the others.  a, b: the op's scalars as float; ia as in nk_pointwise_args_t.
  * stream: write the 64-byte-aligned part of o with non-temporal stores (large outputs; the caller
  * issues _mm_sfence / nk_stream_fence before the data is handed over). */
+/* pointwise_avx2.c: exp, tanh, sigmoid, silu, gelu's tanh form and the gelu (tanh) / silu backward on
+ * dense f32 (x = grad, y = input for the backward ops); false for any other op or form. */
+bool nk_pointwise_f32_avx2(int op, int64_t ia, float *o, const float *x, const float *y, int64_t n);
 bool nk_pointwise_f32_avx512(int op, float a, float b, int64_t ia, float *o, const float *x,
 			     const float *y, const float *z, int64_t n, bool stream);
 void nk_stream_fence(void); /* sfence after non-temporal stores */

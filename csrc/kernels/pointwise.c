@@ -93,6 +93,7 @@ typedef struct {
 	double ad, bd;
 	int64_t ia;               /* raw ia (flags for clamp / gelu / elu) */
 	int64_t is;               /* the op's integer scalar (alpha, fill value, exponent, ...) */
+	bool avx2;                /* the avx2 level: the transcendental ops of pointwise_avx2.c */
 	bool avx512;
 	bool stream;              /* f32 output of at least PW_STREAM_MIN bytes: non-temporal stores */
 	bool round_q;             /* div_trunc on bf16/f16 tensors: round x/y to the dtype first (aten) */
@@ -246,6 +247,7 @@ static int pw_prepare(pw_ctx_t *c, const nk_pointwise_args_t *a)
 	if (a->op == NK_OP_FILL && c->is_bool)
 		c->is = a->a != 0 || a->ia != 0;
 	c->avx512 = nk_family_avx512(NK_FAM_POINTWISE);
+	c->avx2 = nk_family_avx2(NK_FAM_POINTWISE);
 	/* aten's div_trunc on two bf16/f16 tensors computes trunc(a / b) in scalar_t: the quotient is
 	 * rounded to the dtype before truncation (with a float scalar divisor it is not). */
 	c->round_q = a->op == NK_OP_DIV_TRUNC && (c->out_dt == NK_BF16 || c->out_dt == NK_F16) &&
@@ -444,6 +446,8 @@ static void pw_block_f32(const pw_ctx_t *c, float *o, const float *x, const floa
 			 int64_t n)
 {
 	if (c->avx512 && nk_pointwise_f32_avx512(c->op, c->af, c->bf, c->ia, o, x, y, z, n, c->stream))
+		return;
+	if (c->avx2 && !c->round_q && nk_pointwise_f32_avx2(c->op, c->ia, o, x, y, n))
 		return;
 	const float a = c->af;
 	switch (c->op) {

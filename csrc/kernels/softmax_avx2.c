@@ -36,8 +36,8 @@ float nk_row_exp_sum_avx2(float *x, int64_t n, float sub)
 	int64_t i = 0;
 
 	for (; i + 16 <= n; i += 16) {
-		__m256 e0 = nk_v8_exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
-		__m256 e1 = nk_v8_exp(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vs));
+		__m256 e0 = nk_v8_exp_ord(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs), 1);
+		__m256 e1 = nk_v8_exp_ord(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vs), 1);
 
 		_mm256_storeu_ps(x + i, e0);
 		_mm256_storeu_ps(x + i + 8, e1);
@@ -46,7 +46,7 @@ float nk_row_exp_sum_avx2(float *x, int64_t n, float sub)
 	}
 	for (; i < n; i += 8) {
 		__m256i k = nk_tail_mask8(n - i);
-		__m256 e = _mm256_and_ps(nk_v8_exp(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vs)), _mm256_castsi256_ps(k));
+		__m256 e = _mm256_and_ps(nk_v8_exp_ord(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vs), 1), _mm256_castsi256_ps(k));
 
 		_mm256_maskstore_ps(x + i, k, e);
 		s0 = _mm256_add_ps(s0, e);

@@ -67,7 +67,7 @@ static void test_levels(void)
 	 * portable */
 	bool amx = want == NK_ISA_AMX && (c->amx_bf16 || c->amx_int8);
 	for (int f = 0; f < NK_NFAM; f++) {
-		bool avx2_fam = f == NK_FAM_GEMM || f == NK_FAM_SOFTMAX || f == NK_FAM_ATTENTION || f == NK_FAM_REDUCE; /* the families with *_avx2.c kernels */
+		bool avx2_fam = f == NK_FAM_GEMM || f == NK_FAM_SOFTMAX || f == NK_FAM_ATTENTION || f == NK_FAM_REDUCE || f == NK_FAM_POINTWISE; /* the families with *_avx2.c kernels */
 		int e = f == NK_FAM_GEMM && amx ? NK_ISA_AMX : avx2_fam && want == NK_ISA_AVX2 ? NK_ISA_AVX2 : fam;
 		CHECK(nk_family_isa(f) == e, "%s uses %s, expected %s", nk_family_name(f), nk_isa_name(nk_family_isa(f)),
 		      nk_isa_name(e));

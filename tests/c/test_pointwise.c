@@ -610,6 +610,73 @@ static void test_reference_switch(void)
  * in a child process: the choice is made once per process. */
 static const char *self_exe;
 
+/* op(x, y) in f32 by the element-at-a-time reference (nk_pointwise_ref: the scalar formulas whatever
+ * level is in force). */
+static float one_ref_f32(int op, float x, float y, int64_t ia)
+{
+	float o = 0;
+	nk_pointwise_args_t A;
+
+	memset(&A, 0, sizeof A);
+	A.op = op;
+	A.ia = ia;
+	A.it.nops = 1 + op_arity(op);
+	A.it.data[0] = (char *)&o;
+	A.it.data[1] = (char *)&x;
+	A.it.data[2] = (char *)&y;
+	A.it.dtype[0] = A.it.dtype[1] = A.it.dtype[2] = NK_F32;
+	CHECK(nk_pointwise_ref(&A) == 0, "ref op %d failed", op);
+	return o;
+}
+
+/* The AVX2 transcendental loops against the scalar formulas (a few ulp: the Cephes exp and tanh, the
+ * A-S erf) over every tail length, and bit for bit against pointwise_avx512.c's generic loops for the
+ * ops both compute with the same formulas (exp, tanh, sigmoid), where the CPU has AVX-512. */
+static void test_avx2_loops(void)
+{
+	static const int ops[] = { NK_OP_EXP, NK_OP_TANH, NK_OP_SIGMOID, NK_OP_SILU, NK_OP_GELU, NK_OP_GELU_BACKWARD,
+				   NK_OP_SILU_BACKWARD };
+	static const int64_t ias[] = { 0, 0, 0, 0, 1, 1, 0 };
+	float x[80], y[80], o[80], o2[80];
+
+	__builtin_cpu_init();
+	if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+		return;
+	bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+	for (size_t q = 0; q < sizeof ops / sizeof ops[0]; q++)
+		for (int n = 0; n <= 75; n++) {
+			int op = ops[q];
+			bool ok = true, same = true;
+
+			for (int i = 0; i < 80; i++)
+				x[i] = (float)((i * 37 % 97) - 48) / 6.0f, y[i] = (float)((i * 53 % 89) - 44) / 7.0f, o[i] = o2[i] = 99;
+			x[3] = NAN, x[5] = INFINITY, x[7] = -INFINITY, x[9] = -0.0f;
+			CHECK(nk_pointwise_f32_avx2(op, ias[q], o, x, y, n), "op %d handled", op);
+			for (int i = 0; i < n; i++) {
+				float r = one_ref_f32(op, x[i], y[i], ias[q]);
+				/* the backward ops: an absolute error relative to the incoming gradient x (the tanh
+				 * form's 1 + tanh cancels where tanh is near -1, in every f32 formula) */
+				bool bwd = op == NK_OP_GELU_BACKWARD || op == NK_OP_SILU_BACKWARD;
+				float atol = 2e-7f * (bwd && isfinite(x[i]) ? 1 + fabsf(x[i]) : 1);
+
+				ok &= isnan(r) ? isnan(o[i]) : (isinf(r) ? o[i] == r : fabsf(o[i] - r) <= 2e-6f * fabsf(r) + atol);
+			}
+			for (int i = n; i < 80; i++)
+				ok &= o[i] == 99; /* nothing past n */
+			CHECK(ok, "avx2 op %d ia %lld n=%d", op, (long long)ias[q], n);
+			if (avx512 && (op == NK_OP_EXP || op == NK_OP_TANH || op == NK_OP_SIGMOID)) {
+				nk_pointwise_f32_avx512(op, 1, 0, ias[q], o2, x, y, NULL, n, false);
+				for (int i = 0; i < n; i++)
+					same &= isnan(o[i]) ? isnan(o2[i]) : o[i] == o2[i];
+				CHECK(same, "avx2 vs avx512 op %d n=%d", op, n);
+			}
+		}
+	CHECK(!nk_pointwise_f32_avx2(NK_OP_ADD, 0, o, x, y, 8), "other ops are left to pointwise.c");
+	CHECK(!nk_pointwise_f32_avx2(NK_OP_GELU, 0, o, x, y, 8) && !nk_pointwise_f32_avx2(NK_OP_GELU_BACKWARD, 0, o, x, y, 8),
+	      "gelu's erf form is left to the scalar path");
+}
+
 static void test_portable_paths(void)
 {
 	if (getenv("NEURON_KERNELS"))
@@ -634,6 +701,7 @@ int main(int argc, char **argv)
 	RUN(test_parallel_vs_ref);
 	RUN(test_streamed_outputs);
 	RUN(test_copy);
+	RUN(test_avx2_loops);
 	RUN(test_reference_switch);
 	RUN(test_portable_paths);
 	return ctest_finish();
