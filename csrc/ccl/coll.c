@@ -1,5 +1,5 @@
 /* coll.c - the collectives, as rounds over the ranks' staging halves (the protocol is described in
- * ncl_impl.h); large all_reduce, reduce_scatter, all_gather and broadcast calls go direct (direct.c).  Each round moves at most one chunk per rank: the caller's data is cut into pieces of
+ * ncl_impl.h); large all_reduce, reduce_scatter, all_gather, broadcast and all_to_all calls go direct (direct.c).  Each round moves at most one chunk per rank: the caller's data is cut into pieces of
  * chunk bytes (or, where a rank sends a different block to each peer, into nranks sub-blocks of a chunk),
  * staged by its owner, and read (reduced or copied) by the others straight from the owner's half.
  */

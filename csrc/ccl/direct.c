@@ -7,8 +7,9 @@
  * A direct call is three steps inside the begun collective: an agreement round (round 0) in which every
  * rank publishes its buffers' addresses and whether it can go direct (its probe at ready succeeded, the
  * scratch exists, its buffers do not overlap in a way the single pass cannot handle); the data
- * movement, where each rank does its share (all_reduce and reduce_scatter: the elements of its slice,
- * reduced in rank order through ncl_reduce_buffers so that the result is bitwise the staged one); and
+ * movement, pieces claimed from per-rank work queues by whichever rank gets to them first (the
+ * reductions below reduce each piece in rank order through ncl_reduce_buffers, so that the result is
+ * bitwise the staged one; the copies below push or pull each piece); and
  * a completion round (round 1) that keeps every rank's buffers alive until the peers are done with
  * them and carries each rank's status.  If any rank cannot go direct, every rank returns
  * NCL_DIRECT_STAGED after the agreement round and the caller runs the staged rounds.
@@ -77,6 +78,20 @@ static uint64_t probe_value(int rank)
 	return ((uint64_t)PROBE_TAG << 32) | (uint32_t)rank;
 }
 
+/* Peer p's memory is gone (ESRCH): its main thread has exited, and its life thread (whose robust
+ * mutex tells the peers) follows within moments; wait for that, boundedly, to name the death as the
+ * rounds do. */
+static int peer_gone(struct ncl_comm *c, int kind, uint64_t seq, int p)
+{
+	for (int i = 0; i < 500; i++) {
+		if (ncl_peer_check(c, p, kind, seq))
+			return NCL_ERR_PEER;
+		usleep(2000);
+	}
+	return ncl_set_error(NCL_ERR_PEER, "ncl %s (seq %llu): rank %d (pid %d) died (its memory is gone)",
+			     ncl_kind_name(kind), (unsigned long long)seq, p, (int)c->ctl[p].pid);
+}
+
 /* One transfer between this process and peer p's memory, in as many syscalls as the kernel needs. */
 static int xfer(struct ncl_comm *c, int kind, uint64_t seq, int p, void *local, uint64_t remote, size_t n,
 		bool write)
@@ -92,6 +107,8 @@ static int xfer(struct ncl_comm *c, int kind, uint64_t seq, int p, void *local, 
 			continue;
 		if (k <= 0 && kind != NCL_K_NONE && ncl_peer_check(c, p, kind, seq)) /* it died: say so */
 			return NCL_ERR_PEER;
+		if (k < 0 && errno == ESRCH && kind != NCL_K_NONE)
+			return peer_gone(c, kind, seq, p);
 		if (k <= 0)
 			return ncl_set_error(NCL_ERR_PEER, "ncl %s (seq %llu): %s rank %d's memory (pid %d) failed: %s",
 					     ncl_kind_name(kind), (unsigned long long)seq, write ? "writing" : "reading", p,

@@ -72,9 +72,9 @@ typedef struct ncl_comm ncl_comm_t;
 /* Bytes of each rank's staging half-buffer (two per rank): NEURON_CCL_CHUNK_BYTES, default 4 MiB. */
 #define NCL_CHUNK_BYTES_DEFAULT ((size_t)4 << 20)
 int ncl_parse_chunk_bytes(const char *s, size_t *bytes);
-/* all_reduce, reduce_scatter, all_gather and broadcast of at least NEURON_CCL_DIRECT_MIN bytes per rank
- * (default 64 KiB; "off" never; read by rank 0 at create, stored in the segment) skip the staging
- * halves: each rank reads its peers' buffers in place and all_reduce writes its slice of the result
+/* all_reduce, reduce_scatter, all_gather, broadcast and all_to_all of at least NEURON_CCL_DIRECT_MIN
+ * bytes per rank (default 64 KiB; "off" never; read by rank 0 at create, stored in the segment) skip
+ * the staging halves: each rank reads its peers' buffers in place and all_reduce writes its slice of the result
  * into every rank's output (cross-memory attach, process_vm_readv/writev), so an all_reduce moves as
  * many bytes per rank as one memcpy of the buffer.  ncl_comm_ready probes whether every peer's memory
  * is reachable (same user, no ptrace restriction); where some rank's is not, every rank stages. */
