@@ -6,8 +6,9 @@ tensors in the same run, with the machine's memcpy bandwidth and a DDP GPT step 
 The ranks are subprocesses (`init_process_group("cpu:gloo,neuron:neuron")`, loopback, one kernel thread
 each, as torchrun gives two ranks on two cores): neuron tensors go to the neuron backend, CPU tensors to
 Gloo.  Every case (collective, size, backend, placement) runs a warm-up iteration that also checks the
-result, then as many timed iterations as fit in --budget seconds (3 to 20); every iteration starts after
-a Gloo barrier, its time is the slower rank's, and the table gives the median.  As in nccl-tests:
+result, then 3 timed loops of k back-to-back calls (k = 1 to 20, so that the loops fit in --budget
+seconds): as in nccl-tests, a loop starts after a barrier and its time is the slower rank's divided by
+k; the table gives the median of the 3 loops.  As in nccl-tests:
 S = the bytes of the whole array (all_reduce's and broadcast's tensor, all_gather's output,
 reduce_scatter's input, all_to_all's input), algbw = S / t (GB = 1e9), busbw = algbw x 2(n-1)/n for
 all_reduce, x 1 for broadcast and x (n-1)/n for the others; #wrong counts the elements that differ from
@@ -21,7 +22,7 @@ memcpy: one thread copying a 64 MB float32 tensor (`copy_`, torch.set_num_thread
 the other ranks wait; reported the way memcpy benchmarks do, bytes copied per second (S / t), with the
 bytes read + written (2 S / t) beside it.  The 64 MB all_reduce of the issue's target is measured again
 at the end, interleaved with memcpy and Gloo (one iteration of each in turn), so that the three see the
-same load of the shared machine.
+same load of the shared machine (each turn: 3 back-to-back copies or calls, 9 turns, the medians).
 
 DDP: the GPT of examples/train_gpt.py (bench/gpt.py's quick config), one training step per iteration
 (forward, backward with DDP's gradient all_reduce, AdamW), the same per-rank batch on 1 rank and on 2
@@ -139,8 +140,8 @@ def _wrong(out, want, world):
     return int((got != want).sum())
 
 
-def _time_once(fn, dev):
-    """One barrier-started iteration: the slower rank's seconds."""
+def _time_once(fn, dev, n=1):
+    """n back-to-back calls after a barrier, as nccl-tests times them: the slower rank's seconds / n."""
     import torch
     import torch.distributed as dist
 
@@ -148,16 +149,17 @@ def _time_once(fn, dev):
         torch.neuron.synchronize()
     dist.barrier(group=dist.group.WORLD, device_ids=None)
     t0 = time.perf_counter()
-    fn()
+    for _ in range(n):
+        fn()
     if dev.type == "neuron":
         torch.neuron.synchronize()
     dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
     dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # CPU tensor: through Gloo, untimed
-    return float(dt)
+    return float(dt) / n
 
 
-def _memcpy_once(rank, a, b):
-    """rank 0 copies a into b on one thread; the others wait.  Seconds (rank 0's, agreed by all)."""
+def _memcpy_once(rank, a, b, n=1):
+    """rank 0 copies a into b n times on one thread; the others wait.  Seconds per copy."""
     import torch
     import torch.distributed as dist
 
@@ -165,8 +167,9 @@ def _memcpy_once(rank, a, b):
     dt = torch.zeros(1, dtype=torch.float64)
     if rank == 0:
         t0 = time.perf_counter()
-        b.copy_(a)
-        dt[0] = time.perf_counter() - t0
+        for _ in range(n):
+            b.copy_(a)
+        dt[0] = (time.perf_counter() - t0) / n
     dist.all_reduce(dt, op=dist.ReduceOp.MAX)
     return float(dt)
 
@@ -197,8 +200,8 @@ def _rank_main(out_path, sizes, budget, target_iters):
                     t = _time_once(fn, dev)  # warm-up: first touch, direct path set-up, the check
                     wrong = torch.tensor([_wrong(out, want, world)], dtype=torch.int64)
                     dist.all_reduce(wrong)  # every rank's bad elements
-                    iters = int(min(20, max(3, budget / max(t, 1e-6))))
-                    times = [_time_once(fn, dev) for _ in range(iters)]
+                    iters = int(min(20, max(1, budget / 3 / max(t, 1e-6))))
+                    times = [_time_once(fn, dev, iters) for _ in range(3)]
                     rows.append({"coll": coll, "bytes": n * 4, "count": n, "backend": backend, "place": place,
                                  "time_s": statistics.median(times), "iters": iters, "wrong": int(wrong)})
                     del fn, out, want, case
@@ -212,9 +215,9 @@ def _rank_main(out_path, sizes, budget, target_iters):
         _time_once(ar[be], dev)
     tgt = {"memcpy": [], "neuron": [], "gloo": []}
     for _ in range(target_iters):
-        tgt["memcpy"].append(_memcpy_once(rank, a, b))
+        tgt["memcpy"].append(_memcpy_once(rank, a, b, 3))
         for be, dev in devs:
-            tgt[be].append(_time_once(ar[be], dev))
+            tgt[be].append(_time_once(ar[be], dev, 3))
     dist.barrier()
     if rank == 0:
         with open(out_path, "w") as f:
