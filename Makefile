@@ -31,7 +31,7 @@ CTESTS  := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
 
 objs = $(patsubst csrc/%.c,$(1)/obj/%.o,$(C_SRC)) $(1)/obj/gen/nc_prelude.o
 
-.PHONY: all venv hf-deps titan-deps titan build install clib ctest ctest-levels pytest-levels test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness fuzz profile models
+.PHONY: all venv hf-deps titan-deps titan build install clib ctest ctest-levels pytest-levels test test-sanitize test-tsan pytest demo bench bench-gemm clean conformance robustness fuzz profile models dist-upstream
 
 all: install
 
@@ -155,6 +155,12 @@ test: ctest ctest-levels test-sanitize install $(HF_STAMP) $(TITAN_STAMP)
 # PyTorch's OpInfo database on neuron vs CPU (tests/conformance): writes docs/conformance.md
 conformance: install
 	$(VPY) -m tests.conformance
+
+# PyTorch's own distributed test bases (_DistTestBase, FSDPTest, DTensorTestBase) on the backend neuron,
+# 2 ranks: every test classified, counts into docs/distributed.md "Upstream test bases" (tests/distributed;
+# a slice runs in make test: tests/python/test_distributed_upstream.py).  ARGS="--bases fsdp -k parity"
+dist-upstream: install
+	nice -n 5 $(VPY) -m tests.distributed $(ARGS)
 
 # The whole bad-input catalogue (tests/robustness) on neuron vs CPU: writes docs/robustness.md
 # (its fast subset runs in `make test` through tests/python/test_robustness.py)
