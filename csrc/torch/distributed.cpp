@@ -547,7 +547,17 @@ class NeuronBackend : public c10d::Backend {
 							   const c10d::AllgatherOptions &opts) override
 	{
 		check_tensors(inputs, "allgather_coalesced");
-		return allgather_lists(outputs, inputs, opts.timeout, OpType::ALLGATHER_COALESCED, "allgather_coalesced");
+		// c10d's layout is outputs[rank][input]; allgather_lists takes one list of world size per input
+		TORCH_CHECK((int)outputs.size() == size_, "neuron backend: allgather_coalesced: ", outputs.size(),
+			    " output lists, expected one per rank (", size_, ")");
+		std::vector<Tensors> per_input(inputs.size());
+		for (size_t r = 0; r < outputs.size(); r++) {
+			TORCH_CHECK(outputs[r].size() == inputs.size(), "neuron backend: allgather_coalesced: output list ",
+				    r, " has ", outputs[r].size(), " tensors, expected one per input (", inputs.size(), ")");
+			for (size_t i = 0; i < inputs.size(); i++)
+				per_input[i].push_back(outputs[r][i]);
+		}
+		return allgather_lists(per_input, inputs, opts.timeout, OpType::ALLGATHER_COALESCED, "allgather_coalesced");
 	}
 
 	c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
@@ -1023,10 +1033,15 @@ class NeuronBackend : public c10d::Backend {
 			return gloo_enqueue(type, "nccl:all_gather", ins, all_outs, t, [=, this] {
 				std::vector<Tensors> oa = cpu_aliases(outs);
 				Tensors ia = cpu_aliases(ins);
-				if (ins.size() == 1)
+				if (ins.size() == 1) {
 					wait_gloo(gloo_->allgather(oa, ia, o));
-				else
-					wait_gloo(gloo_->allgather_coalesced(oa, ia, o));
+				} else {  // Gloo's allgather_coalesced takes outputs[rank][input]
+					std::vector<Tensors> by_rank(size_);
+					for (auto &list : oa)
+						for (int r = 0; r < size_; r++)
+							by_rank[r].push_back(list[r]);
+					wait_gloo(gloo_->allgather_coalesced(by_rank, ia, o));
+				}
 			});
 		}
 		auto calls = take_calls(ins.size(), t);
