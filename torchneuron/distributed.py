@@ -6,6 +6,7 @@ Supported on torch 2.13: ``init_process_group("neuron")`` (the backend also serv
 docs/distributed.md.
 """
 import os
+import sys
 
 BACKEND = "neuron"
 transports = {}  # group name -> "shm" or "gloo", as chosen when the group's backend was created
@@ -93,6 +94,7 @@ def register():
 
     _C._ncl_init_types()
     dist.Backend.register_backend(BACKEND, _create_backend, extended_api=True, devices=["neuron", "cpu"])
+    _after_import("torch.distributed.tensor._ops", register_dtensor_strategies)
     if not hasattr(dist, "set_timeout"):  # 2.13 lacks it; TorchTitan calls it after the first step
         dist.set_timeout = set_timeout
     return True
@@ -105,3 +107,105 @@ def set_timeout(timeout, group=None):
 
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     pg.set_timeout(timeout)
+
+
+# ---- DTensor: sharding strategies for neuron's fused attention ----------------------------------------
+# scaled_dot_product_attention on neuron tensors takes aten::_scaled_dot_product_fused_attention_overrideable
+# (csrc/torch/ops_nn.cpp), for which torch 2.13's DTensor has no strategy ("does not have a sharding strategy
+# registered"), while it has them for CUDA's flash/efficient/cuDNN kernels.  These are the cuDNN ones
+# (torch/distributed/tensor/_ops/_matrix_ops.py) on the overrideable ops' argument order: all replicated,
+# heads sharded (tensor parallelism, Shard(1)) or batch sharded (Shard(0)).  Registered when DTensor's op
+# table is first imported, so that `import torch` does not import DTensor.
+
+def _bias_placement(bias_strategy, dim):
+    """The placement of an attention bias when q/k/v are sharded on `dim` (0 batch, 1 heads): sharded
+    likewise where the bias has that dim at full size, replicated where it broadcasts (size 1 or absent)."""
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+
+    if dim is None:
+        return Replicate()
+    shape = bias_strategy.shape
+    i = dim - (4 - len(shape))
+    return Shard(i) if i >= 0 and shape[i] != 1 else Replicate()
+
+
+def register_dtensor_strategies():
+    import torch
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+    from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
+    from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy, register_op_strategy
+
+    aten = torch.ops.aten
+    layouts = ((None, Replicate()), (1, Shard(1)), (0, Shard(0)))  # (sharded dim, q/k/v placement)
+
+    @register_op_strategy(aten._scaled_dot_product_fused_attention_overrideable.default,
+                          schema_info=RuntimeSchemaInfo(4))
+    def _sdpa_overrideable(op_schema):
+        # (query, key, value, attn_bias=None, dropout_p, is_causal, return_debug_mask, *, scale)
+        # -> (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask)
+        mesh = op_schema.get_mesh_from_args()
+        args = op_schema.args_schema
+        bias = args[3] if len(args) > 3 else None
+        strategies = []
+        for dim, p in layouts:
+            row = [p, p, None, None, None, None, None, None, None, p, p, p]
+            if bias is not None:
+                row.append(_bias_placement(bias, dim))
+            strategies.append(row)
+        return expand_to_full_mesh_op_strategy(mesh, op_schema, strategies, input_index=9)
+
+    @register_op_strategy(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
+    def _sdpa_overrideable_backward(op_schema):
+        # (grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k,
+        #  max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale)
+        # -> (grad_query, grad_key, grad_value, grad_attn_bias); the philox scalars are replicated by DTensor
+        mesh = op_schema.get_mesh_from_args(validate=False)
+        args = op_schema.args_schema
+        bias = args[4]
+        strategies = []
+        for dim, p in layouts:
+            bp = _bias_placement(bias, dim) if bias is not None else None
+            row = [p, p, p, None, p, p, p, p, bp, None, p, p, None, None, None, None, None, None,
+                   Replicate(), Replicate()]
+            strategies.append(row)
+        return expand_to_full_mesh_op_strategy(mesh, op_schema, strategies, input_index=4)
+
+
+def _after_import(name, fn):
+    """Runs fn() once module `name` has been imported (now, if it already is), as compile/__init__.py's
+    _DynamoImportHook does for torch._dynamo.  A failing fn() warns: it never breaks the import."""
+    import importlib.abc
+    import importlib.util
+    import warnings
+
+    def safe():
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001
+            warnings.warn(f"torchneuron: {fn.__name__} failed: {e}")
+
+    if name in sys.modules:
+        safe()
+        return
+
+    class Hook(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != name:
+                return None
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                pass
+            spec = importlib.util.find_spec(fullname)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            exec_module = spec.loader.exec_module
+
+            def run(module):
+                exec_module(module)
+                safe()
+
+            spec.loader.exec_module = run
+            return spec
+
+    sys.meta_path.insert(0, Hook())

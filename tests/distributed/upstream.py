@@ -47,6 +47,15 @@ SKIP_GROUPS = [
 ]
 
 
+# Why a test that fails still fails (by test name), shown beside it in the report.  Only for causes that are
+# understood; each is outside the backend or named as a gap.
+CAUSES = {
+    "test_ddp_logging_data_cpu": "upstream limitation of plugin backends: DDP logs ProcessGroup::getBackendName(), "
+                                 "which is the backend *type* string, \"custom\" for every plugin "
+                                 "(c10d/ProcessGroup.hpp), while the test expects dist.get_backend() (\"neuron\")",
+}
+
+
 def skip_group(reason):
     for pat, group in SKIP_GROUPS:
         if re.search(pat, reason):
@@ -246,8 +255,10 @@ def render(per_base, cpu, partial):
     if not bad:
         L.append("None.")
     for name, r in sorted(bad, key=lambda x: x[1]["id"]):
+        test = r["id"].rsplit(".", 1)[-1]
         err = r["error"].replace("|", "\\|").replace("`", "'")[:300]
-        L.append(f"- `{name}` `{r['id'].rsplit('.', 1)[-1]}` ({r['status']}): {err}")
+        cause = f" Cause: {CAUSES[test]}." if test in CAUSES else ""
+        L.append(f"- `{name}` `{test}` ({r['status']}): {err}{cause}")
     L.append("")
     return "\n".join(L)
 
