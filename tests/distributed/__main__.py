@@ -44,7 +44,8 @@ def main(argv=None):
         bases = [b for b in bases if b in stored]
     partial = bool(args.k) and not args.rerun
     t0 = time.time()
-    with open(args.log, "a" if args.rerun else "w") as log:
+    log_path = args.log if len(bases) == len(upstream.BASES) else f"{args.log[:-4]}-{'-'.join(bases)}.log"
+    with open(log_path, "a" if args.rerun else "w") as log:
         for b in bases:
             module, title = upstream.BASES[b]
             ids = upstream.list_tests(module, env)
@@ -61,10 +62,14 @@ def main(argv=None):
                 entry["commit"] = f"{stored[b]['commit']}, reruns at {entry['commit']}"
             if partial:
                 print(upstream.render({b: (title, entry)}, upstream.cpu_name(), partial=True))
-            else:
+            else:  # merged into the file as it is now: another invocation may have written other bases
+                if os.path.exists(args.json):
+                    with open(args.json) as f:
+                        stored.update({k: v for k, v in json.load(f).items() if k != b})
                 stored[b] = entry
-                with open(args.json, "w") as f:
+                with open(args.json + ".tmp", "w") as f:
                     json.dump(stored, f, indent=1)
+                os.replace(args.json + ".tmp", args.json)
     print(f"wall time of this invocation: {(time.time() - t0) / 60:.1f} min", file=sys.stderr)
     if partial:
         return 0
