@@ -1,6 +1,9 @@
 /* Machine-limit microbenchmarks for `python -m bench` (compiled at bench time with cc -O3 -march=native).
  *
  *   limits fma   THREADS SECONDS   f32 FMA peak: independent vector FMA chains, GFLOP/s over all threads
+ *   limits fma_cpu THREADS SECONDS the same per CPU-second: each repetition timed by thread 0's CPU clock
+ *                                  (CLOCK_THREAD_CPUTIME_ID), the limit to compare GEMMs timed in CPU time
+ *                                  against on a loaded machine (the wall figure then measures the others)
  *   limits bf16  THREADS SECONDS   bf16 dot-product peak (AVX512-BF16 vdpbf16ps), GFLOP/s; 0 if unsupported
  *   limits amx_bf16 THREADS SECONDS AMX tile peak: TDPBF16PS into 4 independent 16x16 f32 tiles, GFLOP/s;
  *                                  0 if the CPU, the compiler or the OS (tile permission) lacks it
@@ -36,6 +39,13 @@ static double now(void) {
 static pthread_barrier_t bar;
 static int nthreads = 1;
 static volatile float sink_f;
+static int use_cputime; /* fma_cpu: repetitions timed by thread 0's CPU clock, kernel only */
+
+static double thread_cpu(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* ------------------------------------------------------------------------------------------ FMA */
 #if defined(__AVX512F__)
@@ -165,7 +175,7 @@ static void *compute_thread(void *arg) {
     for (int rep = 0; rep < FMA_REPS; rep++) {
         double t0 = 0;
         pthread_barrier_wait(&bar);
-        if (tid == 0) t0 = now();
+        if (tid == 0) t0 = use_cputime ? thread_cpu() : now();
         float r;
 #if defined(HAVE_AMX)
         if (mode_bf16 >= 2) r = amx_kernel(fma_iters, mode_bf16 == 3);
@@ -177,8 +187,9 @@ static void *compute_thread(void *arg) {
         r = fma_kernel(fma_iters);
 #endif
         sink_f = r;
+        if (tid == 0 && use_cputime) rep_record(thread_cpu() - t0);
         pthread_barrier_wait(&bar);
-        if (tid == 0) {
+        if (tid == 0 && !use_cputime) {
             double dt = now() - t0;
             rep_record(dt);
         }
@@ -331,8 +342,9 @@ int main(int argc, char **argv) {
     nthreads = atoi(argv[2]);
     if (nthreads < 1) nthreads = 1;
     if (nthreads > 256) nthreads = 256;
-    if (!strcmp(argv[1], "fma")) {
+    if (!strcmp(argv[1], "fma") || !strcmp(argv[1], "fma_cpu")) {
         double sec = argc > 3 ? atof(argv[3]) : 0.3;
+        use_cputime = !strcmp(argv[1], "fma_cpu");
         printf("%.3f %s\n", compute_peak(sec, 0), VARIANT);
     } else if (!strcmp(argv[1], "bf16")) {
 #if defined(__AVX512BF16__)

@@ -185,6 +185,7 @@ typedef struct {
 	const nk_gemm_isa_t *isa;
 	bool pairs;          /* bf16 through the sbgemm (pair) micro-kernel */
 	bool inplace_a;      /* pairs read from A in place (sbgemm_a / sbgemm_bf16c_a; small and shared drivers) */
+	int64_t kc, nc;      /* f32 panel blocking: k per slice, columns per packed B block (the table's) */
 	size_t es;           /* element size of A, B, C */
 	float alpha, beta;
 	int64_t tm, tn;      /* task rectangle */
@@ -249,11 +250,11 @@ static void gemm_rect_f32(const gemm_plan_t *pl, const gemm_bufs_t *ws, int64_t 
 	const void *B = at(g->B, b * g->bs_b + j0 * g->cs_b, pl->es);
 	float *C = (float *)g->C + b * g->bs_c + i0 * g->rs_c + j0 * g->cs_c;
 
-	for (int64_t jc = 0; jc < n; jc += NC) {
-		int64_t nc = nk_min64(NC, n - jc);
+	for (int64_t jc = 0; jc < n; jc += pl->nc) {
+		int64_t nc = nk_min64(pl->nc, n - jc);
 
-		for (int64_t pc = 0; pc < g->K; pc += KC) {
-			int64_t kc = nk_min64(KC, g->K - pc);
+		for (int64_t pc = 0; pc < g->K; pc += pl->kc) {
+			int64_t kc = nk_min64(pl->kc, g->K - pc);
 			float beta = pc == 0 ? pl->beta : 1.0f;
 
 			pl->isa->pack_b(at(B, pc * g->rs_b + jc * g->cs_b, pl->es), g->dtype, g->rs_b, g->cs_b, kc,
@@ -350,7 +351,7 @@ static void gemm_rect_acc(const gemm_plan_t *pl, const gemm_bufs_t *ws, int64_t 
 	const void *A = at(g->A, b * g->bs_a + i0 * g->rs_a, pl->es);
 	const void *B = at(g->B, b * g->bs_b + j0 * g->cs_b, pl->es);
 	void *C = (char *)g->C + (b * g->bs_c + i0 * g->rs_c + j0 * g->cs_c) * (int64_t)pl->es;
-	int64_t kcmax = pl->pairs ? KCB : KC, slice = kcmax * NCA / (pl->pairs ? 2 : 1);
+	int64_t kcmax = pl->pairs ? KCB : pl->kc, slice = kcmax * NCA / (pl->pairs ? 2 : 1);
 	bool resident = nk_cdiv(g->K, kcmax) * slice <= KC * NC;
 
 	for (int64_t jc = 0; jc < n; jc += NCA) {
@@ -490,12 +491,17 @@ static gemm_plan_t gemm_plan(const nk_gemm_args_t *g, const nk_gemm_isa_t *isa, 
 		 * 2048 323 against 431 GFLOP/s packed) */
 		.inplace_a = g->dtype == NK_BF16 && isa->sbgemm && isa->sbgemm_a && isa->sbgemm_bf16c_a && g->cs_a == 1 &&
 			     g->K % 2 == 0 && g->K >= 512 && rows_per_l1_set(g->rs_a * 2) <= INPLACE_A_MAX_ROWS_PER_SET,
+		.kc = isa->kc > 0 && isa->kc <= KC ? isa->kc : KC,
 		.es = nk_fp_elem_size(g->dtype),
 		.alpha = (float)g->alpha,
 		.beta = (float)g->beta,
 		.failed = failed,
 	};
 
+	/* the B block within the workspace (KC x NC floats), whole NR panels */
+	pl.nc = isa->nc > 0 ? nk_min64(isa->nc, (int64_t)KC * NC / pl.kc) / NR * NR : NC;
+	if (pl.nc < NR)
+		pl.nc = NR;
 	return pl;
 }
 
@@ -836,7 +842,7 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 	bool fine = false;    /* fine column chunks (A costs nothing per task) */
 	float *bp;
 
-	sh.kcmax = pl->pairs ? KCB : KC;
+	sh.kcmax = pl->pairs ? KCB : pl->kc;
 	kpad = nk_cdiv(g->K, sh.kcmax) * sh.kcmax;
 	if (sh.acc) {
 		/* all of K per super block */
@@ -844,7 +850,7 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 		if (ncmax < 4 * NR)
 			return false;
 	} else {
-		ncmax = NC;
+		ncmax = pl->nc;
 	}
 	sh.panels_m = nk_cdiv(g->M, MR);
 	if (sh.acc) {
@@ -1115,7 +1121,7 @@ static bool gemm_small(gemm_plan_t *pl, int nt)
 
 	if (g->dtype == NK_F64)
 		return false;
-	sm.kcmax = pl->pairs ? KCB : KC;
+	sm.kcmax = pl->pairs ? KCB : pl->kc;
 	sm.nslices = nk_cdiv(g->K, sm.kcmax);
 	sm.kwords = small_off(&sm, sm.nslices - 1) + (pl->pairs ? (small_kc(&sm, sm.nslices - 1) + 1) / 2 :
 							   small_kc(&sm, sm.nslices - 1));

@@ -90,8 +90,9 @@ static void store_tile_strided(const float *t, float *c, int64_t rs_c, int64_t c
 	}
 
 /* a: row i of the A panel at k-step p is the float at byte address a + i*ars + p*aks (packed: ars 4,
- * aks 4*MR; row-major A read in place: ars its row stride in bytes, aks 4). */
-static inline __attribute__((always_inline)) void sgemm_body(const int R, const bool H, int64_t k, const char *a,
+ * aks 4*MR; row-major A read in place: ars its row stride in bytes, aks 4).  U: the k loop unrolled U
+ * times (1 or 2; the same operations in the same order, so the same bits). */
+static inline __attribute__((always_inline)) void sgemm_body(const int R, const bool H, const int U, int64_t k, const char *a,
 							     int64_t ars, int64_t aks, const float *b, int64_t ldb,
 							     float *c, int64_t rs_c, int64_t cs_c, float alpha,
 							     float beta, int m, int n, const float *bias,
@@ -108,20 +109,30 @@ static inline __attribute__((always_inline)) void sgemm_body(const int R, const 
 		if (!H)                                                  \
 			c##i##_1 = _mm512_fmadd_ps(ai, b1, c##i##_1);    \
 	}
-	for (int64_t p = 0; p < k; p++) {
-		__m512 b0 = _mm512_loadu_ps(b), b1 = H ? b0 : _mm512_loadu_ps(b + 16);
-
-		_mm_prefetch((const char *)(b + 16 * ldb), _MM_HINT_T0);
-		_mm_prefetch((const char *)(b + 16 * ldb + 16), _MM_HINT_T0);
-		if (pf && !(p & 3)) { /* the caller's next A panel, one run of MR floats per 4 k */
-			_mm_prefetch(pf, _MM_HINT_T1);
-			_mm_prefetch(pf + 4 * (MR - 1), _MM_HINT_T1);
-			pf += pfs;
-		}
-		ROWS(FMA_ROW)
-		a += aks;
-		b += ldb;
+#define SG_KSTEP()                                                                           \
+	{                                                                                    \
+		__m512 b0 = _mm512_loadu_ps(b), b1 = H ? b0 : _mm512_loadu_ps(b + 16);       \
+                                                                                             \
+		_mm_prefetch((const char *)(b + 16 * ldb), _MM_HINT_T0);                     \
+		_mm_prefetch((const char *)(b + 16 * ldb + 16), _MM_HINT_T0);                \
+		if (pf && !(p & 3)) { /* the caller's next A panel, one run of MR floats per 4 k */ \
+			_mm_prefetch(pf, _MM_HINT_T1);                                       \
+			_mm_prefetch(pf + 4 * (MR - 1), _MM_HINT_T1);                        \
+			pf += pfs;                                                           \
+		}                                                                            \
+		ROWS(FMA_ROW)                                                                \
+		a += aks;                                                                    \
+		b += ldb;                                                                    \
 	}
+	if (U == 2) {
+		_Pragma("GCC unroll 2")
+		for (int64_t p = 0; p < k; p++)
+			SG_KSTEP()
+	} else {
+		for (int64_t p = 0; p < k; p++)
+			SG_KSTEP()
+	}
+#undef SG_KSTEP
 #undef FMA_ROW
 	if (bias) {
 		__m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
@@ -243,10 +254,15 @@ static inline __attribute__((always_inline)) void sbgemm_bf16c_body(const int R,
 		else                                             \
 			body(r, true, __VA_ARGS__);              \
 		return;
-#define SG_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4, 4 * MR, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL, NULL, 0)
-#define SGP_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4, 4 * MR, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL, pf, pfs)
-#define SGB_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4, 4 * MR, b, NR, c, rs_c, 1, alpha, beta, m, n, bias, NULL, 0)
-#define SGA_CASE(r) TILE_CASE(r, sgemm_body, k, (const char *)a, 4 * lda, 4, b, NR, c, rs_c, 1, alpha, beta, m, n, bias, NULL, 0)
+#define SG_CASE(r) TILE_CASE(r, sgemm_body, 1, k, (const char *)a, 4, 4 * MR, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL, NULL, 0)
+#define SGP_CASE(r) TILE_CASE(r, sgemm_body, 1, k, (const char *)a, 4, 4 * MR, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL, pf, pfs)
+#define SGB_CASE(r) TILE_CASE(r, sgemm_body, 1, k, (const char *)a, 4, 4 * MR, b, NR, c, rs_c, 1, alpha, beta, m, n, bias, NULL, 0)
+#define SGA_CASE(r) TILE_CASE(r, sgemm_body, 1, k, (const char *)a, 4 * lda, 4, b, NR, c, rs_c, 1, alpha, beta, m, n, bias, NULL, 0)
+/* the same with the k loop unrolled twice (the _k2 kernels) */
+#define SG2_CASE(r) TILE_CASE(r, sgemm_body, 2, k, (const char *)a, 4, 4 * MR, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL, NULL, 0)
+#define SGP2_CASE(r) TILE_CASE(r, sgemm_body, 2, k, (const char *)a, 4, 4 * MR, b, ldb, c, rs_c, cs_c, alpha, beta, m, n, NULL, pf, pfs)
+#define SGB2_CASE(r) TILE_CASE(r, sgemm_body, 2, k, (const char *)a, 4, 4 * MR, b, NR, c, rs_c, 1, alpha, beta, m, n, bias, NULL, 0)
+#define SGA2_CASE(r) TILE_CASE(r, sgemm_body, 2, k, (const char *)a, 4 * lda, 4, b, NR, c, rs_c, 1, alpha, beta, m, n, bias, NULL, 0)
 #define SB_CASE(r) TILE_CASE(r, sbgemm_body, kp, ap, ars, aks, b, c, rs_c, cs_c, alpha, beta, m, n)
 #define SBC_CASE(r) TILE_CASE(r, sbgemm_bf16c_body, kp, ap, ars, aks, b, acc, ld_acc, c, rs_c, alpha, beta, m, n)
 #define ALL_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
@@ -324,6 +340,44 @@ void nk_sgemm_avx512_14x32_b_pf(int64_t k, const float *a, const float *b, int64
 		ROW_SWITCH(SG_CASE);
 	}
 	ROW_SWITCH(SGP_CASE);
+}
+
+/* The f32 kernels above with the k loop unrolled twice, for Intel cores (two 512-bit FMA ports: the
+ * loop's own instructions and the B prefetches weigh more than on Zen 4's double-pumped units; chosen by
+ * the dispatch context, dispatch.c).  The same products in the same order: bitwise the same C. */
+void nk_sgemm_avx512_14x32_k2(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
+			      float alpha, float beta, int m, int n)
+{
+	const int64_t ldb = NR;
+
+	ROW_SWITCH(SG2_CASE);
+}
+
+void nk_sgemm_avx512_14x32_k2_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
+				   float beta, const float *bias, int m, int n)
+{
+	ROW_SWITCH(SGB2_CASE);
+}
+
+void nk_sgemm_avx512_14x32_k2_a(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c,
+				float alpha, float beta, const float *bias, int m, int n)
+{
+	ROW_SWITCH(SGA2_CASE);
+}
+
+void nk_sgemm_avx512_14x32_k2_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+				int64_t cs_c, float alpha, float beta, int m, int n)
+{
+	ROW_SWITCH(SG2_CASE);
+}
+
+void nk_sgemm_avx512_14x32_k2_b_pf(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+				   int64_t cs_c, float alpha, float beta, int m, int n, const char *pf, int64_t pfs)
+{
+	if (!pf) {
+		ROW_SWITCH(SG2_CASE);
+	}
+	ROW_SWITCH(SGP2_CASE);
 }
 
 void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
@@ -713,6 +767,8 @@ float nk_dot_f32_avx512(const float *x, const float *y, int64_t n)
 
 const nk_gemm_isa_t nk_gemm_isa_avx512 = {
 	.name = "avx512",
+	.kc = NK_GEMM_KC,
+	.nc = NK_GEMM_NC,
 	.sgemm = nk_sgemm_avx512_14x32,
 	.sgemm_b = nk_sgemm_avx512_14x32_b,
 	.sgemm_b_pf = nk_sgemm_avx512_14x32_b_pf,

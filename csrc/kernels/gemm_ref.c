@@ -306,6 +306,8 @@ void nk_gemm_pack_b_pairs_ref(const void *src, int64_t rs, int64_t cs, int64_t k
 
 const nk_gemm_isa_t nk_gemm_isa_ref = {
 	.name = "portable",
+	.kc = NK_GEMM_KC,
+	.nc = NK_GEMM_NC,
 	.sgemm = nk_sgemm_ref_14x32,
 	.sgemm_b = nk_sgemm_ref_14x32_b,
 	.sgemm_b_pf = nk_sgemm_ref_14x32_b_pf,

@@ -44,6 +44,7 @@ typedef struct {
 	bool avx512_bf16, avx512_fp16;
 	bool amx_tile, amx_bf16, amx_int8; /* cpuid bits with tile state enabled in XCR0 */
 	bool amx_permitted;             /* arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) succeeded */
+	size_t l1d_bytes, l2_bytes, l3_bytes; /* data / unified caches from cpuid (0: not reported) */
 } nk_cpu_t;
 
 const nk_cpu_t *nk_cpu(void);

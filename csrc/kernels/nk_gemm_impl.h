@@ -14,7 +14,8 @@
 #define NK_GEMM_MR 14
 #define NK_GEMM_NR 32
 /* Cache blocks (Zen 4: 32 KiB L1d, 1 MiB L2 per core, 32 MiB shared L3).  An MR x KC panel of A
- * stays in L1 while the KC x NR panels of B stream past it from L2/L3 (docs/kernels.md). */
+ * stays in L1 while the KC x NR panels of B stream past it from L2/L3 (docs/kernels.md).  KC and NC
+ * are the defaults and the upper bounds of the f32 blocking a context chooses (nk_gemm_isa_t.kc/nc). */
 #ifndef NK_GEMM_KC
 #define NK_GEMM_KC 512      /* k per block, f32 panels */
 #endif
@@ -105,6 +106,12 @@ typedef void (*nk_gemm_pack_b_pairs_t)(const void *src, int64_t rs, int64_t cs, 
 /* One ISA's micro-kernels and packers.  sbgemm may be NULL (bf16 then goes through the f32 kernel). */
 typedef struct {
 	const char *name;
+	/* f32 panel blocking of the packed driver (gemm.c): k per slice (at most NK_GEMM_KC) and columns per
+	 * packed B block (kc * nc at most NK_GEMM_KC * NK_GEMM_NC, nc a multiple of NK_GEMM_NR); 0 means
+	 * NK_GEMM_KC / NK_GEMM_NC.  The dispatch context sizes them from the caches per microarchitecture
+	 * (dispatch.c).  Every driver slices K the same way, so a result does not depend on the driver or the
+	 * thread count, but it does on kc: the slices are summed into C one after another. */
+	int kc, nc;
 	nk_sgemm_ukr_t sgemm;
 	nk_sgemm_b_ukr_t sgemm_b; /* may be NULL (then B is packed) */
 	nk_sgemm_b_pf_ukr_t sgemm_b_pf; /* may be NULL (then A panels are prefetched between calls) */
@@ -154,6 +161,17 @@ void nk_sgemm_ref_14x32_bias(int64_t k, const float *a, const float *b, float *c
 			     float beta, const float *bias, int m, int n);
 void nk_sgemm_avx512_14x32_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
 				float beta, const float *bias, int m, int n);
+/* The five f32 AVX-512 kernels with the k loop unrolled twice (Intel cores; bitwise the same results). */
+void nk_sgemm_avx512_14x32_k2(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, int64_t cs_c,
+			      float alpha, float beta, int m, int n);
+void nk_sgemm_avx512_14x32_k2_b(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+				int64_t cs_c, float alpha, float beta, int m, int n);
+void nk_sgemm_avx512_14x32_k2_b_pf(int64_t k, const float *a, const float *b, int64_t ldb, float *c, int64_t rs_c,
+				   int64_t cs_c, float alpha, float beta, int m, int n, const char *pf, int64_t pfs);
+void nk_sgemm_avx512_14x32_k2_a(int64_t k, const float *a, int64_t lda, const float *b, float *c, int64_t rs_c,
+				float alpha, float beta, const float *bias, int m, int n);
+void nk_sgemm_avx512_14x32_k2_bias(int64_t k, const float *a, const float *b, float *c, int64_t rs_c, float alpha,
+				   float beta, const float *bias, int m, int n);
 void nk_sbgemm_avx512_14x32(int64_t kp, const uint32_t *a, const uint32_t *b, float *c, int64_t rs_c,
 			    int64_t cs_c, float alpha, float beta, int m, int n);
 void nk_sbgemm_ref_14x32_bf16c(int64_t kp, const uint32_t *a, const uint32_t *b, const float *acc, int64_t ld_acc,

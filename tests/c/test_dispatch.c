@@ -75,7 +75,19 @@ static void test_levels(void)
 	const nk_kernels_t *k = nk_kernels();
 	CHECK((k->gemm->bf16_tiles != NULL) == (want == NK_ISA_AMX && c->amx_bf16), "bf16 tiles at the amx level only");
 	CHECK((k->gemm->i8_tiles != NULL) == (want == NK_ISA_AMX && c->amx_int8), "int8 tiles at the amx level only");
-	CHECK((k->gemm->sgemm == nk_gemm_isa_avx512.sgemm) == (fam == NK_ISA_AVX512), "gemm table");
+	/* Intel cores with a 48 KiB L1d and 2 MiB of L2: the f32 blocking kept in L2 and the _k2 kernels; every
+	 * other CPU (Zen 4) the AVX-512 table as it is */
+	bool intel = !strcmp(c->vendor, "GenuineIntel") && c->l1d_bytes >= (48u << 10) && c->l2_bytes >= (2u << 20);
+	bool k2 = fam == NK_ISA_AVX512 && intel;
+	CHECK((k->gemm->sgemm == (k2 ? nk_sgemm_avx512_14x32_k2 : nk_gemm_isa_avx512.sgemm)) == (fam == NK_ISA_AVX512),
+	      "gemm table");
+	CHECK(fam != NK_ISA_AVX512 || (k->gemm->kc == (k2 ? 256 : NK_GEMM_KC) &&
+	      k->gemm->nc == (k2 ? (int)(c->l2_bytes / 2 / 1024 / NK_GEMM_NR * NK_GEMM_NR) : NK_GEMM_NC)),
+	      "gemm f32 blocking kc %d nc %d", k->gemm->kc, k->gemm->nc);
+	CHECK(!k2 || (k->gemm->sgemm_a == nk_sgemm_avx512_14x32_k2_a && k->gemm->sgemm_b == nk_sgemm_avx512_14x32_k2_b &&
+		      k->gemm->sgemm_bias == nk_sgemm_avx512_14x32_k2_bias &&
+		      k->gemm->sgemm_b_pf == nk_sgemm_avx512_14x32_k2_b_pf),
+	      "Intel: all five f32 kernels unrolled");
 	CHECK((k->gemm->sgemm == nk_gemm_isa_avx2.sgemm) == (want == NK_ISA_AVX2), "avx2 gemm table at the avx2 level");
 	CHECK((k->gemm->sbgemm != NULL) == (fam == NK_ISA_AVX512 && c->avx512_bf16), "bf16 GEMM kernels need avx512_bf16");
 	CHECK((k->softmax == &nk_rowops_avx512) == (fam == NK_ISA_AVX512), "softmax table");

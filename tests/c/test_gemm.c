@@ -156,6 +156,87 @@ static void test_sgemm_inplace_a_bias_ukr(void)
 	free(A), free(ap), free(bp);
 }
 
+/* The _k2 kernels (k loop unrolled twice, the Intel context's) against the plain AVX-512 ones: the same
+ * products in the same order, so equal bit for bit, over every row count, the half and full column tiles,
+ * odd and even k, beta 0 (NaN in C, not read) / 1 / 0.5, a strided C, B read in place (unaligned, with
+ * and without the spread A prefetch), row-major A in place (NaN in the rows past m) and a bias row.
+ * Nothing outside the tile is written (NaN or the old value compared there too). */
+static bool same_f32(const float *x, const float *y, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (isnan(x[i]) ? !isnan(y[i]) : x[i] != y[i])
+			return false;
+	return true;
+}
+
+static void test_sgemm_k2_ukr(void)
+{
+	static const int ns[] = { 1, 15, 16, 17, 31, 32 };
+	static const int64_t ks[] = { 0, 1, 2, 3, 8, 301 };
+	enum { LD = 40, KMAX = 301 };
+	const int64_t lda = KMAX + 5, ldb = NK_GEMM_NR + 13;
+	float *ap = nkt_alloc(NK_F32, NK_GEMM_MR * KMAX), *bp = nkt_alloc(NK_F32, KMAX * NK_GEMM_NR);
+	float *A = nkt_alloc(NK_F32, NK_GEMM_MR * lda), *bs = nkt_alloc(NK_F32, KMAX * ldb + 1), *b = bs + 1;
+	float bias[NK_GEMM_NR], init[NK_GEMM_MR * LD], c0[NK_GEMM_MR * LD], c1[NK_GEMM_MR * LD];
+
+	if (!have_avx512)
+		goto out;
+	nkt_fill(bp, NK_F32, KMAX * NK_GEMM_NR, -1, 1);
+	nkt_fill(bs, NK_F32, KMAX * ldb + 1, -1, 1);
+	nkt_fill(bias, NK_F32, NK_GEMM_NR, -1, 1);
+	for (int m = 1; m <= NK_GEMM_MR; m++) {
+		nkt_fill(A, NK_F32, NK_GEMM_MR * lda, -1, 1);
+		for (int i = m; i < NK_GEMM_MR; i++) /* rows past m: never read */
+			for (int64_t p = 0; p < lda; p++)
+				A[i * lda + p] = NAN;
+		for (int64_t p = 0; p < KMAX; p++)
+			for (int i = 0; i < NK_GEMM_MR; i++)
+				ap[p * NK_GEMM_MR + i] = i < m ? A[i * lda + p] : 0.0f;
+		for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++)
+			for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++)
+				for (int v = 0; v < 4; v++) { /* beta 0, 1, 0.5; v 3: beta 0.5 over a strided C */
+					int n = ns[t];
+					int64_t k = ks[q], rs = v == 3 ? 1 : LD, cs = v == 3 ? NK_GEMM_MR + 1 : 1;
+					float beta = v == 0 ? 0.0f : v == 1 ? 1.0f : 0.5f;
+
+					for (int i = 0; i < NK_GEMM_MR * LD; i++)
+						init[i] = v ? (float)nkt_uniform(-1, 1) : NAN;
+					memcpy(c0, init, sizeof c0), memcpy(c1, init, sizeof c1);
+					nk_sgemm_avx512_14x32(k, ap, bp, c0, rs, cs, 0.75f, beta, m, n);
+					nk_sgemm_avx512_14x32_k2(k, ap, bp, c1, rs, cs, 0.75f, beta, m, n);
+					CHECK(same_f32(c0, c1, NK_GEMM_MR * LD), "sgemm k2 k=%lld m=%d n=%d v=%d", (long long)k, m, n, v);
+					memcpy(c0, init, sizeof c0), memcpy(c1, init, sizeof c1);
+					nk_sgemm_avx512_14x32_b(k, ap, b, ldb, c0, rs, cs, 0.75f, beta, m, n);
+					nk_sgemm_avx512_14x32_k2_b(k, ap, b, ldb, c1, rs, cs, 0.75f, beta, m, n);
+					CHECK(same_f32(c0, c1, NK_GEMM_MR * LD), "sgemm k2_b k=%lld m=%d n=%d v=%d", (long long)k, m, n, v);
+					for (int f = 0; f < 2; f++) {
+						memcpy(c1, init, sizeof c1);
+						nk_sgemm_avx512_14x32_k2_b_pf(k, ap, b, ldb, c1, rs, cs, 0.75f, beta, m, n,
+									      f ? (const char *)A : NULL, 4 * lda);
+						CHECK(same_f32(c0, c1, NK_GEMM_MR * LD), "sgemm k2_b_pf k=%lld m=%d n=%d v=%d pf %d",
+						      (long long)k, m, n, v, f);
+					}
+					if (v == 3)
+						continue;
+					/* A in place, with a bias row (v 2) or C's old value */
+					const float *bv = v == 2 ? bias : NULL;
+
+					memcpy(c0, init, sizeof c0), memcpy(c1, init, sizeof c1);
+					nk_sgemm_avx512_14x32_a(k, A, lda, bp, c0, LD, 0.5f, beta, bv, m, n);
+					nk_sgemm_avx512_14x32_k2_a(k, A, lda, bp, c1, LD, 0.5f, beta, bv, m, n);
+					CHECK(same_f32(c0, c1, NK_GEMM_MR * LD), "sgemm k2_a k=%lld m=%d n=%d v=%d", (long long)k, m, n, v);
+					if (!bv)
+						continue;
+					memcpy(c0, init, sizeof c0), memcpy(c1, init, sizeof c1);
+					nk_sgemm_avx512_14x32_bias(k, ap, bp, c0, LD, 0.5f, beta, bv, m, n);
+					nk_sgemm_avx512_14x32_k2_bias(k, ap, bp, c1, LD, 0.5f, beta, bv, m, n);
+					CHECK(same_f32(c0, c1, NK_GEMM_MR * LD), "sgemm k2_bias k=%lld m=%d n=%d", (long long)k, m, n);
+				}
+	}
+out:
+	free(ap), free(bp), free(A), free(bs);
+}
+
 /* n packed bf16 pairs (two random bf16 values in [-1, 1] per word), as the pair micro-kernels read them. */
 static void fill_pairs(uint32_t *p, int64_t n)
 {
@@ -601,6 +682,74 @@ static void test_gemm_drivers_agree(void)
 			}
 }
 
+/* Other f32 blockings than the table's (the context picks kc and nc per microarchitecture, dispatch.c):
+ * a table with a small kc and nc (many k-slices and B blocks, ragged last ones) and, with AVX-512, the
+ * Intel context's _k2 kernels, against the reference over the layouts, and the shared and per-task drivers
+ * bitwise equal under it (every driver slices K by the table's kc). */
+static nk_gemm_isa_t blocked_isa;
+
+static int run_packed_blocked(const nk_gemm_args_t *g)
+{
+	return nk_gemm_packed(g, &blocked_isa);
+}
+
+static void test_gemm_blocking(void)
+{
+	static const int64_t sz[][3] = { { 100, 33, 257 }, { 130, 200, 1100 }, { 45, 300, 1031 }, { 300, 65, 517 },
+					  { 29, 700, 300 } };
+	static const int blk[][2] = { { 96, 64 }, { 256, 1024 }, { 100, 33 } }; /* nc 33: whole NR panels */
+
+	for (size_t b = 0; b < sizeof blk / sizeof blk[0]; b++) {
+		blocked_isa = nk_gemm_isa_select();
+		blocked_isa.kc = blk[b][0], blocked_isa.nc = blk[b][1];
+		if (have_avx512 && b != 2) {
+			blocked_isa.sgemm = nk_sgemm_avx512_14x32_k2;
+			blocked_isa.sgemm_b = nk_sgemm_avx512_14x32_k2_b;
+			blocked_isa.sgemm_b_pf = nk_sgemm_avx512_14x32_k2_b_pf;
+			blocked_isa.sgemm_bias = nk_sgemm_avx512_14x32_k2_bias;
+			blocked_isa.sgemm_a = nk_sgemm_avx512_14x32_k2_a;
+		}
+		for (size_t q = 0; q < sizeof sz / sizeof sz[0]; q++)
+			for (int t = 0; t < 8; t++) {
+				gcase_t c = { sz[q][0], sz[q][1], sz[q][2], 1 };
+
+				if (NK_TEST_SMALL && c.M * c.N * c.K > 3000000)
+					continue;
+				c.ta = t & 1, c.tb = (t >> 1) & 1, c.tc = (t >> 2) & 1;
+				c.alpha = t % 3 == 2 ? -0.5 : 1.0;
+				c.beta = t % 3 == 0 ? 0.0 : t % 3 == 1 ? 1.0 : 0.25;
+				check_gemm(NK_F32, c, run_packed_blocked, "packed-blocked");
+				if (t < 2)
+					check_gemm(NK_BF16, c, run_packed_blocked, "packed-blocked");
+			}
+		for (size_t q = 0; q < sizeof sz / sizeof sz[0]; q++)
+			for (int v = 0; v < 3; v++) {
+				int64_t M = sz[q][0], N = sz[q][1], K = sz[q][2];
+				float *A = nkt_alloc(NK_F32, M * K), *B = nkt_alloc(NK_F32, K * N), *bias = nkt_alloc(NK_F32, N);
+				float *C0 = nkt_alloc(NK_F32, M * N), *C1 = nkt_alloc(NK_F32, M * N);
+				nk_gemm_args_t g = { .dtype = NK_F32, .M = M, .N = N, .K = K, .batch = 1, .alpha = 0.75,
+						     .beta = v ? 0.5 : 0, .A = A, .B = B, .rs_a = K, .cs_a = 1,
+						     .rs_b = N, .cs_b = 1, .rs_c = N, .cs_c = 1 };
+
+				if (v == 2) /* the weight-gradient layout: A column-major */
+					g.rs_a = 1, g.cs_a = M, g.bias = bias, g.rs_bias = 0, g.cs_bias = 1;
+				nkt_fill(A, NK_F32, M * K, -1, 1);
+				nkt_fill(B, NK_F32, K * N, -1, 1);
+				nkt_fill(bias, NK_F32, N, -1, 1);
+				nkt_fill(C0, NK_F32, M * N, -1, 1);
+				memcpy(C1, C0, (size_t)(M * N) * sizeof(float));
+				g.C = C0;
+				CHECK(nk_gemm_packed(&g, &blocked_isa) == 0, "packed");
+				g.C = C1;
+				CHECK(nk_gemm_packed_1t(&g, &blocked_isa) == 0, "packed_1t");
+				CHECK(!memcmp(C0, C1, (size_t)(M * N) * sizeof(float)),
+				      "drivers differ under kc %d nc %d: %lldx%lldx%lld v %d", blk[b][0], blk[b][1], (long long)M,
+				      (long long)N, (long long)K, v);
+				free(A), free(B), free(bias), free(C0), free(C1);
+			}
+	}
+}
+
 /* The weight-gradient layout (A column-major, B row-major with whole 32-column panels, A too big for
  * the small-M driver): the shared driver reads B in place (no pack job) and its micro-kernel prefetches
  * the next A panel (sgemm_b_pf).  Against the reference, and
@@ -774,6 +923,7 @@ int main(void)
 	RUN(test_sgemm_ukr);
 	RUN(test_sgemm_b_ukr);
 	RUN(test_sgemm_inplace_a_bias_ukr);
+	RUN(test_sgemm_k2_ukr);
 	RUN(test_sbgemm_ukr);
 	RUN(test_sbgemm_bf16c_ukr);
 	RUN(test_sbgemm_inplace_a_ukr);
@@ -783,6 +933,7 @@ int main(void)
 	RUN(test_gemm_layouts);
 	RUN(test_gemm_portable_driver);
 	RUN(test_gemm_drivers_agree);
+	RUN(test_gemm_blocking);
 	RUN(test_gemm_inplace_b);
 	RUN(test_gemm_bias);
 	RUN(test_gemm_k0_and_errors);
