@@ -7,7 +7,8 @@ parent.  Each figure is the median of ROUNDS rounds of at least TARGET_S seconds
 Prints two tables: wall-time rates (the case, torch CPU, each level, and the best level's ratio to the CPU),
 then the same per CPU-second (the process's CPU time over the rounds, all its threads: on a shared machine
 the kernels compare fairly per CPU-second when the wall times mostly measure the other processes).  No
-report file.  `--match TEXT` runs only the cases whose name contains TEXT (e.g. `--match f32`).
+report file.  `--match TEXT` runs only the cases whose name contains TEXT (e.g. `--match f32`), `--levels
+amx,avx512` only those levels.
 """
 import json
 import os
@@ -111,6 +112,8 @@ def main(argv=None):
         print(json.dumps(_measure("neuron", os.environ.get("NEURON_KERNELS"), match)))
         return 0
     levels = _levels()
+    if "--levels" in argv[:-1]:
+        levels = [lv for lv in levels if lv in argv[argv.index("--levels") + 1].split(",")]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"bench-gemm: levels {', '.join(levels)}; torch {torch.__version__}, {torch.get_num_threads()} CPU threads; "
           f"load average {load:.2f} at the start", flush=True)
