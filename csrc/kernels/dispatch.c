@@ -201,7 +201,8 @@ static void ctx_init_portable(nk_kernels_t *k)
  * KC 512 x NC 2048, whose 4 MiB B block lives in L3.  Intel's L3 is far slower per core than Zen 4's, so
  * the B block is kept in half of L2 instead: kc 256 (the 14 x 256 A panel, 14 KiB, stays in L1 while the
  * 32 KiB B panels stream past it) and nc = L2 / 2 / (kc * 4) columns (1024 for 2 MiB).  Measured on the
- * Intel Xeon (KVM, 2 MiB L2), one thread, 2048^3, GFLOP per CPU-second at load 6-10: 171-175 -> 182-186. */
+ * Intel Xeon (KVM, 2 MiB L2), one thread, GFLOP per CPU-second, load 7-14, the blockings interleaved in one
+ * process: 2048^3 163 -> 168, 4096^3 159 -> 160 (kc 384 x nc 1024: 165 / 167, within the noise). */
 static void gemm_blocking_intel(nk_gemm_isa_t *g, const nk_cpu_t *c)
 {
 	if (strcmp(c->vendor, "GenuineIntel") != 0 || c->l1d_bytes < (48u << 10) || c->l2_bytes < (2u << 20))
@@ -215,6 +216,10 @@ static void gemm_blocking_intel(nk_gemm_isa_t *g, const nk_cpu_t *c)
 	g->sgemm_b_pf = nk_sgemm_avx512_14x32_k2_b_pf;
 	g->sgemm_bias = nk_sgemm_avx512_14x32_k2_bias;
 	g->sgemm_a = nk_sgemm_avx512_14x32_k2_a;
+	/* two threads: one k-slice (1 MiB of packed B) per shared super block, which both cores keep in L2 while
+	 * their row panels pass; 2048^3 / 4096^3 / 512x3072x768 at 2 threads, GFLOP per CPU-second at load 8:
+	 * 159 / 158 / 170 -> 164 / 175 / 177 (wall 59 / 82 / 85 -> 65 / 127 / 174) */
+	g->shared_kslices = 1;
 }
 
 static void ctx_init_avx512(nk_kernels_t *k, const nk_cpu_t *c)

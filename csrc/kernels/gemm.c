@@ -893,6 +893,8 @@ static bool gemm_shared(gemm_plan_t *pl, int nt)
 				ksb = g->K;
 			else
 				ksb = (int64_t)SHARED_B_BYTES / (sh.kcmax * sh.panels_n * NR * 4) * sh.kcmax;
+			if (!sh.acc && !sh.inplace_b && pl->isa->shared_kslices > 0)
+				ksb = nk_min64(ksb, pl->isa->shared_kslices * sh.kcmax);
 			/* enough tasks for a dynamic balance: split columns when there are few row panels
 			 * (shared A: chunks whose packed B stays in L2, at least 16 tasks per thread) */
 			sh.col_tasks = nk_min64(sh.panels_n, nk_cdiv(8 * (int64_t)nt, sh.panels_m));

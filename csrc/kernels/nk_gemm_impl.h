@@ -112,6 +112,11 @@ typedef struct {
 	 * (dispatch.c).  Every driver slices K the same way, so a result does not depend on the driver or the
 	 * thread count, but it does on kc: the slices are summed into C one after another. */
 	int kc, nc;
+	/* f32: kc slices of K per super block of the multi-thread driver's shared packed B (0: as many as its
+	 * 8 MiB block holds).  1 keeps the slice all threads read in their L2 (Intel: a row panel's task
+	 * otherwise streams every slice of the block from L3); the slices are summed in the same order either
+	 * way, so the results are the same bits. */
+	int shared_kslices;
 	nk_sgemm_ukr_t sgemm;
 	nk_sgemm_b_ukr_t sgemm_b; /* may be NULL (then B is packed) */
 	nk_sgemm_b_pf_ukr_t sgemm_b_pf; /* may be NULL (then A panels are prefetched between calls) */

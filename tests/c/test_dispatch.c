@@ -86,7 +86,7 @@ static void test_levels(void)
 	      "gemm f32 blocking kc %d nc %d", k->gemm->kc, k->gemm->nc);
 	CHECK(!k2 || (k->gemm->sgemm_a == nk_sgemm_avx512_14x32_k2_a && k->gemm->sgemm_b == nk_sgemm_avx512_14x32_k2_b &&
 		      k->gemm->sgemm_bias == nk_sgemm_avx512_14x32_k2_bias &&
-		      k->gemm->sgemm_b_pf == nk_sgemm_avx512_14x32_k2_b_pf),
+		      k->gemm->sgemm_b_pf == nk_sgemm_avx512_14x32_k2_b_pf && k->gemm->shared_kslices == 1),
 	      "Intel: all five f32 kernels unrolled");
 	CHECK((k->gemm->sgemm == nk_gemm_isa_avx2.sgemm) == (want == NK_ISA_AVX2), "avx2 gemm table at the avx2 level");
 	CHECK((k->gemm->sbgemm != NULL) == (fam == NK_ISA_AVX512 && c->avx512_bf16), "bf16 GEMM kernels need avx512_bf16");

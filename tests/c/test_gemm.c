@@ -702,6 +702,7 @@ static void test_gemm_blocking(void)
 	for (size_t b = 0; b < sizeof blk / sizeof blk[0]; b++) {
 		blocked_isa = nk_gemm_isa_select();
 		blocked_isa.kc = blk[b][0], blocked_isa.nc = blk[b][1];
+		blocked_isa.shared_kslices = (int)b + 1; /* 1 and 2 slices per shared super block, then 3 */
 		if (have_avx512 && b != 2) {
 			blocked_isa.sgemm = nk_sgemm_avx512_14x32_k2;
 			blocked_isa.sgemm_b = nk_sgemm_avx512_14x32_k2_b;
