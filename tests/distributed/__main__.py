@@ -3,6 +3,7 @@
     python -m tests.distributed [--bases dist,fsdp,dtensor] [-k REGEX] [--test-timeout S] [--no-doc]
     python -m tests.distributed --rerun        (only the tests that failed or errored in the last run's
                                                JSON, merged into it; -k narrows further)
+    python -m tests.distributed --render       (the report from the JSON, running nothing)
 
 Writes build/dist-upstream.json (every test's outcome), a log of the failing tests' tracebacks
 (build/dist-upstream.log) and, for a run of every test of every base, the section "Upstream test bases"
@@ -27,6 +28,7 @@ def main(argv=None):
     ap.add_argument("--doc", default=str(upstream.ROOT / "docs" / "distributed.md"))
     ap.add_argument("--no-doc", action="store_true")
     ap.add_argument("--rerun", action="store_true", help="rerun the failures of --json and merge")
+    ap.add_argument("--render", action="store_true", help="run nothing: write the report from --json")
     ap.add_argument("--json", default=str(upstream.ROOT / "build" / "dist-upstream.json"))
     ap.add_argument("--log", default=str(upstream.ROOT / "build" / "dist-upstream.log"))
     args = ap.parse_args(argv)
@@ -42,7 +44,10 @@ def main(argv=None):
             stored = json.load(f)
     if args.rerun:
         bases = [b for b in bases if b in stored]
+    if args.render:
+        bases = []
     partial = bool(args.k) and not args.rerun
+    commit = upstream.git_commit()  # the tree under test is the one at the start
     t0 = time.time()
     log_path = args.log if len(bases) == len(upstream.BASES) else f"{args.log[:-4]}-{'-'.join(bases)}.log"
     with open(log_path, "a" if args.rerun else "w") as log:
@@ -54,9 +59,12 @@ def main(argv=None):
             if args.k:
                 run = [i for i in run if re.search(args.k, i.rsplit(".", 1)[-1])]
             print(f"{title}: {len(run)} of {len(ids)} tests to run", file=sys.stderr, flush=True)
+            if args.rerun and not run and b in stored:
+                continue  # nothing to rerun: the stored run stands as it is
             res, left = upstream.run_tests(run, args.test_timeout, log=log)
             entry = {"results": [res[i] for i in run] if partial else [res.get(i) or old[i] for i in ids],
-                     "load": round(os.getloadavg()[1], 1), "shm_left": left, "commit": upstream.git_commit()}
+                     "load": round(os.getloadavg()[1], 1), "shm_left": left, "commit": commit,
+                     "cpu": upstream.cpu_name()}
             if args.rerun and b in stored:
                 entry["shm_left"] = stored[b]["shm_left"] + left
                 entry["commit"] = f"{stored[b]['commit']}, reruns at {entry['commit']}"
@@ -74,7 +82,8 @@ def main(argv=None):
     if partial:
         return 0
     per_base = {b: (upstream.BASES[b][1], stored[b]) for b in upstream.BASES if b in stored}
-    text = upstream.render(per_base, upstream.cpu_name(), partial=set(per_base) != set(upstream.BASES))
+    cpus = {e.get("cpu") or upstream.cpu_name() for _, e in per_base.values()}
+    text = upstream.render(per_base, " / ".join(sorted(cpus)), partial=set(per_base) != set(upstream.BASES))
     print(text)
     if not args.no_doc and set(per_base) == set(upstream.BASES):
         upstream.write_section(args.doc, text)

@@ -48,6 +48,7 @@ SLICE = [
     "tests.distributed.base_dtensor.TestNeuronDTensor.test_redistribute",
     "tests.distributed.base_dtensor.TestNeuronDTensor.test_tp_mlp",
 ]
+SLICE_MEASURED = "148 s wall on the 2-core Intel Xeon at load ~9, about 7 CPU-s per test"
 GRACE = 60  # seconds past the base's own per-test limit before the worker is killed
 
 # Skip reasons (the base's own messages) -> group, first match wins.
@@ -260,9 +261,14 @@ def render(per_base, cpu, partial):
     ncl = [n for n in left if n.startswith("tn-ncl-")]
     L.append(f"Left in /dev/shm by rank processes that had exited (the runner removes them): {len(ncl)} "
              "collective segments (`tn-ncl-*`)" + (": " + ", ".join(ncl[:5]) if ncl else "") +
-             f"; {len(left) - len(ncl)} runtime watch pages (`neuron-watch-PID`): multiprocessing ends a rank "
-             "with os._exit, which skips the runtime's exit handler, and the next runtime start sweeps such "
-             "pages (csrc/runtime/watch.c).")
+             f"; {len(left) - len(ncl)} runtime watch page(s) (`neuron-watch-PID`) of processes that ended without "
+             "their exit handlers (multiprocessing ends a rank with os._exit; a worker killed by the runner), "
+             "which the next runtime start sweeps anyway (csrc/runtime/watch.c).")
+    gone = sorted({c for _, e in per_base.values() for c in re.findall(r"[0-9a-f]{7,}", e["commit"])
+                   if not is_ancestor(c)})
+    if gone:
+        L.append(f"Tree {', '.join(gone)}: this branch before a rebase onto a newer main (the same Python and glue; "
+                 "the C library of the main it was on).")
     L.append("")
     for name, (title, e) in per_base.items():
         st, skips = summarize(e["results"])
@@ -272,6 +278,15 @@ def render(per_base, cpu, partial):
             for g, k in skips.most_common():
                 L.append(f"| {g} | {k} |")
             L.append("")
+    L.append("Found by these runs and fixed: `all_gather_coalesced` read c10d's outputs[rank][input] as one list per "
+             "input (4 tests of _DistTestBase errored; csrc/torch/distributed.cpp), and DTensor had no sharding "
+             "strategy for neuron's fused attention, which scaled_dot_product_attention takes on neuron "
+             "(`test_tp_transformer` errored; torchneuron/distributed.py registers one).")
+    L.append("")
+    names = ", ".join(f"`{t.rsplit('.', 1)[-1]}`" for t in SLICE)
+    L.append(f"`make test` runs a slice, tests/python/test_distributed_upstream.py: {names}, each of which must "
+             f"pass, and no collective segment left ({SLICE_MEASURED}).")
+    L.append("")
     bad = [(name, r) for name, (_, e) in per_base.items() for r in e["results"] if r["status"] in ("failed", "errored")]
     L.append("Failures and errors (test: first error line):\n")
     if not bad:
@@ -283,6 +298,14 @@ def render(per_base, cpu, partial):
         L.append(f"- `{name}` `{test}` ({r['status']}): {err}{cause}")
     L.append("")
     return "\n".join(L)
+
+
+def is_ancestor(commit):
+    try:
+        return subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=ROOT,
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return True
 
 
 def git_commit():
@@ -307,10 +330,14 @@ def write_section(doc, text):
 
 
 def cpu_name():
+    info = {}
     try:
         for ln in open("/proc/cpuinfo"):
-            if ln.startswith("model name"):
-                return ln.split(":", 1)[1].strip()
+            k, _, v = ln.partition(":")
+            info.setdefault(k.strip(), v.strip())
     except OSError:
-        pass
-    return "unknown CPU"
+        return "unknown CPU"
+    flags = info.get("flags", "").split()
+    isa = "AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "x86-64"
+    return (f"{info.get('model name', 'unknown CPU')} (family {info.get('cpu family', '?')} model "
+            f"{info.get('model', '?')}, {isa})")
