@@ -21,14 +21,12 @@ os.environ.setdefault("NEURON_RT_VISIBLE_CORES", "0-1")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.distributed._functional_collectives as funcol  # noqa: E402
-import torch.nn as nn  # noqa: E402
 from torch.distributed.tensor import (  # noqa: E402
     DTensor,
     Partial,
     Replicate,
     Shard,
     distribute_tensor,
-    init_device_mesh,
 )
 from torch.distributed.tensor.debug import CommDebugMode  # noqa: E402
 from torch.distributed.tensor.parallel import (  # noqa: E402
