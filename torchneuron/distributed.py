@@ -97,7 +97,38 @@ def register():
     _after_import("torch.distributed.tensor._ops", register_dtensor_strategies)
     if not hasattr(dist, "set_timeout"):  # 2.13 lacks it; TorchTitan calls it after the first step
         dist.set_timeout = set_timeout
+    _allow_monitored_barrier(dist)
     return True
+
+
+def _allow_monitored_barrier(dist):
+    """torch.distributed.monitored_barrier checks the group's backend *name* against "gloo" before it calls
+    the group's monitored_barrier, so a plugin backend can never get there.  The neuron backend implements
+    it (csrc/torch/distributed.cpp: a barrier bounded by the timeout whose error names the ranks that did
+    not arrive, or Gloo's own on the Gloo transport): for groups whose backend is neuron (alone or in a
+    device map) the call goes to the group; every other group keeps PyTorch's function as it is."""
+    import datetime
+
+    c10d = dist.distributed_c10d
+    orig = dist.monitored_barrier
+    if getattr(orig, "_neuron", False):
+        return
+
+    def monitored_barrier(group=c10d.GroupMember.WORLD, timeout=None, wait_all_ranks=False):
+        g = c10d._get_default_group() if group is None or group is c10d.GroupMember.WORLD else group
+        if c10d._rank_not_in_group(g) or BACKEND not in str(dist.get_backend(g)):
+            return orig(group, timeout, wait_all_ranks)
+        if timeout is None:
+            timeout = c10d._get_default_timeout(dist.get_backend(g))
+        elif isinstance(timeout, (int, float)):
+            timeout = datetime.timedelta(seconds=timeout)
+        c10d._check_valid_timeout(timeout)
+        return g.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier.__doc__ = orig.__doc__
+    monitored_barrier._neuron = True
+    dist.monitored_barrier = monitored_barrier
+    c10d.monitored_barrier = monitored_barrier
 
 
 def set_timeout(timeout, group=None):

@@ -288,6 +288,22 @@ def _suite_async(torch, dist, rank, world, dev, checks):
     checks.append(("5 works in flight", all(torch.equal(v.cpu(), torch.full((100,), float(2 * i + 1))) for i, v in enumerate(ts))))
 
 
+def _suite_monitored_barrier(torch, dist, rank, world, dev, checks):
+    """dist.monitored_barrier, which PyTorch gates on the backend's name ("gloo"), reaches the neuron
+    backend's (torchneuron.distributed._allow_monitored_barrier), with and without wait_all_ranks."""
+    import datetime
+
+    for wait_all in (False, True):
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=30), wait_all_ranks=wait_all)
+            checks.append((f"monitored_barrier wait_all_ranks={wait_all}", True))
+        except Exception as e:  # noqa: BLE001
+            checks.append((f"monitored_barrier wait_all_ranks={wait_all}: {type(e).__name__}: {str(e)[:200]}", False))
+    t = torch.full((2,), float(rank), device=dev)
+    dist.all_reduce(t)
+    checks.append(("usable after monitored_barrier", torch.equal(t.cpu(), torch.full((2,), float(world * (world - 1) // 2)))))
+
+
 def _suite_bad_input(torch, dist, rank, world, dev, checks):
     def raises(name, fn, pattern):
         try:
@@ -359,6 +375,82 @@ def _suite_ddp(torch, dist, rank, world, dev, checks):
     checks.append((f"DDP losses match single device {losses} vs {ref_losses}", ok))
     pd = max((p.detach().cpu() - q.detach().cpu()).abs().max().item() for p, q in zip(model.module.parameters(), ref.parameters()))
     checks.append((f"DDP parameters match single device (max diff {pd})", pd <= 1e-5))
+
+
+def _suite_ddp_options(torch, dist, rank, world, dev, checks):
+    """DDP's options, each against a single-device run on the same global batches: gradient_as_bucket_view,
+    static_graph, find_unused_parameters (with a branch never used), no_sync gradient accumulation, and the
+    fp16 compression hook (gradients rounded to 16 bits on the wire: a looser bound).  PyTorch's own
+    bf16_compress_hook refuses every backend but NCCL and XCCL ("requires CUDA 11+ and NCCL 2.10+ or XPU
+    and XCCL"), CPU Gloo included, so it is not run."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class Net(torch.nn.Module):
+        def __init__(self, unused):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+            if unused:
+                self.unused = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.b(torch.tanh(self.a(x)))
+
+    def make(unused=False):
+        torch.manual_seed(0)
+        return Net(unused).to(dev)
+
+    g = torch.Generator().manual_seed(2)
+    data = [(torch.randn(8, 8, generator=g), torch.randn(8, 4, generator=g)) for _ in range(4)]
+    mse = torch.nn.functional.mse_loss
+
+    def reference(accumulate, unused):
+        m = make(unused)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for i, (x, y) in enumerate(data):
+            if not accumulate or i % 2 == 0:
+                opt.zero_grad()
+            mse(m(x.to(dev)), y.to(dev)).backward()
+            if not accumulate or i % 2 == 1:
+                opt.step()
+        return m
+
+    def run(kwargs, hook=None, accumulate=False):
+        m = DDP(make(kwargs.get("find_unused_parameters", False)), bucket_cap_mb=1, **kwargs)
+        if hook is not None:
+            m.register_comm_hook(dist.group.WORLD, hook)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for i, (x, y) in enumerate(data):
+            xs, ys = x[rank * 4:(rank + 1) * 4].to(dev), y[rank * 4:(rank + 1) * 4].to(dev)
+            if not accumulate or i % 2 == 0:
+                opt.zero_grad()
+            if accumulate and i % 2 == 0:
+                with m.no_sync():  # gradients stay local: the next backward all-reduces their sum
+                    mse(m(xs), ys).backward()
+                continue
+            mse(m(xs), ys).backward()
+            opt.step()
+        return m.module
+
+
+    cases = [("gradient_as_bucket_view", {"gradient_as_bucket_view": True}, None, False, 1e-5),
+             ("static_graph", {"static_graph": True}, None, False, 1e-5),
+             ("find_unused_parameters", {"find_unused_parameters": True}, None, False, 1e-5),
+             ("no_sync accumulation", {}, None, True, 1e-5),
+             ("fp16_compress_hook", {}, default_hooks.fp16_compress_hook, False, 2e-3)]
+    for name, kwargs, hook, acc, tol in cases:
+        try:
+            m = run(kwargs, hook, acc)
+            ref = reference(acc, kwargs.get("find_unused_parameters", False))
+            d = max((p.detach().cpu() - q.detach().cpu()).abs().max().item()
+                    for (n, p), q in zip(m.named_parameters(), ref.parameters()) if not n.startswith("unused"))
+            same_unused = all(torch.equal(p.detach().cpu(), q.detach().cpu())
+                              for (n, p), q in zip(m.named_parameters(), ref.parameters()) if n.startswith("unused"))
+            checks.append((f"DDP {name}: parameters match single device (max diff {d:.2e}, bound {tol})", d <= tol))
+            if kwargs.get("find_unused_parameters"):
+                checks.append((f"DDP {name}: the unused branch is untouched", same_unused))
+        except Exception as e:  # noqa: BLE001
+            checks.append((f"DDP {name}: raised {type(e).__name__}: {str(e)[:300]}", False))
 
 
 class _CompiledNet:  # a module class of this file (Dynamo skips torch.nn's own forwards)
@@ -543,8 +635,10 @@ def _worker_mode(mode, torch, dist, torchneuron, rank, world, checks, out):
         _suite_collectives(torch, dist, rank, world, dev, checks)
         _suite_direct(torch, dist, rank, world, dev, checks)
         _suite_async(torch, dist, rank, world, dev, checks)
+        _suite_monitored_barrier(torch, dist, rank, world, dev, checks)
         _suite_bad_input(torch, dist, rank, world, dev, checks)
         _suite_ddp(torch, dist, rank, world, dev, checks)
+        _suite_ddp_options(torch, dist, rank, world, dev, checks)
         _suite_ddp_compile(torch, dist, rank, world, dev, checks)
         dist.destroy_process_group()
     elif mode == "gloo":  # NEURON_CCL_TRANSPORT=gloo: the cross-host transport, on this host
