@@ -69,12 +69,13 @@ ctest: $(addprefix $(BUILD)/tests/,$(CTESTS))
 	@set -e; for t in $^; do echo "== $$t"; ./$$t; done
 
 # The C tests again at the forced kernel levels below the CPU's own (NEURON_KERNELS=avx2, portable):
-# every level's kernels, not only the best one's, run in `make test` (a level the CPU lacks falls back
-# to its best, which ctest already ran, so it is skipped)
+# every level's kernels, not only the best one's, run in `make test` (a level the CPU lacks, or its own
+# best, which ctest already ran, is skipped)
 CTEST_LEVELS ?= avx2 portable
 ctest-levels: $(addprefix $(BUILD)/tests/,$(CTESTS))
 	@set -e; for l in $(CTEST_LEVELS); do \
 	  if [ "$$l" = avx2 ] && ! grep -qw avx2 /proc/cpuinfo; then echo "== level $$l: not on this CPU, skipped"; continue; fi; \
+	  if [ "$$l" = avx2 ] && ! grep -qw avx512f /proc/cpuinfo; then echo "== level $$l: this CPU's own level, run by ctest"; continue; fi; \
 	  echo "== level $$l"; for t in $^; do NEURON_KERNELS=$$l ./$$t > $(BUILD)/tests/level-$$l.log 2>&1 || \
 	  { cat $(BUILD)/tests/level-$$l.log; echo "FAILED at NEURON_KERNELS=$$l: $$t"; exit 1; }; tail -1 $(BUILD)/tests/level-$$l.log | sed "s|^|  $$(basename $$t): |"; done; done
 
@@ -145,8 +146,9 @@ pytest: install $(HF_STAMP) $(TITAN_STAMP)
 # int_mm, training parity) again at NEURON_KERNELS=avx2, where the CPU has AVX2 (about 1 min)
 PYTEST_LEVEL_FILES := test_gemm_shapes test_sdpa test_flash_attention test_flex_attention test_rows test_norm test_gelu test_conformance_smoke test_conv test_int_mm test_mm_empty_k test_training_parity
 pytest-levels: install
-	@if grep -qw avx2 /proc/cpuinfo; then NEURON_KERNELS=avx2 $(VPY) -m pytest -q -p no:warnings $(patsubst %,tests/python/%.py,$(PYTEST_LEVEL_FILES)); \
-	else echo "pytest-levels: no AVX2 on this CPU, skipped"; fi
+	@if ! grep -qw avx2 /proc/cpuinfo; then echo "pytest-levels: no AVX2 on this CPU, skipped"; \
+	elif ! grep -qw avx512f /proc/cpuinfo; then echo "pytest-levels: avx2 is this CPU's own level, which pytest ran"; \
+	else NEURON_KERNELS=avx2 $(VPY) -m pytest -q -p no:warnings $(patsubst %,tests/python/%.py,$(PYTEST_LEVEL_FILES)); fi
 
 test: ctest ctest-levels test-sanitize install $(HF_STAMP) $(TITAN_STAMP)
 	$(VPY) -m pytest -q tests/python
