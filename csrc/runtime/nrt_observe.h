@@ -17,7 +17,8 @@ extern "C" {
  * launching thread had set (nrt_trace_set_corr) when the record was queued, and its kind (kernels,
  * copies by direction, host work such as the CPU fallback).  Times are CLOCK_MONOTONIC (nrt_now_ns). */
 enum { NRT_TRACE_KERNEL = 0, NRT_TRACE_COPY_H2D = 1, NRT_TRACE_COPY_D2H = 2, NRT_TRACE_COPY_D2D = 3,
-       NRT_TRACE_COPY_H2H = 4, NRT_TRACE_HOST = 5 };
+       NRT_TRACE_COPY_H2H = 4, NRT_TRACE_HOST = 5,
+       NRT_TRACE_PART = 6 /* a part of a kernel record (nrt_trace_sub), inside its time span */ };
 typedef struct {
 	const char *name;
 	int dev, queue;
@@ -39,8 +40,9 @@ uint64_t nrt_trace_corr(void);
  * name must have static lifetime.  Nothing unless the trace is on. */
 void nrt_trace_host(int dev, int queue, const char *name, int64_t t0, int64_t t1);
 /* A part of the record running on the calling thread (a kernel of a compiled program's segment),
- * traced as a kernel of that record's queue with the record's correlation id, nested in its slice;
- * name must have static lifetime.  Nothing unless the trace is on and a record is running here. */
+ * traced as an NRT_TRACE_PART record of that record's queue with the record's correlation id, nested in
+ * its slice; nrt_trace_drain (one record per queue launch) leaves the parts out, nrt_trace_read gives
+ * them.  name must have static lifetime.  Nothing unless the trace is on and a record is running here. */
 void nrt_trace_sub(const char *name, int64_t t0, int64_t t1);
 /* Kernel records of fn are traced as copies, by the direction of the pointers ptrs reads from their
  * arguments (one such kernel: the glue's strided copy).  Classified only while the trace is on. */

@@ -144,7 +144,7 @@ void nrt_trace_sub(const char *name, int64_t t0, int64_t t1)
 	const struct nrt_queue *q = tls_run_q;
 
 	if (q && name && atomic_load_explicit(&trace.on, memory_order_relaxed))
-		trace_add(name, q, t0, t1, tls_run_corr, NRT_TRACE_KERNEL);
+		trace_add(name, q, t0, t1, tls_run_corr, NRT_TRACE_PART);
 }
 
 int nrt_trace_drain(nrt_trace_rec_t *out, int cap)
@@ -157,7 +157,8 @@ int nrt_trace_drain(nrt_trace_rec_t *out, int cap)
 	while (n < cap && trace.read < trace.written) {
 		const nrt_trace_event_t *e = &trace.rec[trace.read++ % NRT_TRACE_CAP];
 
-		out[n++] = (nrt_trace_rec_t){ e->name, e->dev, e->queue, e->start_ns, e->end_ns };
+		if (e->kind != NRT_TRACE_PART) /* the queue's launches only: parts lie inside them */
+			out[n++] = (nrt_trace_rec_t){ e->name, e->dev, e->queue, e->start_ns, e->end_ns };
 	}
 	pthread_mutex_unlock(&trace.lock);
 	return n;

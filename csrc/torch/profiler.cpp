@@ -605,6 +605,7 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
 			default: break;
 			}
 			const libkineto::ITraceActivity *cpu = r.corr ? linked_of((int32_t)r.corr) : nullptr;
+			const bool part = r.kind == NRT_TRACE_PART; // a kernel of a compiled segment, inside its slice
 			libkineto::GenericTraceActivity a(span, type, name);
 			a.startTime = r.start_ns + offset_;
 			a.endTime = std::max(r.end_ns, r.start_ns) + offset_;
@@ -618,7 +619,9 @@ class NeuronSession final : public libkineto::IActivityProfilerSession {
 			a.addMetadata("correlation", r.corr);
 			if (r.kind == NRT_TRACE_HOST)
 				a.addMetadataQuoted("kind", "cpu fallback");
-			if (cpu) {
+			if (part)
+				a.addMetadataQuoted("kind", "kernel of a compiled segment");
+			if (cpu && !part) { // one flow arrow per launch: the segment's
 				a.flow.id = (uint32_t)r.corr;
 				a.flow.type = libkineto::kLinkAsyncCpuGpu;
 				a.flow.start = 0;

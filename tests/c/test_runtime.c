@@ -1129,8 +1129,9 @@ static int k_parts(void *p)
 	return 0;
 }
 
-/* nrt_trace_sub: the parts are kernel records of the running record's queue with its correlation id,
- * before the record itself (which ends after them); off the trace, or outside a record, nothing. */
+/* nrt_trace_sub: the parts are PART records of the running record's queue with its correlation id,
+ * before the record itself (which ends after them); the drain (one record per launch) leaves them out;
+ * off the trace, or outside a record, nothing. */
 static void test_trace_sub(void)
 {
 	nrt_queue_t *q = NULL;
@@ -1139,6 +1140,12 @@ static void test_trace_sub(void)
 	int got;
 
 	CHECK(nrt_queue_create(0, 0, &q) == NRT_OK, "queue: %s", nrt_last_error());
+	{
+		nrt_trace_rec_t d[64];
+
+		while (nrt_trace_drain(d, 64) > 0)
+			; /* earlier tests' records */
+	}
 	nrt_trace_sub("outside", 1, 2); /* trace off */
 	cur = nrt_trace_cursor();
 	nrt_trace_enable(true);
@@ -1154,9 +1161,16 @@ static void test_trace_sub(void)
 		CHECK(!strcmp(r[0].name, "part one") && !strcmp(r[1].name, "part two") && !strcmp(r[2].name, "neuron_compiled.seg0"),
 		      "names %s / %s / %s", r[0].name, r[1].name, r[2].name);
 		for (int i = 0; i < 3; i++)
-			CHECK(r[i].corr == 77 && r[i].kind == NRT_TRACE_KERNEL && r[i].queue == nrt_queue_id(q) && r[i].dev == 0,
+			CHECK(r[i].corr == 77 && r[i].kind == (i < 2 ? NRT_TRACE_PART : NRT_TRACE_KERNEL) && r[i].queue == nrt_queue_id(q) &&
+				      r[i].dev == 0,
 			      "record %d: corr %llu kind %d queue %d", i, (unsigned long long)r[i].corr, r[i].kind, r[i].queue);
 		CHECK(r[0].start_ns == 100 && r[1].end_ns == 300, "the parts' times");
+	}
+	{
+		nrt_trace_rec_t d[16];
+		int nd = nrt_trace_drain(d, 16);
+
+		CHECK(nd == 1 && !strcmp(d[0].name, "neuron_compiled.seg0"), "the drain gives the launch only (%d records)", nd);
 	}
 	nrt_queue_destroy(q);
 }
